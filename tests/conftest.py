@@ -1,0 +1,88 @@
+"""Shared fixtures: one real redis-server and two real Piper workers per test run."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from redis.asyncio import Redis
+
+from zsynth.app import create_app
+from zsynth.config import Settings
+
+from .helpers import WorkerProcess, redis_server
+
+SHARED_WORKERS = ("shared-0", "shared-1")
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """A real redis-server on a free loopback port, for the whole run (db 0 is the shared pool's)."""
+    with redis_server() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The data directory the shared workers and fronts use."""
+    return tmp_path_factory.mktemp("data")
+
+
+@pytest.fixture(scope="session")
+def shared_workers(redis_url: str, data_dir: Path) -> Iterator[list[WorkerProcess]]:
+    """Two real worker processes running the Piper engine, shared by the tests that do not kill workers."""
+    workers = [WorkerProcess(redis_url, worker_id, data_dir) for worker_id in SHARED_WORKERS]
+    try:
+        for worker in workers:
+            worker.wait_ready()
+        yield workers
+    finally:
+        for worker in workers:
+            worker.stop()
+
+
+_next_db = iter(range(1, 64))
+
+
+@pytest.fixture
+def private_redis_url(redis_url: str) -> Iterator[str]:
+    """A Redis URL on a fresh database of the same server, for tests that run their own workers."""
+    url = redis_url.rsplit("/", 1)[0] + f"/{next(_next_db)}"
+    yield url
+    client = redis.Redis.from_url(url)
+    client.flushdb()
+    client.close()
+
+
+def make_settings(redis_url: str, data_dir: Path, **overrides: object) -> Settings:
+    """Front settings for tests (short deadlines so failures surface quickly)."""
+    base: dict[str, object] = {
+        "redis_url": redis_url,
+        "data_dir": data_dir,
+        "first_chunk_timeout_s": 20.0,
+        "chunk_timeout_s": 10.0,
+    }
+    base.update(overrides)
+    return Settings(**base)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def settings(redis_url: str, data_dir: Path, shared_workers: list[WorkerProcess]) -> Settings:
+    """Settings of a front that talks to the shared workers."""
+    return make_settings(redis_url, data_dir)
+
+
+@pytest.fixture
+async def client(aiohttp_client, settings: Settings):
+    """A test client on the real application factory."""
+    return await aiohttp_client(create_app(settings))
+
+
+@pytest.fixture
+async def aredis(redis_url: str) -> AsyncIterator[Redis]:
+    """An async Redis client on the shared database."""
+    client = Redis.from_url(redis_url)
+    yield client
+    await client.aclose()

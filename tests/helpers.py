@@ -1,0 +1,144 @@
+"""Test helpers: start real services, decode what a user receives, and judge whether it is speech."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import redis
+import soundfile as sf
+
+from zsynth import protocol
+from zsynth.audio import alaw_to_int16, parse_output_format, ulaw_to_int16
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    """A TCP port on loopback nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.05) -> None:
+    """Poll ``predicate`` until true; fail with ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+class WorkerProcess:
+    """A real ``zsynth worker`` child process."""
+
+    def __init__(self, redis_url: str, worker_id: str, data_dir: Path, **env: str) -> None:
+        self.redis_url = redis_url
+        self.worker_id = worker_id
+        full_env = dict(
+            os.environ,
+            ZSYNTH_REDIS_URL=redis_url,
+            ZSYNTH_WORKER_ID=worker_id,
+            ZSYNTH_DATA_DIR=str(data_dir),
+            ZSYNTH_ENGINE_THREADS="1",
+            ZSYNTH_HEARTBEAT_INTERVAL="0.5",
+            ZSYNTH_HEARTBEAT_TTL="3",
+            PYTHONUNBUFFERED="1",
+            **env,
+        )
+        self.proc = subprocess.Popen([sys.executable, "-m", "zsynth", "worker"], env=full_env, cwd=ROOT)
+
+    def wait_ready(self, timeout: float = 60.0) -> WorkerProcess:
+        """Block until the worker's heartbeat shows up."""
+        client = redis.Redis.from_url(self.redis_url)
+        key = protocol.heartbeat_key(self.worker_id)
+
+        def ready() -> bool:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"worker {self.worker_id} exited with {self.proc.returncode}")
+            return bool(client.exists(key))
+
+        wait_for(ready, timeout, f"worker {self.worker_id} heartbeat")
+        client.close()
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL: the worker dies without a word."""
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL if it does not exit in time."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+@contextlib.contextmanager
+def redis_server() -> Iterator[str]:
+    """Run a throw-away redis-server on a free loopback port; yield its URL."""
+    exe = "redis-server"
+    port = free_port()
+    proc = subprocess.Popen(
+        [exe, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no", "--databases", "64"],
+        stdout=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    client = redis.Redis.from_url(url)
+
+    def up() -> bool:
+        with contextlib.suppress(redis.ConnectionError):
+            return bool(client.ping())
+        return False
+
+    try:
+        wait_for(up, 10, "redis-server")
+        yield url
+    finally:
+        client.close()
+        proc.terminate()
+        proc.wait(10)
+
+
+def decode_audio(data: bytes, output_format: str) -> tuple[np.ndarray, int]:
+    """Decode bytes in an ElevenLabs output format to float32 mono samples and their rate."""
+    fmt = parse_output_format(output_format, route="convert")
+    if fmt.codec == "pcm":
+        return np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768.0, fmt.sample_rate
+    if fmt.codec == "ulaw":
+        return ulaw_to_int16(np.frombuffer(data, dtype=np.uint8)).astype(np.float32) / 32768.0, fmt.sample_rate
+    if fmt.codec == "alaw":
+        return alaw_to_int16(np.frombuffer(data, dtype=np.uint8)).astype(np.float32) / 32768.0, fmt.sample_rate
+    samples, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
+    return samples[:, 0], int(rate)
+
+
+def assert_speech(samples: np.ndarray, rate: int, text: str) -> float:
+    """Assert the audio is speech of plausible length for ``text``; return its duration in seconds."""
+    duration = len(samples) / rate
+    words = len(text.split())
+    # Conversational English runs 2-4 words a second; allow a wide but failing-able band.
+    assert words / 6.0 <= duration <= words / 1.0 + 1.5, f"{duration:.2f}s of audio for {words} words"
+    frame = max(1, rate // 50)  # 20 ms frames
+    usable = len(samples) // frame * frame
+    frames = samples[:usable].reshape(-1, frame)
+    rms = np.sqrt((frames**2).mean(axis=1))
+    voiced = float((rms > 0.02).mean())
+    assert voiced > 0.3, f"only {voiced:.0%} of 20 ms frames carry sound: not speech"
+    assert voiced < 0.995 or float(rms.std()) > 0.01, "no pauses and flat energy: not speech"
+    return duration

@@ -1,0 +1,51 @@
+"""The engine interface every synthesis engine implements."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+
+@dataclass(slots=True)
+class EngineChunk:
+    """A piece of speech: mono float32 PCM in -1..1 at the engine's sample rate, and the text it speaks."""
+
+    pcm: np.ndarray
+    text: str
+    # Engine timing where it has it: (unit, n_samples) pairs in speaking order (Piper: phonemes).
+    timing: list[tuple[str, int]] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class VoiceSpec:
+    """What an engine needs to know about the voice of a job."""
+
+    voice_id: str
+    # Directory of a cloned voice (reference clip, metadata, cached conditioning); None for built-in voices.
+    path: str | None = None
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Engine(Protocol):
+    """Loads once per process, states its sample rate, and turns text into a stream of PCM chunks."""
+
+    name: str
+    sample_rate: int
+
+    def warm_up(self) -> None:
+        """Run a short synthesis so the first real job does not pay for lazy initialisation."""
+
+    def synthesize(
+        self,
+        text: str,
+        voice: VoiceSpec,
+        settings: Mapping[str, Any],
+        should_stop: Callable[[], bool],
+        seed: int | None = None,
+    ) -> Iterator[EngineChunk]:
+        """Yield chunks sentence by sentence (or finer); stop early when ``should_stop()`` turns true."""
+        ...

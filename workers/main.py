@@ -1,0 +1,60 @@
+"""Entry point of a worker process: ``zsynth worker`` or ``python -m workers``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+
+from redis.asyncio import Redis
+
+from zsynth import protocol
+from zsynth.config import Settings
+
+from .engines import load_engine
+from .worker import Worker
+
+logger = logging.getLogger(__name__)
+
+
+async def serve(settings: Settings) -> None:
+    """Load the engine inside this process, warm it, then run the claim loop until a stop signal."""
+    started = time.monotonic()
+    try:
+        engine = load_engine(settings)
+        engine.warm_up()
+    except Exception:
+        logger.exception("worker %s failed to start: the %s engine did not load", settings.worker_id, settings.engine)
+        raise
+    logger.info("worker %s: engine %s warm in %.1fs", settings.worker_id, engine.name, time.monotonic() - started)
+    redis = Redis.from_url(settings.redis_url, socket_timeout=None, health_check_interval=30)
+    try:
+        worker = Worker(settings, engine, redis)
+        worker.install_signal_handlers()
+        await worker.run()
+    finally:
+        await redis.aclose()
+
+
+async def check(settings: Settings) -> bool:
+    """True when this worker id's heartbeat is fresh (for ``zsynth worker --check``)."""
+    redis = Redis.from_url(settings.redis_url, socket_timeout=5)
+    try:
+        raw = await redis.get(protocol.heartbeat_key(settings.worker_id))
+    finally:
+        await redis.aclose()
+    if raw is None:
+        return False
+    status = json.loads(raw)
+    return bool(time.time() - float(status.get("ts", 0)) < settings.heartbeat_ttl_s)
+
+
+def run(settings: Settings) -> None:
+    """Blocking entry: run the worker on uvloop when available."""
+    try:
+        import uvloop
+
+        uvloop.run(serve(settings))
+    except ImportError:
+        asyncio.run(serve(settings))

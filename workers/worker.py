@@ -1,0 +1,275 @@
+"""The worker: one engine, one slot, a claim loop on Redis, and events published as audio is made.
+
+Lifecycle: load and warm the engine, recover whatever a previous life of this worker id left in its in-flight list,
+start the heartbeat and the cancel listener, then claim jobs one at a time with BLMOVE until told to stop.
+
+Stopping follows the two-stage convention: the first SIGTERM/SIGINT stops claiming and lets the running job finish
+(exit 0); a second one aborts the running job with a terminal ``error`` event to its client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from zsynth import protocol
+from zsynth.audio import Encoder, OutputFormatError, parse_output_format
+from zsynth.config import Settings
+
+from .engines import Engine, VoiceSpec
+from .synthesis import chunk_meta
+
+logger = logging.getLogger(__name__)
+
+CLAIM_BLOCK_S = 1.0  # BLMOVE timeout: how often an idle worker notices a stop request
+MAX_BACKOFF_S = 5.0
+
+
+class JobLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """Prefixes every line with the job id and the worker id."""
+
+    def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
+        assert self.extra is not None
+        return f"[job {self.extra['job_id']} worker {self.extra['worker_id']}] {msg}", kwargs
+
+
+class Worker:
+    """Runs the claim loop for one engine slot."""
+
+    def __init__(self, settings: Settings, engine: Engine, redis: Redis) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.redis = redis
+        self.worker_id = settings.worker_id
+        self.processing = protocol.processing_key(self.worker_id)
+        self.current: protocol.Job | None = None
+        self._abort = threading.Event()  # read by the engine thread between chunks
+        self._stopping = asyncio.Event()
+        self._force = False
+        self.jobs_done = 0
+
+    # ----- lifecycle -------------------------------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """First call: finish the current job, then exit. Second call: abort it too."""
+        if self._stopping.is_set():
+            self._force = True
+            self._abort.set()
+            logger.warning("worker %s: second stop signal, aborting the running job", self.worker_id)
+        else:
+            logger.info("worker %s: stopping after the current job", self.worker_id)
+        self._stopping.set()
+
+    def install_signal_handlers(self) -> None:
+        """Route SIGTERM and SIGINT to :meth:`request_stop` (the handler only flips flags)."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_stop)
+
+    async def run(self, *, burst: bool = False, on_ready: Callable[[], None] | None = None) -> None:
+        """Serve jobs until stopped (or, with ``burst``, until the queue is empty)."""
+        await self._recover_in_flight()
+        await self._beat()
+        tasks = [
+            asyncio.create_task(self._heartbeat_loop(), name="heartbeat"),
+            asyncio.create_task(self._cancel_listener(), name="cancel-listener"),
+        ]
+        if on_ready is not None:
+            on_ready()
+        logger.info("worker %s ready: engine %s at %d Hz", self.worker_id, self.engine.name, self.engine.sample_rate)
+        try:
+            await self._claim_loop(burst)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            with contextlib.suppress(Exception):
+                await self.redis.delete(protocol.heartbeat_key(self.worker_id))
+            logger.info("worker %s stopped after %d jobs", self.worker_id, self.jobs_done)
+
+    async def _claim_loop(self, burst: bool) -> None:
+        backoff = 0.1
+        while not self._stopping.is_set():
+            try:
+                raw = await self.redis.blmove(
+                    protocol.QUEUE, self.processing, 0.01 if burst else CLAIM_BLOCK_S, "RIGHT", "LEFT"
+                )
+                backoff = 0.1
+            except (RedisConnectionError, RedisTimeoutError, OSError) as err:
+                logger.warning("worker %s: redis unavailable (%s); retrying in %.1fs", self.worker_id, err, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(MAX_BACKOFF_S, backoff * 2)
+                continue
+            if raw is None:
+                if burst:
+                    return
+                continue
+            await self._handle(raw)
+
+    async def _recover_in_flight(self) -> None:
+        """Fail the jobs a previous life of this worker id left claimed but unfinished."""
+        leftovers = await self.redis.lrange(self.processing, 0, -1)
+        for raw in leftovers:
+            with contextlib.suppress(ValueError, TypeError):
+                job = protocol.Job.from_json(raw)
+                await self._finish(
+                    job, raw, protocol.error_event(0, "worker_restarted", "The worker restarted during this job.")
+                )
+        if leftovers:
+            await self.redis.delete(self.processing)
+            logger.warning("worker %s: failed %d jobs left from a previous run", self.worker_id, len(leftovers))
+
+    # ----- heartbeat and cancellation --------------------------------------------------------------------------
+
+    async def _beat(self) -> None:
+        job = self.current
+        status = {
+            "worker_id": self.worker_id,
+            "engine": self.engine.name,
+            "pid": os.getpid(),
+            "state": "busy" if job else "idle",
+            "job_id": job.job_id if job else None,
+            "ts": time.time(),
+        }
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.set(protocol.heartbeat_key(self.worker_id), json.dumps(status), ex=self.settings.heartbeat_ttl_s)
+            pipe.sadd(protocol.WORKERS, self.worker_id)
+            await pipe.execute()
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.heartbeat_interval_s)
+            try:
+                await self._beat()
+            except (RedisConnectionError, RedisTimeoutError, OSError) as err:
+                logger.warning("worker %s: heartbeat failed: %s", self.worker_id, err)
+
+    async def _cancel_listener(self) -> None:
+        while True:
+            try:
+                pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+                await pubsub.subscribe(protocol.CANCEL_CHANNEL)
+                async for message in pubsub.listen():
+                    job = self.current
+                    data = message.get("data")
+                    if job is not None and isinstance(data, bytes) and data.decode() == job.job_id:
+                        JobLog(logger, {"job_id": job.job_id, "worker_id": self.worker_id}).info("cancelled")
+                        self._abort.set()
+            except (RedisConnectionError, RedisTimeoutError, OSError) as err:
+                logger.warning("worker %s: cancel listener lost redis: %s", self.worker_id, err)
+                await asyncio.sleep(1.0)
+
+    # ----- one job ---------------------------------------------------------------------------------------------
+
+    async def _handle(self, raw: bytes) -> None:
+        try:
+            job = protocol.Job.from_json(raw)
+        except (ValueError, TypeError) as err:
+            logger.error("worker %s: dropping malformed job: %s", self.worker_id, err)
+            await self.redis.lrem(self.processing, 1, raw)
+            return
+        log = JobLog(logger, {"job_id": job.job_id, "worker_id": self.worker_id})
+        skip = await self._skip_reason(job)
+        if skip is not None:
+            log.info("dropped unrun: %s", skip[1])
+            await self._finish(job, raw, protocol.error_event(0, *skip))
+            return
+        self.current = job
+        self._abort.clear()
+        started = time.time()
+        log.info("claimed (%d chars, voice %s, %s)", len(job.text), job.voice_id, job.output_format)
+        try:
+            terminal = await self._synthesize(job, log)
+        finally:
+            self.current = None
+        terminal.meta.update(worker_id=self.worker_id, started_at=started, finished_at=time.time())
+        await self._finish(job, raw, terminal)
+        self.jobs_done += 1
+        log.info("%s in %.3fs", terminal.kind, time.time() - started)
+
+    async def _skip_reason(self, job: protocol.Job) -> tuple[str, str] | None:
+        if job.start_deadline and time.time() > job.start_deadline:
+            return "deadline_exceeded", "The job waited in the queue past its deadline."
+        if await self.redis.exists(protocol.cancel_key(job.job_id)):
+            return "cancelled", "The client went away before the job started."
+        return None
+
+    async def _synthesize(self, job: protocol.Job, log: logging.LoggerAdapter) -> protocol.Event:  # type: ignore[type-arg]
+        """Run the engine in a thread, publishing each encoded chunk as it arrives; return the terminal event."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[bytes, dict[str, Any]] | BaseException | None] = asyncio.Queue()
+        channel = protocol.events_channel(job.job_id)
+        try:
+            fmt = parse_output_format(job.output_format, route="convert")
+        except OutputFormatError as err:
+            return protocol.error_event(0, "invalid_output_format", str(err))
+
+        def produce() -> None:
+            try:
+                encoder = Encoder(fmt, self.engine.sample_rate)
+                voice = VoiceSpec(job.voice_id)
+                offset = 0
+                for chunk in self.engine.synthesize(
+                    job.text, voice, job.voice_settings, self._abort.is_set, seed=job.seed
+                ):
+                    audio = encoder.encode(chunk.pcm)
+                    meta = chunk_meta(chunk, self.engine.sample_rate, offset, job.alignment)
+                    offset += len(chunk.pcm)
+                    loop.call_soon_threadsafe(queue.put_nowait, (audio, meta))
+                    if self._abort.is_set():
+                        break
+                tail = encoder.finish()
+                if tail:
+                    loop.call_soon_threadsafe(queue.put_nowait, (tail, {"tail": True}))
+                loop.call_soon_threadsafe(queue.put_nowait, None)
+            except BaseException as err:  # noqa: B036 - every failure must reach the client as an error event
+                loop.call_soon_threadsafe(queue.put_nowait, err)
+
+        producer = loop.run_in_executor(None, produce)
+        seq = 0
+        samples = 0
+        try:
+            while True:
+                item = await queue.get()
+                if item is None:
+                    break
+                if isinstance(item, BaseException):
+                    log.error("synthesis failed: %r", item)
+                    return protocol.error_event(seq, "synthesis_failed", f"Synthesis failed: {item}")
+                audio, meta = item
+                samples += int(meta.get("samples", 0))
+                await self.redis.publish(channel, protocol.Event("chunk", seq, meta, audio).encode())
+                seq += 1
+        finally:
+            await producer
+        if self._abort.is_set():
+            if self._force:
+                return protocol.error_event(seq, "worker_stopping", "The worker was stopped during this job.")
+            return protocol.error_event(seq, "cancelled", "The job was cancelled.")
+        return protocol.Event(
+            "done",
+            seq,
+            {"samples": samples, "sample_rate": self.engine.sample_rate, "chars": len(job.text)},
+        )
+
+    async def _finish(self, job: protocol.Job, raw: bytes | str, terminal: protocol.Event) -> None:
+        """Publish the terminal event, record it, and release the in-flight slot, atomically."""
+        state = {"state": terminal.kind, **{k: str(v) for k, v in terminal.meta.items()}}
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.publish(protocol.events_channel(job.job_id), terminal.encode())
+            pipe.hset(protocol.job_key(job.job_id), mapping=state)
+            pipe.expire(protocol.job_key(job.job_id), self.settings.job_ttl_s)
+            pipe.lrem(self.processing, 1, raw)
+            await pipe.execute()

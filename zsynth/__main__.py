@@ -1,0 +1,5 @@
+"""``python -m zsynth``: the ``zsynth`` command."""
+
+from .cli import main
+
+main()

@@ -1,0 +1,53 @@
+"""The ``zsynth`` command: ``serve`` (one front), ``worker`` (one worker), ``dev`` (everything on one box)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+
+from .config import Settings, SettingsError
+from .logs import setup_logging
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="zsynth", description="Self-hosted, ElevenLabs-compatible speech server.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("serve", help="run one front process (HTTP API and WebSockets)")
+    worker = sub.add_parser("worker", help="run one worker process (one engine slot)")
+    worker.add_argument("--worker-id", help="overrides ZSYNTH_WORKER_ID")
+    worker.add_argument("--check", action="store_true", help="exit 0 if this worker's heartbeat is fresh, else 1")
+    dev = sub.add_parser("dev", help="redis-server (if none answers), one front and workers on this box")
+    dev.add_argument("--workers", type=int, default=1, help="number of worker processes (default 1)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Parse the command line and run the chosen process."""
+    args = _parser().parse_args(argv)
+    try:
+        overrides = {"worker_id": args.worker_id} if getattr(args, "worker_id", None) else {}
+        settings = Settings.from_env(**overrides)
+    except SettingsError as err:
+        print(f"zsynth: {err}", file=sys.stderr)
+        raise SystemExit(2) from err
+    if args.command == "serve":
+        setup_logging(settings, "front")
+        from .app import run
+
+        run(settings)
+    elif args.command == "worker":
+        if args.check:
+            from workers.main import check
+
+            raise SystemExit(0 if asyncio.run(check(settings)) else 1)
+        setup_logging(settings, f"worker[{settings.worker_id}]")
+        from workers.main import run as run_worker
+
+        run_worker(settings)
+    elif args.command == "dev":
+        setup_logging(settings, "dev")
+        from .dev import run_dev
+
+        raise SystemExit(run_dev(settings, workers=args.workers))

@@ -1,0 +1,140 @@
+"""Typed settings for every zsynth process, read from ``ZSYNTH_*`` environment variables.
+
+Settings are built once at start-up by :meth:`Settings.from_env` and passed down explicitly; nothing here runs at
+import time. A malformed value raises :class:`SettingsError`, whose message names the variable.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+PREFIX: Final = "ZSYNTH_"
+ENGINES: Final = ("piper", "turbo", "simulated")
+
+T = TypeVar("T")
+
+
+class SettingsError(ValueError):
+    """A ZSYNTH_* variable is missing or malformed; the message names it."""
+
+
+def _default_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(base) / "zsynth"
+
+
+def _parse_bool(raw: str) -> bool:
+    lowered = raw.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError("expected true/false")
+
+
+def _parse_list(raw: str) -> tuple[str, ...]:
+    return tuple(item.strip() for item in raw.split(",") if item.strip())
+
+
+def _parse_port(raw: str) -> int:
+    port = int(raw)
+    if not 0 <= port <= 65535:
+        raise ValueError("expected a port number 0-65535")
+    return port
+
+
+def _positive_float(raw: str) -> float:
+    value = float(raw)
+    if not value > 0:
+        raise ValueError("expected a number greater than 0")
+    return value
+
+
+def _positive_int(raw: str) -> int:
+    value = int(raw)
+    if value < 1:
+        raise ValueError("expected a whole number of at least 1")
+    return value
+
+
+def _non_negative_int(raw: str) -> int:
+    value = int(raw)
+    if value < 0:
+        raise ValueError("expected a whole number of at least 0")
+    return value
+
+
+def _engine(raw: str) -> str:
+    value = raw.strip().lower()
+    if value not in ENGINES:
+        raise ValueError(f"expected one of {', '.join(ENGINES)}")
+    return value
+
+
+def _redis_url(raw: str) -> str:
+    if not raw.startswith(("redis://", "rediss://", "unix://")):
+        raise ValueError("expected a redis://, rediss:// or unix:// URL")
+    return raw
+
+
+def _optional_str(raw: str) -> str | None:
+    return raw.strip() or None
+
+
+# Each field's metadata names its environment variable (without the prefix) and its parser.
+def _env(name: str, parse: Callable[[str], Any] = str, **kwargs: Any) -> Any:
+    return field(metadata={"env": name, "parse": parse}, **kwargs)
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Configuration shared by the front, the workers and the command line."""
+
+    host: str = _env("HOST", default="127.0.0.1")
+    port: int = _env("PORT", _parse_port, default=8000)
+    redis_url: str = _env("REDIS_URL", _redis_url, default="redis://127.0.0.1:6379/0")
+    engine: str = _env("ENGINE", _engine, default="piper")
+    data_dir: Path = _env("DATA_DIR", Path, default_factory=_default_data_dir)
+    worker_id: str = _env("WORKER_ID", default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
+    # Threads the engine may use for one job (onnxruntime intra-op threads for Piper).
+    engine_threads: int = _env("ENGINE_THREADS", _positive_int, default=1)
+    # How long the front waits for a job's first audio (queueing included), then for each following chunk.
+    first_chunk_timeout_s: float = _env("FIRST_CHUNK_TIMEOUT", _positive_float, default=30.0)
+    chunk_timeout_s: float = _env("CHUNK_TIMEOUT", _positive_float, default=15.0)
+    # Seconds a finished job's record (terminal state) stays in Redis for late readers.
+    job_ttl_s: int = _env("JOB_TTL", _positive_int, default=600)
+    heartbeat_interval_s: float = _env("HEARTBEAT_INTERVAL", _positive_float, default=2.0)
+    heartbeat_ttl_s: int = _env("HEARTBEAT_TTL", _positive_int, default=10)
+    # Longest text one synthesis request may carry (characters).
+    max_text_chars: int = _env("MAX_TEXT_CHARS", _positive_int, default=10000)
+    # Largest request body the front reads (bytes); cloning uploads are the big ones.
+    max_body_bytes: int = _env("MAX_BODY_BYTES", _positive_int, default=25 * 1024 * 1024)
+    log_level: str = _env("LOG_LEVEL", default="INFO")
+    log_json: bool = _env("LOG_JSON", _parse_bool, default=False)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Build settings from ``env`` (default: the process environment); ``overrides`` win over both."""
+        source = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            var = PREFIX + f.metadata["env"]
+            raw = source.get(var)
+            if raw is None:
+                continue
+            try:
+                values[f.name] = f.metadata["parse"](raw)
+            except (TypeError, ValueError) as err:
+                raise SettingsError(f"{var}={raw!r} is invalid: {err}") from err
+        values.update(overrides)
+        return cls(**values)
+
+    @property
+    def voices_dir(self) -> Path:
+        """Where cloned voices live on this box."""
+        return self.data_dir / "voices"

@@ -1,0 +1,203 @@
+"""The front's side of the job protocol: submit a job, then read its events with deadlines.
+
+One front process holds one pub/sub connection. Each submitted job subscribes to its own events channel and waits
+for the server's confirmation before the job is pushed, so no event can be published before anyone listens. A
+single listener task demultiplexes messages into per-job queues.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.asyncio.client import PubSub
+
+from . import protocol
+from .config import Settings
+
+logger = logging.getLogger(__name__)
+
+
+class JobFailed(Exception):
+    """A job ended in an error event (or its deadline); carries the machine code and the message."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class JobStream:
+    """The events of one submitted job, read with the first-chunk and per-chunk deadlines.
+
+    Use as an async context manager: leaving it before the terminal event cancels the job (the client went away).
+    """
+
+    def __init__(self, dispatcher: Dispatcher, job: protocol.Job) -> None:
+        self.dispatcher = dispatcher
+        self.job = job
+        self.queue: asyncio.Queue[protocol.Event] = asyncio.Queue()
+        self.finished = False
+        self.terminal: protocol.Event | None = None
+        self.first_chunk_at: float | None = None
+        self.submitted_at = time.monotonic()
+        self._expected_seq = 0
+
+    async def __aenter__(self) -> JobStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Stop listening; cancel the job unless it already ended."""
+        if not self.finished:
+            self.finished = True
+            await self.dispatcher.cancel(self.job.job_id)
+        await self.dispatcher.release(self.job.job_id)
+
+    async def next_event(self) -> protocol.Event:
+        """The next event, or JobFailed(timeout) when the deadline for it passes."""
+        settings = self.dispatcher.settings
+        timeout = settings.first_chunk_timeout_s if self._expected_seq == 0 else settings.chunk_timeout_s
+        try:
+            event = await asyncio.wait_for(self.queue.get(), timeout)
+        except TimeoutError:
+            event = await self.dispatcher.recover_terminal(self.job.job_id, self._expected_seq)
+            if event is None:
+                raise JobFailed(
+                    "timeout", f"No audio from the engine within {timeout:g} s; the service may be overloaded."
+                ) from None
+        if event.seq != self._expected_seq:
+            raise JobFailed("lost_events", f"Audio events were lost (expected #{self._expected_seq}, got #{event.seq}).")
+        self._expected_seq += 1
+        if event.terminal:
+            self.finished = True
+            self.terminal = event
+        elif self.first_chunk_at is None:
+            self.first_chunk_at = time.monotonic()
+        return event
+
+    async def chunks(self) -> AsyncIterator[protocol.Event]:
+        """Yield chunk events until ``done``; raise JobFailed on an error event or a missed deadline."""
+        while True:
+            event = await self.next_event()
+            if event.kind == "chunk":
+                yield event
+            elif event.kind == "done":
+                return
+            else:
+                raise JobFailed(str(event.meta.get("code", "error")), str(event.meta.get("message", "Job failed.")))
+
+
+class Dispatcher:
+    """Submits jobs to the Redis queue and routes their events back to the waiting requests."""
+
+    def __init__(self, settings: Settings, redis: Redis) -> None:
+        self.settings = settings
+        self.redis = redis
+        self._pubsub: PubSub | None = None
+        self._streams: dict[str, JobStream] = {}
+        self._confirm: dict[str, asyncio.Future[None]] = {}
+        self._listener: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Open the pub/sub connection and start the listener task."""
+        self._pubsub = self.redis.pubsub()
+        # A pub/sub connection with no subscription cannot be read; a private channel keeps it open.
+        await self._pubsub.subscribe(protocol.PREFIX + "front-keepalive")
+        self._listener = asyncio.create_task(self._listen(), name="dispatch-listener")
+
+    async def close(self) -> None:
+        """Stop the listener and fail every waiting stream."""
+        if self._listener is not None:
+            self._listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._listener
+        for stream in list(self._streams.values()):
+            stream.queue.put_nowait(protocol.error_event(-1, "shutting_down", "The server is shutting down."))
+        if self._pubsub is not None:
+            await self._pubsub.aclose()
+
+    @property
+    def in_flight(self) -> int:
+        """Jobs submitted by this front that have not ended."""
+        return len(self._streams)
+
+    async def submit(self, job: protocol.Job) -> JobStream:
+        """Subscribe to the job's channel, wait for the confirmation, then push the job on the queue."""
+        assert self._pubsub is not None, "dispatcher not started"
+        stream = JobStream(self, job)
+        channel = protocol.events_channel(job.job_id)
+        self._streams[channel] = stream
+        confirmed = asyncio.get_running_loop().create_future()
+        self._confirm[channel] = confirmed
+        try:
+            await self._pubsub.subscribe(channel)
+            await asyncio.wait_for(confirmed, 5.0)
+            raw = job.to_json()
+            if job.priority == "realtime":
+                await self.redis.rpush(protocol.QUEUE, raw)  # head of the queue: claimed next
+            else:
+                await self.redis.lpush(protocol.QUEUE, raw)
+        except BaseException:
+            self._confirm.pop(channel, None)
+            await self.release(job.job_id)
+            raise
+        logger.debug("job %s queued (%s, %d chars)", job.job_id, job.priority, len(job.text))
+        return stream
+
+    async def cancel(self, job_id: str) -> None:
+        """Tell the workers this job's client is gone: skip it if queued, stop it if running."""
+        with contextlib.suppress(Exception):
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.set(protocol.cancel_key(job_id), b"1", ex=self.settings.job_ttl_s)
+                pipe.publish(protocol.CANCEL_CHANNEL, job_id)
+                await pipe.execute()
+            logger.info("job %s cancelled by the front", job_id)
+
+    async def release(self, job_id: str) -> None:
+        """Forget a job and unsubscribe from its channel."""
+        channel = protocol.events_channel(job_id)
+        if self._streams.pop(channel, None) is not None and self._pubsub is not None:
+            with contextlib.suppress(Exception):
+                await self._pubsub.unsubscribe(channel)
+
+    async def recover_terminal(self, job_id: str, seq: int) -> protocol.Event | None:
+        """After a missed deadline, read the job's terminal record in case its event was missed."""
+        with contextlib.suppress(Exception):
+            state: dict[bytes, bytes] = await self.redis.hgetall(protocol.job_key(job_id))
+            if state:
+                meta: dict[str, Any] = {k.decode(): v.decode() for k, v in state.items()}
+                kind = meta.pop("state", "error")
+                return protocol.Event("done" if kind == "done" else "error", seq, meta)
+        return None
+
+    async def _listen(self) -> None:
+        assert self._pubsub is not None
+        while True:
+            try:
+                message = await self._pubsub.get_message(timeout=1.0)
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # the connection dropped: redis-py reconnects and resubscribes on next read
+                logger.warning("dispatch listener: %s", err)
+                await asyncio.sleep(0.2)
+                continue
+            if message is None:
+                continue
+            channel = message["channel"].decode()
+            kind = message["type"]
+            if kind == "message":
+                stream = self._streams.get(channel)
+                if stream is not None:
+                    stream.queue.put_nowait(protocol.Event.decode(message["data"]))
+            elif kind == "subscribe":
+                future = self._confirm.pop(channel, None)
+                if future is not None and not future.done():
+                    future.set_result(None)

@@ -1,0 +1,93 @@
+"""The ElevenLabs error envelope, raised anywhere in a handler and rendered by one middleware."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final
+
+from aiohttp import web
+
+from .keys import REQUEST_ID
+
+logger = logging.getLogger(__name__)
+
+ERROR_TYPES: Final = {
+    400: "validation_error",
+    401: "authentication_error",
+    403: "authorization_error",
+    404: "not_found",
+    405: "invalid_request",
+    413: "validation_error",
+    415: "validation_error",
+    422: "validation_error",
+    429: "rate_limit_error",
+    501: "not_supported",
+    503: "service_unavailable",
+}
+
+
+class ApiError(Exception):
+    """An error answered as ``{"detail": {"status", "code", "type", "message", "request_id"}}``."""
+
+    def __init__(
+        self,
+        http_status: int,
+        status: str,
+        message: str,
+        *,
+        param: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.http_status = http_status
+        self.status = status
+        self.message = message
+        self.param = param
+        self.headers = dict(headers or {})
+
+    def body(self, request_id: str) -> dict[str, Any]:
+        """Both generations of ElevenLabs fields: legacy ``status`` and current ``code``/``type``."""
+        detail: dict[str, Any] = {
+            "status": self.status,
+            "code": self.status,
+            "type": ERROR_TYPES.get(self.http_status, "internal_error"),
+            "message": self.message,
+            "request_id": request_id,
+        }
+        if self.param is not None:
+            detail["param"] = self.param
+        return {"detail": detail}
+
+    def response(self, request_id: str) -> web.Response:
+        """Render as a JSON response."""
+        return web.json_response(
+            self.body(request_id),
+            status=self.http_status,
+            headers={**self.headers, "request-id": request_id},
+            dumps=lambda obj: json.dumps(obj, ensure_ascii=False),
+        )
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+_HTTP_STATUS_NAMES: Final = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Turn ApiError and aiohttp's own HTTP errors into the envelope; never leak a traceback."""
+    try:
+        return await handler(request)
+    except ApiError as err:
+        return err.response(request.get(REQUEST_ID, ""))
+    except web.HTTPException as exc:
+        if exc.status < 400 or exc.content_type == "application/json":
+            raise
+        status = _HTTP_STATUS_NAMES.get(exc.status, "invalid_request")
+        err = ApiError(exc.status, status, exc.reason, headers={k: v for k, v in exc.headers.items() if k == "Allow"})
+        return err.response(request.get(REQUEST_ID, ""))
+    except Exception:
+        logger.exception("request %s failed", request.get(REQUEST_ID, "-"))
+        return ApiError(500, "internal_error", "Something went wrong on our side.").response(request.get(REQUEST_ID, ""))

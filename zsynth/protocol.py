@@ -1,0 +1,131 @@
+"""The Redis protocol between fronts and workers: every key and channel name, the job record and the events.
+
+Flow of one job:
+
+1. The front SUBSCRIBEs to :func:`events_channel` *before* it pushes the job, because pub/sub drops messages
+   nobody listens to.
+2. The front pushes the job JSON on :data:`QUEUE`: batch jobs at the tail (LPUSH), realtime jobs at the head
+   (RPUSH), so realtime segments are claimed first when both wait.
+3. A worker claims with ``BLMOVE QUEUE processing_key(worker) RIGHT LEFT``: atomic, one job at a time, and a dead
+   worker's job stays visible in its in-flight list.
+4. The worker publishes ``chunk`` events with sequence numbers, then exactly one terminal event (``done`` or
+   ``error``), writes the terminal state to :func:`job_key`, and LREMs the job from its in-flight list.
+5. To cancel, the front sets :func:`cancel_key` (so a queued job is dropped unrun) and publishes the job id on
+   :data:`CANCEL_CHANNEL` (so a running job stops within one chunk).
+
+This module imports neither aiohttp nor an engine: the front and the workers both use it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any, Final, Literal
+
+PREFIX: Final = "zsynth:"
+QUEUE: Final = PREFIX + "queue"  # list of job JSON; workers BLMOVE from the right
+CANCEL_CHANNEL: Final = PREFIX + "cancel"  # pub/sub: job ids to stop now
+WORKERS: Final = PREFIX + "workers"  # set of worker ids that have ever registered
+
+Priority = Literal["realtime", "batch"]
+EventKind = Literal["chunk", "done", "error"]
+
+
+def processing_key(worker_id: str) -> str:
+    """The worker's in-flight list: holds at most the one job it is running."""
+    return f"{PREFIX}processing:{worker_id}"
+
+
+def heartbeat_key(worker_id: str) -> str:
+    """A TTL'd key the worker refreshes while alive; its value is a small JSON status."""
+    return f"{PREFIX}heartbeat:{worker_id}"
+
+
+def job_key(job_id: str) -> str:
+    """Hash with a finished job's terminal state, kept for job_ttl seconds for late readers."""
+    return f"{PREFIX}job:{job_id}"
+
+
+def events_channel(job_id: str) -> str:
+    """Pub/sub channel carrying one job's events."""
+    return f"{PREFIX}events:{job_id}"
+
+
+def cancel_key(job_id: str) -> str:
+    """Set when the job's client has gone; a worker that sees it skips or stops the job."""
+    return f"{PREFIX}cancel:{job_id}"
+
+
+def new_job_id() -> str:
+    """A fresh, unguessable job id."""
+    return uuid.uuid4().hex
+
+
+@dataclass(slots=True)
+class Job:
+    """One unit of synthesis: a text spoken with one voice into one output format."""
+
+    text: str
+    voice_id: str
+    output_format: str
+    job_id: str = field(default_factory=new_job_id)
+    voice_settings: dict[str, Any] = field(default_factory=dict)
+    priority: Priority = "batch"
+    request_id: str = ""
+    # Character timing per chunk (for with-timestamps routes and the realtime socket).
+    alignment: bool = False
+    seed: int | None = None
+    created_at: float = field(default_factory=time.time)
+    # Unix time after which a job still waiting in the queue is dropped unrun.
+    start_deadline: float = 0.0
+
+    def to_json(self) -> str:
+        """Serialise for the queue."""
+        return json.dumps(asdict(self), separators=(",", ":"), ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> Job:
+        """Parse a queued job; unknown fields (from a newer front) are ignored."""
+        data = json.loads(raw)
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+
+@dataclass(slots=True)
+class Event:
+    """One message on a job's events channel.
+
+    ``meta`` carries small JSON fields (alignment, sample counts, error code and message); ``audio`` carries the
+    encoded audio bytes of a chunk, sent raw after the JSON header so no base64 is paid on the hot path.
+    """
+
+    kind: EventKind
+    seq: int
+    meta: dict[str, Any] = field(default_factory=dict)
+    audio: bytes = b""
+
+    def encode(self) -> bytes:
+        """Wire form: compact JSON header, a newline, then the raw audio bytes."""
+        header = json.dumps({"k": self.kind, "s": self.seq, **self.meta}, separators=(",", ":"), ensure_ascii=False)
+        return header.encode() + b"\n" + self.audio
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Event:
+        """Inverse of :meth:`encode`."""
+        header, _, audio = raw.partition(b"\n")
+        meta = json.loads(header)
+        kind = meta.pop("k")
+        seq = meta.pop("s")
+        return cls(kind=kind, seq=seq, meta=meta, audio=audio)
+
+    @property
+    def terminal(self) -> bool:
+        """True for the one event that ends a job."""
+        return self.kind != "chunk"
+
+
+def error_event(seq: int, code: str, message: str) -> Event:
+    """A terminal error with a machine code and a human message."""
+    return Event("error", seq, {"code": code, "message": message})

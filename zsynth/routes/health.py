@@ -1,0 +1,44 @@
+"""Liveness and readiness: ``GET /healthz`` (the process answers) and ``GET /readyz`` (Redis and a worker)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+
+from .. import protocol
+from ..keys import REDIS
+
+
+async def live_workers(app: web.Application) -> list[str]:
+    """Ids of registered workers whose heartbeat key is still alive."""
+    redis = app[REDIS]
+    ids = sorted(m.decode() for m in await redis.smembers(protocol.WORKERS))
+    if not ids:
+        return []
+    beats = await redis.mget([protocol.heartbeat_key(i) for i in ids])
+    return [i for i, beat in zip(ids, beats, strict=True) if beat is not None]
+
+
+async def healthz(request: web.Request) -> web.Response:
+    """The process is up and its event loop answers."""
+    return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """Ready when Redis answers and at least one worker's heartbeat is fresh; reveals counts only."""
+    try:
+        workers = await asyncio.wait_for(live_workers(request.app), 2.0)
+    except Exception:
+        return web.json_response({"status": "not_ready", "redis": False, "workers": 0}, status=503)
+    ready = bool(workers)
+    return web.json_response(
+        {"status": "ready" if ready else "not_ready", "redis": True, "workers": len(workers)},
+        status=200 if ready else 503,
+    )
+
+
+def setup(app: web.Application) -> None:
+    """Register the health routes (never authenticated)."""
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)

@@ -1,0 +1,167 @@
+"""Text to speech over HTTP: ``POST /v1/text-to-speech/{voice_id}`` (whole body) and ``.../stream`` (chunked)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+from aiohttp.client_exceptions import ClientConnectionResetError
+
+from ..audio import OutputFormat, OutputFormatError, parse_output_format
+from ..dispatch import JobFailed, JobStream
+from ..errors import ApiError
+from ..keys import DISPATCHER, REQUEST_ID, SETTINGS
+from ..protocol import Job
+
+logger = logging.getLogger(__name__)
+
+# Job failures that mean "try again later" rather than "this request is wrong".
+_UNAVAILABLE = {"timeout", "worker_restarted", "worker_stopping", "shutting_down", "lost_events", "deadline_exceeded"}
+
+
+@dataclass(slots=True)
+class TtsRequest:
+    """A validated synthesis request."""
+
+    voice_id: str
+    text: str
+    fmt: OutputFormat
+    model_id: str | None
+    voice_settings: dict[str, Any]
+    seed: int | None
+
+
+async def parse_tts_request(request: web.Request, route: str) -> TtsRequest:
+    """Validate path, query and JSON body; raise ApiError with the ElevenLabs envelope on bad input."""
+    voice_id = request.match_info["voice_id"]
+    try:
+        fmt = parse_output_format(request.query.get("output_format"), route=route)
+    except OutputFormatError as err:
+        raise ApiError(400, "invalid_output_format", str(err), param="output_format") from err
+    try:
+        body = await request.json(loads=json.loads)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ApiError(400, "invalid_json", "The request body must be a JSON object with a 'text' field.") from err
+    if not isinstance(body, dict):
+        raise ApiError(400, "invalid_json", "The request body must be a JSON object with a 'text' field.")
+    text = body.get("text")
+    if not isinstance(text, str) or not text.strip():
+        raise ApiError(422, "invalid_parameters", "Field 'text' is required and must be a non-empty string.", param="text")
+    limit = request.app[SETTINGS].max_text_chars
+    if len(text) > limit:
+        raise ApiError(
+            400,
+            "max_character_limit_exceeded",
+            f"This request's text has {len(text)} characters and exceeds the character limit of {limit} characters.",
+            param="text",
+        )
+    model_id = body.get("model_id")
+    if model_id is not None and not isinstance(model_id, str):
+        raise ApiError(422, "invalid_parameters", "Field 'model_id' must be a string.", param="model_id")
+    voice_settings = body.get("voice_settings") or {}
+    if not isinstance(voice_settings, dict):
+        raise ApiError(422, "invalid_parameters", "Field 'voice_settings' must be an object.", param="voice_settings")
+    seed = body.get("seed")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= 4294967295):
+        raise ApiError(422, "invalid_parameters", "Field 'seed' must be an integer 0..4294967295.", param="seed")
+    return TtsRequest(voice_id, text, fmt, model_id, voice_settings, seed)
+
+
+def job_failure(err: JobFailed) -> ApiError:
+    """Map a failed job to the error a client sees; 503 + Retry-After for transient ones."""
+    if err.code in _UNAVAILABLE:
+        return ApiError(503, "system_busy", err.message, headers={"Retry-After": "1"})
+    return ApiError(500, err.code, err.message)
+
+
+def audio_headers(request: web.Request, tts: TtsRequest, job: Job) -> dict[str, str]:
+    """Headers ElevenLabs clients read on a TTS answer."""
+    headers = {
+        "Content-Type": tts.fmt.media_type,
+        "request-id": request[REQUEST_ID],
+        "character-cost": str(len(tts.text)),
+        "history-item-id": job.job_id,
+        "x-voice-id": job.voice_id,
+    }
+    if tts.model_id:
+        headers["x-model-id"] = tts.model_id
+    return headers
+
+
+async def submit(request: web.Request, tts: TtsRequest) -> JobStream:
+    """Queue the job for this request."""
+    job = Job(
+        text=tts.text,
+        voice_id=tts.voice_id,
+        output_format=tts.fmt.name,
+        voice_settings=tts.voice_settings,
+        request_id=request[REQUEST_ID],
+        seed=tts.seed,
+    )
+    logger.info(
+        "request %s: job %s voice %s format %s model %s (%d chars)",
+        job.request_id,
+        job.job_id,
+        tts.voice_id,
+        tts.fmt.name,
+        tts.model_id or "-",
+        len(tts.text),
+    )
+    return await request.app[DISPATCHER].submit(job)
+
+
+async def convert(request: web.Request) -> web.Response:
+    """Whole-body synthesis: the answer is sent once the audio is complete."""
+    tts = await parse_tts_request(request, "convert")
+    parts: list[bytes] = []
+    async with await submit(request, tts) as stream:
+        try:
+            async for event in stream.chunks():
+                parts.append(event.audio)
+        except JobFailed as err:
+            raise job_failure(err) from err
+        return web.Response(body=b"".join(parts), headers=audio_headers(request, tts, stream.job))
+
+
+async def stream(request: web.Request) -> web.StreamResponse:
+    """Chunked synthesis: each chunk is written as soon as the worker publishes it.
+
+    Errors before the first byte are answered with the JSON envelope (503 for transient ones). After that the
+    status is already sent, so a failure ends the response without the final chunk, which clients detect as an
+    incomplete transfer.
+    """
+    tts = await parse_tts_request(request, "stream")
+    async with await submit(request, tts) as job_stream:
+        chunks = job_stream.chunks()
+        try:
+            first = await anext(chunks)
+        except StopAsyncIteration:
+            first = None
+        except JobFailed as err:
+            raise job_failure(err) from err
+        response = web.StreamResponse(headers=audio_headers(request, tts, job_stream.job))
+        await response.prepare(request)
+        try:
+            if first is not None:
+                await response.write(first.audio)
+                async for event in chunks:
+                    await response.write(event.audio)
+        except (ConnectionResetError, ClientConnectionResetError):
+            logger.info("job %s: client went away mid-stream", job_stream.job.job_id)
+            return response
+        except JobFailed as err:
+            logger.warning("job %s failed mid-stream: %s (%s)", job_stream.job.job_id, err.code, err.message)
+            if request.transport is not None:
+                request.transport.abort()
+            return response
+        await response.write_eof()
+        return response
+
+
+def setup(app: web.Application) -> None:
+    """Register the TTS routes."""
+    app.router.add_post("/v1/text-to-speech/{voice_id}", convert)
+    app.router.add_post("/v1/text-to-speech/{voice_id}/stream", stream)
