@@ -76,7 +76,12 @@ async def test_stream_mp3_decodes(client):
 @pytest.mark.parametrize(
     ("path", "kwargs", "status", "code"),
     [
-        ("/v1/text-to-speech/v", {"data": b"not json", "headers": {"Content-Type": "application/json"}}, 400, "invalid_json"),
+        (
+            "/v1/text-to-speech/v",
+            {"data": b"not json", "headers": {"Content-Type": "application/json"}},
+            400,
+            "invalid_json",
+        ),
         ("/v1/text-to-speech/v", {"json": {"model_id": "x"}}, 422, "invalid_parameters"),
         ("/v1/text-to-speech/v", {"json": {"text": "   "}}, 422, "invalid_parameters"),
         ("/v1/text-to-speech/v", {"json": {"text": 5}}, 422, "invalid_parameters"),
@@ -123,5 +128,5 @@ async def test_concurrent_requests_never_overlap_on_a_worker(client, aredis):
     assert len(spans) == 2, "both workers should have taken part"
     for worker_spans in spans.values():
         worker_spans.sort()
-        for (_, end), (start, _) in zip(worker_spans, worker_spans[1:]):
+        for (_, end), (start, _) in zip(worker_spans, worker_spans[1:], strict=False):
             assert start >= end, "a worker ran two jobs at once"

@@ -103,8 +103,12 @@ class Worker:
         backoff = 0.1
         while not self._stopping.is_set():
             try:
-                raw = await self.redis.blmove(
-                    protocol.QUEUE, self.processing, 0.01 if burst else CLAIM_BLOCK_S, "RIGHT", "LEFT"
+                raw: bytes | None = await self.redis.blmove(  # type: ignore[assignment]
+                    protocol.QUEUE,
+                    self.processing,
+                    0.01 if burst else CLAIM_BLOCK_S,  # type: ignore[arg-type]  # redis accepts float seconds
+                    "RIGHT",
+                    "LEFT",
                 )
                 backoff = 0.1
             except (RedisConnectionError, RedisTimeoutError, OSError) as err:
@@ -178,7 +182,7 @@ class Worker:
             job = protocol.Job.from_json(raw)
         except (ValueError, TypeError) as err:
             logger.error("worker %s: dropping malformed job: %s", self.worker_id, err)
-            await self.redis.lrem(self.processing, 1, raw)
+            await self.redis.lrem(self.processing, 1, raw)  # type: ignore[arg-type]
             return
         log = JobLog(logger, {"job_id": job.job_id, "worker_id": self.worker_id})
         skip = await self._skip_reason(job)
@@ -266,10 +270,10 @@ class Worker:
 
     async def _finish(self, job: protocol.Job, raw: bytes | str, terminal: protocol.Event) -> None:
         """Publish the terminal event, record it, and release the in-flight slot, atomically."""
-        state = {"state": terminal.kind, **{k: str(v) for k, v in terminal.meta.items()}}
+        state: dict[str | bytes, str] = {"state": terminal.kind, **{k: str(v) for k, v in terminal.meta.items()}}
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.publish(protocol.events_channel(job.job_id), terminal.encode())
-            pipe.hset(protocol.job_key(job.job_id), mapping=state)
+            pipe.hset(protocol.job_key(job.job_id), mapping=state)  # type: ignore[arg-type]
             pipe.expire(protocol.job_key(job.job_id), self.settings.job_ttl_s)
-            pipe.lrem(self.processing, 1, raw)
+            pipe.lrem(self.processing, 1, raw)  # type: ignore[arg-type]
             await pipe.execute()

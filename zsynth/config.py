@@ -114,6 +114,9 @@ class Settings:
     max_text_chars: int = _env("MAX_TEXT_CHARS", _positive_int, default=10000)
     # Largest request body the front reads (bytes); cloning uploads are the big ones.
     max_body_bytes: int = _env("MAX_BODY_BYTES", _positive_int, default=25 * 1024 * 1024)
+    # Full keys: one in ZSYNTH_API_KEY and/or a comma-separated list in ZSYNTH_API_KEYS; none = open API.
+    api_key: str | None = _env("API_KEY", _optional_str, default=None)
+    api_keys: tuple[str, ...] = _env("API_KEYS", _parse_list, default=())
     log_level: str = _env("LOG_LEVEL", default="INFO")
     log_json: bool = _env("LOG_JSON", _parse_bool, default=False)
 
@@ -133,6 +136,12 @@ class Settings:
                 raise SettingsError(f"{var}={raw!r} is invalid: {err}") from err
         values.update(overrides)
         return cls(**values)
+
+    @property
+    def static_keys(self) -> tuple[str, ...]:
+        """Every configured full key (ZSYNTH_API_KEY first, then ZSYNTH_API_KEYS), without duplicates."""
+        keys = ((self.api_key,) if self.api_key else ()) + self.api_keys
+        return tuple(dict.fromkeys(keys))
 
     @property
     def voices_dir(self) -> Path:

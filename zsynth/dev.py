@@ -38,7 +38,9 @@ def start_redis(url: str) -> subprocess.Popen[bytes]:
     """Start redis-server on the host and port of ``url``; raise if it is not installed or does not come up."""
     exe = shutil.which("redis-server")
     if exe is None:
-        raise RuntimeError("redis-server is not installed: run ./scripts/dev (it installs it) or apt-get install redis-server")
+        raise RuntimeError(
+            "redis-server is not installed: run ./scripts/dev (it installs it) or apt-get install redis-server"
+        )
     parsed = urlparse(url)
     host = parsed.hostname or "127.0.0.1"
     port = parsed.port or 6379

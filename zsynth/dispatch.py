@@ -23,6 +23,10 @@ from .config import Settings
 logger = logging.getLogger(__name__)
 
 
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
 class JobFailed(Exception):
     """A job ended in an error event (or its deadline); carries the machine code and the message."""
 
@@ -68,13 +72,16 @@ class JobStream:
         try:
             event = await asyncio.wait_for(self.queue.get(), timeout)
         except TimeoutError:
-            event = await self.dispatcher.recover_terminal(self.job.job_id, self._expected_seq)
-            if event is None:
+            recovered = await self.dispatcher.recover_terminal(self.job.job_id, self._expected_seq)
+            if recovered is None:
                 raise JobFailed(
                     "timeout", f"No audio from the engine within {timeout:g} s; the service may be overloaded."
                 ) from None
+            event = recovered
         if event.seq != self._expected_seq:
-            raise JobFailed("lost_events", f"Audio events were lost (expected #{self._expected_seq}, got #{event.seq}).")
+            raise JobFailed(
+                "lost_events", f"Audio events were lost (expected #{self._expected_seq}, got #{event.seq})."
+            )
         self._expected_seq += 1
         if event.terminal:
             self.finished = True
@@ -122,7 +129,7 @@ class Dispatcher:
         for stream in list(self._streams.values()):
             stream.queue.put_nowait(protocol.error_event(-1, "shutting_down", "The server is shutting down."))
         if self._pubsub is not None:
-            await self._pubsub.aclose()
+            await self._pubsub.aclose()  # type: ignore[no-untyped-call]
 
     @property
     def in_flight(self) -> int:
@@ -171,9 +178,9 @@ class Dispatcher:
     async def recover_terminal(self, job_id: str, seq: int) -> protocol.Event | None:
         """After a missed deadline, read the job's terminal record in case its event was missed."""
         with contextlib.suppress(Exception):
-            state: dict[bytes, bytes] = await self.redis.hgetall(protocol.job_key(job_id))
+            state = await self.redis.hgetall(protocol.job_key(job_id))
             if state:
-                meta: dict[str, Any] = {k.decode(): v.decode() for k, v in state.items()}
+                meta: dict[str, Any] = {_text(k): _text(v) for k, v in state.items()}
                 kind = meta.pop("state", "error")
                 return protocol.Event("done" if kind == "done" else "error", seq, meta)
         return None

@@ -86,8 +86,10 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         if exc.status < 400 or exc.content_type == "application/json":
             raise
         status = _HTTP_STATUS_NAMES.get(exc.status, "invalid_request")
-        err = ApiError(exc.status, status, exc.reason, headers={k: v for k, v in exc.headers.items() if k == "Allow"})
-        return err.response(request.get(REQUEST_ID, ""))
+        allow = {k: v for k, v in exc.headers.items() if k == "Allow"}
+        return ApiError(exc.status, status, exc.reason, headers=allow).response(request.get(REQUEST_ID, ""))
     except Exception:
         logger.exception("request %s failed", request.get(REQUEST_ID, "-"))
-        return ApiError(500, "internal_error", "Something went wrong on our side.").response(request.get(REQUEST_ID, ""))
+        return ApiError(500, "internal_error", "Something went wrong on our side.").response(
+            request.get(REQUEST_ID, "")
+        )

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from aiohttp import web
 from redis.asyncio import Redis
 
+from .auth import Authenticator, Credential
 from .config import Settings
-
-if TYPE_CHECKING:
-    from .dispatch import Dispatcher
+from .dispatch import Dispatcher
 
 SETTINGS: Final = web.AppKey("settings", Settings)
 REDIS: Final = web.AppKey("redis", Redis)
-DISPATCHER: Final = web.AppKey("dispatcher", "Dispatcher")
+DISPATCHER: Final = web.AppKey("dispatcher", Dispatcher)
+AUTHENTICATOR: Final = web.AppKey("authenticator", Authenticator)
 
 # Per-request values.
 REQUEST_ID: Final = web.RequestKey("request_id", str)
+CREDENTIAL: Final = web.RequestKey("credential", Credential)

@@ -13,7 +13,8 @@ from ..keys import REDIS
 async def live_workers(app: web.Application) -> list[str]:
     """Ids of registered workers whose heartbeat key is still alive."""
     redis = app[REDIS]
-    ids = sorted(m.decode() for m in await redis.smembers(protocol.WORKERS))
+    members: set[bytes] = await redis.smembers(protocol.WORKERS)  # type: ignore[assignment]
+    ids = sorted(m.decode() for m in members)
     if not ids:
         return []
     beats = await redis.mget([protocol.heartbeat_key(i) for i in ids])

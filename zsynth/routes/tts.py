@@ -49,7 +49,9 @@ async def parse_tts_request(request: web.Request, route: str) -> TtsRequest:
         raise ApiError(400, "invalid_json", "The request body must be a JSON object with a 'text' field.")
     text = body.get("text")
     if not isinstance(text, str) or not text.strip():
-        raise ApiError(422, "invalid_parameters", "Field 'text' is required and must be a non-empty string.", param="text")
+        raise ApiError(
+            422, "invalid_parameters", "Field 'text' is required and must be a non-empty string.", param="text"
+        )
     limit = request.app[SETTINGS].max_text_chars
     if len(text) > limit:
         raise ApiError(
@@ -110,7 +112,8 @@ async def submit(request: web.Request, tts: TtsRequest) -> JobStream:
         tts.model_id or "-",
         len(tts.text),
     )
-    return await request.app[DISPATCHER].submit(job)
+    stream: JobStream = await request.app[DISPATCHER].submit(job)
+    return stream
 
 
 async def convert(request: web.Request) -> web.Response:

@@ -1,0 +1,75 @@
+"""A killed worker never leaves its client hanging; a departed client frees the worker."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import aiohttp
+import pytest
+from redis.asyncio import Redis
+
+from zsynth import protocol
+from zsynth.app import create_app
+
+from .conftest import make_settings
+from .helpers import WorkerProcess, assert_speech, decode_audio
+
+LONG_TEXT = " ".join(f"This is sentence {n} of a long text that keeps the worker busy for a while." for n in range(30))
+
+
+@pytest.fixture
+def private_worker(private_redis_url, tmp_path):
+    worker = WorkerProcess(private_redis_url, f"private-{time.monotonic_ns()}", tmp_path).wait_ready()
+    yield worker
+    worker.stop()
+
+
+async def test_killed_worker_mid_stream_ends_the_response(aiohttp_client, private_redis_url, private_worker, tmp_path):
+    settings = make_settings(private_redis_url, tmp_path, chunk_timeout_s=3.0)
+    client = await aiohttp_client(create_app(settings))
+    resp = await client.post("/v1/text-to-speech/v/stream?output_format=pcm_22050", json={"text": LONG_TEXT})
+    assert resp.status == 200
+    first = await resp.content.readany()
+    assert first
+    private_worker.kill()
+    started = time.monotonic()
+    with pytest.raises(aiohttp.ClientPayloadError):
+        await asyncio.wait_for(resp.read(), 15)
+    # The client learnt of the failure within the chunk deadline (plus slack), not after minutes.
+    assert time.monotonic() - started < 3.0 + 3.0
+
+
+async def test_killed_worker_before_first_byte_gets_503(aiohttp_client, private_redis_url, private_worker, tmp_path):
+    settings = make_settings(private_redis_url, tmp_path, first_chunk_timeout_s=3.0)
+    client = await aiohttp_client(create_app(settings))
+    private_worker.kill()
+    started = time.monotonic()
+    resp = await client.post("/v1/text-to-speech/v", json={"text": "Nobody is left to speak this."})
+    assert resp.status == 503
+    assert resp.headers["Retry-After"]
+    body = await resp.json()
+    assert body["detail"]["status"] == "system_busy"
+    assert time.monotonic() - started < 3.0 + 3.0
+
+
+async def test_client_disconnect_frees_the_worker(aiohttp_client, private_redis_url, private_worker, tmp_path):
+    client = await aiohttp_client(create_app(make_settings(private_redis_url, tmp_path)))
+    resp = await client.post("/v1/text-to-speech/v/stream?output_format=pcm_22050", json={"text": LONG_TEXT})
+    assert resp.status == 200
+    assert await resp.content.readany()
+    long_job = resp.headers["history-item-id"]
+    resp.close()  # the client goes away after the first chunk
+    started = time.monotonic()
+    short = "A short request right after."
+    resp2 = await client.post("/v1/text-to-speech/v?output_format=pcm_16000", json={"text": short})
+    assert resp2.status == 200
+    samples, rate = decode_audio(await resp2.read(), "pcm_16000")
+    assert_speech(samples, rate, short)
+    # The long text needs ~30 sentences of synthesis; the worker was freed within about one of them.
+    assert time.monotonic() - started < 6.0
+    redis = Redis.from_url(private_redis_url)
+    record = await redis.hgetall(protocol.job_key(long_job))
+    await redis.aclose()
+    assert record[b"state"] == b"error"
+    assert record[b"code"] == b"cancelled"
