@@ -12,7 +12,7 @@ from redis.asyncio import Redis
 from zsynth.app import create_app
 from zsynth.config import Settings
 
-from .helpers import WorkerProcess, redis_server
+from .helpers import WorkerProcess, moto_server, redis_server
 
 SHARED_WORKERS = ("shared-0", "shared-1")
 
@@ -21,6 +21,21 @@ SHARED_WORKERS = ("shared-0", "shared-1")
 def redis_url() -> Iterator[str]:
     """A real redis-server on a free loopback port, for the whole run (db 0 is the shared pool's)."""
     with redis_server() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def aws_endpoint() -> Iterator[str]:
+    """A real DynamoDB/S3-compatible server (moto's server mode) on loopback, for the whole run.
+
+    aioboto3 reaches it unpatched through the standard AWS variables, which this fixture sets for the test process
+    (and so for the worker processes it starts afterwards).
+    """
+    with moto_server() as url, pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AWS_ENDPOINT_URL", url)
+        mp.setenv("AWS_ACCESS_KEY_ID", "testing")
+        mp.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+        mp.setenv("AWS_DEFAULT_REGION", "us-east-1")
         yield url
 
 

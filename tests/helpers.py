@@ -115,6 +115,30 @@ def redis_server() -> Iterator[str]:
         proc.wait(10)
 
 
+@contextlib.contextmanager
+def moto_server() -> Iterator[str]:
+    """Run moto in server mode (DynamoDB and S3 compatible) on a free loopback port; yield its endpoint URL."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+        return False
+
+    try:
+        wait_for(up, 30, "moto server")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
 def decode_audio(data: bytes, output_format: str) -> tuple[np.ndarray, int]:
     """Decode bytes in an ElevenLabs output format to float32 mono samples and their rate."""
     fmt = parse_output_format(output_format, route="convert")

@@ -77,5 +77,11 @@ class Authenticator:
             return Credential("full", fingerprint(secret))
         raise AuthError("invalid_api_key", "Invalid API key.")
 
+    async def mint_token(self, ttl_seconds: int, scope: str = "tts") -> tuple[str, int]:
+        """Mint an ephemeral ``zsk_temp_`` token; returns (token, expires_at). Needs the keys table."""
+        raise AuthError(
+            "not_supported", "Ephemeral tokens need a keys table (ZSYNTH_API_KEYS_TABLE).", http_status=501
+        )
+
     async def close(self) -> None:
         """Release resources (table clients)."""
