@@ -55,8 +55,8 @@ class WorkerProcess:
             ZSYNTH_HEARTBEAT_INTERVAL="0.5",
             ZSYNTH_HEARTBEAT_TTL="3",
             PYTHONUNBUFFERED="1",
-            **env,
         )
+        full_env.update(env)
         self.proc = subprocess.Popen([sys.executable, "-m", "zsynth", "worker"], env=full_env, cwd=ROOT)
 
     def wait_ready(self, timeout: float = 60.0) -> WorkerProcess:
