@@ -11,6 +11,7 @@ from redis.asyncio import Redis
 
 from zsynth import protocol
 from zsynth.config import Settings
+from zsynth.sdnotify import notify
 
 from .engines import load_engine
 from .worker import Worker
@@ -32,7 +33,9 @@ async def serve(settings: Settings) -> None:
     try:
         worker = Worker(settings, engine, redis)
         worker.install_signal_handlers()
-        await worker.run()
+        # READY only now: the engine is loaded and warm and the heartbeat is running.
+        await worker.run(on_ready=lambda: notify(f"READY=1\nSTATUS=worker {settings.worker_id} serving"))
+        notify("STOPPING=1")
     finally:
         await redis.aclose()
 

@@ -42,6 +42,7 @@ class JobLog(logging.LoggerAdapter):  # type: ignore[type-arg]
 
     def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
         assert self.extra is not None
+        kwargs["extra"] = {**self.extra, **kwargs.get("extra", {})}  # JSON logs carry the ids as fields
         return f"[job {self.extra['job_id']} worker {self.extra['worker_id']}] {msg}", kwargs
 
 
@@ -78,7 +79,7 @@ class Worker:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
 
-    async def run(self, *, burst: bool = False, on_ready: Callable[[], None] | None = None) -> None:
+    async def run(self, *, burst: bool = False, on_ready: Callable[[], object] | None = None) -> None:
         """Serve jobs until stopped (or, with ``burst``, until the queue is empty)."""
         await self._recover_in_flight()
         await self._beat()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import signal
 import uuid
 from collections.abc import AsyncIterator
 
@@ -14,6 +16,7 @@ from .dispatch import Dispatcher
 from .errors import Handler, error_middleware
 from .keys import DISPATCHER, REDIS, REQUEST_ID, SETTINGS
 from .routes import setup_routes
+from .sdnotify import notify
 
 logger = logging.getLogger(__name__)
 
@@ -58,25 +61,43 @@ def create_app(settings: Settings) -> web.Application:
     return app
 
 
+async def serve(settings: Settings) -> None:
+    """Serve until SIGTERM/SIGINT, then drain.
+
+    Drain order: stop accepting connections, run the shutdown hooks (open WebSockets are closed with 1001 "going
+    away"), let running HTTP streams finish for up to ZSYNTH_DRAIN_TIMEOUT seconds, then cancel what is left.
+    """
+    runner = web.AppRunner(
+        create_app(settings),
+        handler_cancellation=True,
+        access_log=None,
+        shutdown_timeout=settings.drain_timeout_s,
+    )
+    await runner.setup()
+    site = web.TCPSite(runner, settings.host, settings.port, reuse_port=settings.reuse_port)
+    await site.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    if settings.host not in ("127.0.0.1", "::1", "localhost") and not settings.static_keys and not getattr(
+        settings, "api_keys_table", None
+    ):
+        logger.warning("THE API IS OPEN: no key configured and bound to %s; set ZSYNTH_API_KEY(S)", settings.host)
+    logger.info("front listening on http://%s:%d", settings.host, settings.port)
+    notify("READY=1\nSTATUS=front serving")
+    await stop.wait()
+    logger.info("front draining: no new connections; open streams get %gs to finish", settings.drain_timeout_s)
+    notify("STOPPING=1")
+    await runner.cleanup()
+    logger.info("front stopped")
+
+
 def run(settings: Settings) -> None:
-    """Serve the front on settings.host:settings.port (uvloop when available) until SIGINT/SIGTERM."""
-    loop_factory = None
+    """Blocking entry: run the front on uvloop when available."""
     try:
         import uvloop
 
-        loop_factory = uvloop.new_event_loop
+        uvloop.run(serve(settings))
     except ImportError:
-        pass
-    import asyncio
-
-    if loop_factory is not None:
-        asyncio.set_event_loop(loop_factory())
-    logger.info("front listening on http://%s:%d", settings.host, settings.port)
-    web.run_app(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        print=None,
-        handler_cancellation=True,
-        access_log=None,
-    )
+        asyncio.run(serve(settings))

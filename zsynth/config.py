@@ -117,6 +117,10 @@ class Settings:
     # Full keys: one in ZSYNTH_API_KEY and/or a comma-separated list in ZSYNTH_API_KEYS; none = open API.
     api_key: str | None = _env("API_KEY", _optional_str, default=None)
     api_keys: tuple[str, ...] = _env("API_KEYS", _parse_list, default=())
+    # Seconds a stopping front lets running HTTP streams finish before cancelling them.
+    drain_timeout_s: float = _env("DRAIN_TIMEOUT", _positive_float, default=30.0)
+    # Several fronts may share one port on a box (SO_REUSEPORT); the kernel balances connections.
+    reuse_port: bool = _env("REUSE_PORT", _parse_bool, default=False)
     log_level: str = _env("LOG_LEVEL", default="INFO")
     log_json: bool = _env("LOG_JSON", _parse_bool, default=False)
 

@@ -1,0 +1,118 @@
+"""Operating zsynth: systemd units, READY notification, worker health check, graceful drain of a front."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+import numpy as np
+
+from .helpers import ROOT, WorkerProcess, assert_speech, free_port, wait_for
+
+
+def test_systemd_units_verify(tmp_path):
+    analyze = shutil.which("systemd-analyze")
+    assert analyze, "systemd-analyze is missing: scripts/install --test installs it"
+    subprocess.run(
+        [str(ROOT / "scripts" / "install-systemd"), "--render-to", str(tmp_path), "--venv", sys.prefix], check=True
+    )
+    # A template unit is verified through an instance name.
+    shutil.copy(tmp_path / "zsynth-worker@.service", tmp_path / "zsynth-worker@0.service")
+    units = [tmp_path / name for name in ("zsynth-front.service", "zsynth-worker@0.service", "zsynth-avatar.service")]
+    units.append(tmp_path / "zsynth.target")
+    result = subprocess.run(
+        [analyze, "verify", "--man=no", *map(str, units)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    worker_unit = (tmp_path / "zsynth-worker@.service").read_text()
+    assert "Type=notify" in worker_unit and "CUDA_VISIBLE_DEVICES=%i" in worker_unit
+    assert f"ExecStart={sys.prefix}/bin/zsynth worker" in worker_unit
+
+
+def test_install_systemd_dry_run_changes_nothing():
+    result = subprocess.run(
+        [str(ROOT / "scripts" / "install-systemd"), "--dry-run", "--gpus", "2", "--prefix", "/nonexistent/zsynth"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "+ systemctl enable zsynth.target" in result.stdout
+    assert "zsynth-worker@1.service" in result.stdout
+    assert not Path("/nonexistent/zsynth").exists()
+
+
+def test_worker_sends_ready_after_warm_up(private_redis_url, tmp_path):
+    path = tmp_path / "notify.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(str(path))
+        sock.settimeout(90)
+        worker = WorkerProcess(private_redis_url, "notify-test", tmp_path, NOTIFY_SOCKET=str(path))
+        try:
+            message = sock.recv(4096).decode()
+            assert "READY=1" in message
+            # READY comes after the heartbeat exists: systemd may route traffic to it at once.
+            worker.wait_ready(timeout=5)
+        finally:
+            worker.stop()
+        assert worker.proc.returncode == 0
+
+
+def test_worker_check_command(shared_workers, redis_url):
+    env = dict(os.environ, ZSYNTH_REDIS_URL=redis_url, ZSYNTH_HEARTBEAT_TTL="3")
+    ok = subprocess.run(
+        [sys.executable, "-m", "zsynth", "worker", "--check", "--worker-id", shared_workers[0].worker_id], env=env
+    )
+    assert ok.returncode == 0
+    missing = subprocess.run([sys.executable, "-m", "zsynth", "worker", "--check", "--worker-id", "nobody"], env=env)
+    assert missing.returncode == 1
+
+
+@contextlib.contextmanager
+def front_process(redis_url: str, data_dir: Path, **env: str):
+    port = free_port()
+    full_env = dict(os.environ, ZSYNTH_REDIS_URL=redis_url, ZSYNTH_PORT=str(port), ZSYNTH_DATA_DIR=str(data_dir))
+    full_env.update(env)
+    proc = subprocess.Popen([sys.executable, "-m", "zsynth", "serve"], env=full_env, cwd=ROOT)
+
+    def up() -> bool:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+        return False
+
+    try:
+        wait_for(up, 30, "front")
+        yield proc, f"http://127.0.0.1:{port}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+
+
+async def test_sigterm_drains_running_stream(redis_url, data_dir, shared_workers):
+    text = " ".join(
+        f"Sentence {n} of a text that is still being spoken when the front is told to stop." for n in range(6)
+    )
+    with front_process(redis_url, data_dir) as (proc, base):
+        async with aiohttp.ClientSession() as session:
+            async with session.post(
+                f"{base}/v1/text-to-speech/v/stream?output_format=pcm_22050", json={"text": text}
+            ) as resp:
+                assert resp.status == 200
+                first = await resp.content.readany()
+                proc.send_signal(signal.SIGTERM)
+                rest = await resp.read()
+            # New connections are refused while (and after) it drains.
+            started = time.monotonic()
+            while proc.poll() is None and time.monotonic() - started < 30:
+                time.sleep(0.1)
+        assert proc.returncode == 0
+    samples = np.frombuffer(first + rest, dtype="<i2").astype(np.float32) / 32768
+    assert_speech(samples, 22050, text)
