@@ -89,30 +89,60 @@ class WorkerProcess:
                 self.kill()
 
 
+class RedisServer:
+    """A throw-away redis-server on a loopback port, which a test may stop and start again."""
+
+    def __init__(self, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> RedisServer:
+        """Start it and wait until it answers PING."""
+        self.proc = subprocess.Popen(
+            [
+                "redis-server",
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--databases",
+                "64",
+            ],
+            stdout=subprocess.DEVNULL,
+        )
+        client = redis.Redis.from_url(self.url)
+
+        def up() -> bool:
+            with contextlib.suppress(redis.ConnectionError):
+                return bool(client.ping())
+            return False
+
+        try:
+            wait_for(up, 10, "redis-server")
+        finally:
+            client.close()
+        return self
+
+    def stop(self) -> None:
+        """Stop it (its data is gone: persistence is off)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+
+
 @contextlib.contextmanager
 def redis_server() -> Iterator[str]:
     """Run a throw-away redis-server on a free loopback port; yield its URL."""
-    exe = "redis-server"
-    port = free_port()
-    proc = subprocess.Popen(
-        [exe, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no", "--databases", "64"],
-        stdout=subprocess.DEVNULL,
-    )
-    url = f"redis://127.0.0.1:{port}/0"
-    client = redis.Redis.from_url(url)
-
-    def up() -> bool:
-        with contextlib.suppress(redis.ConnectionError):
-            return bool(client.ping())
-        return False
-
+    server = RedisServer().start()
     try:
-        wait_for(up, 10, "redis-server")
-        yield url
+        yield server.url
     finally:
-        client.close()
-        proc.terminate()
-        proc.wait(10)
+        server.stop()
 
 
 @contextlib.contextmanager

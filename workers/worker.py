@@ -60,6 +60,7 @@ class Worker:
         self._stopping = asyncio.Event()
         self._force = False
         self.jobs_done = 0
+        self._reap = redis.register_script(protocol.REAP_LUA)
 
     # ----- lifecycle -------------------------------------------------------------------------------------------
 
@@ -121,7 +122,13 @@ class Worker:
                 if burst:
                     return
                 continue
-            await self._handle(raw)
+            try:
+                await self._handle(raw)
+            except (RedisConnectionError, RedisTimeoutError, OSError) as err:
+                # The job stays in our in-flight list; the front's deadline tells its client, and a restart or a
+                # reaper clears it.
+                logger.error("worker %s: redis lost during a job: %s", self.worker_id, err)
+                await asyncio.sleep(backoff)
 
     async def _recover_in_flight(self) -> None:
         """Fail the jobs a previous life of this worker id left claimed but unfinished."""
@@ -158,8 +165,41 @@ class Worker:
             await asyncio.sleep(self.settings.heartbeat_interval_s)
             try:
                 await self._beat()
+                await self.reap_dead_workers()
             except (RedisConnectionError, RedisTimeoutError, OSError) as err:
                 logger.warning("worker %s: heartbeat failed: %s", self.worker_id, err)
+
+    async def reap_dead_workers(self) -> int:
+        """Recover the in-flight jobs of workers whose heartbeat expired; return how many jobs were failed.
+
+        A job whose audio had not started is queued again (once); one whose audio had started is failed with
+        ``worker_died``, since speaking it again would repeat audio to its client.
+        """
+        members: set[bytes] = await self.redis.smembers(protocol.WORKERS)  # type: ignore[assignment]
+        others = sorted(m.decode() for m in members if m.decode() != self.worker_id)
+        if not others:
+            return 0
+        beats = await self.redis.mget([protocol.heartbeat_key(w) for w in others])
+        failed_total = 0
+        for worker_id, beat in zip(others, beats, strict=True):
+            if beat is not None:
+                continue
+            failed: list[bytes] = await self._reap(
+                keys=[
+                    protocol.processing_key(worker_id),
+                    protocol.heartbeat_key(worker_id),
+                    protocol.QUEUE,
+                    protocol.WORKERS,
+                ],
+                args=[protocol.JOB_KEY_PREFIX, protocol.STARTED_FIELD, protocol.MAX_ATTEMPTS, worker_id],
+            )
+            for job_id in (f.decode() for f in failed):
+                error = protocol.error_event(protocol.ANY_SEQ, "worker_died", "The worker died while speaking.")
+                await self._record_terminal(job_id, error)
+                JobLog(logger, {"job_id": job_id, "worker_id": worker_id}).warning("failed: its worker died")
+            failed_total += len(failed)
+            logger.info("worker %s reaped dead worker %s", self.worker_id, worker_id)
+        return failed_total
 
     async def _cancel_listener(self) -> None:
         while True:
@@ -215,7 +255,6 @@ class Worker:
         """Run the engine in a thread, publishing each encoded chunk as it arrives; return the terminal event."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[tuple[bytes, dict[str, Any]] | BaseException | None] = asyncio.Queue()
-        channel = protocol.events_channel(job.job_id)
         try:
             fmt = parse_output_format(job.output_format, route="convert")
         except OutputFormatError as err:
@@ -255,7 +294,7 @@ class Worker:
                     return protocol.error_event(seq, "synthesis_failed", f"Synthesis failed: {item}")
                 audio, meta = item
                 samples += int(meta.get("samples", 0))
-                await self.redis.publish(channel, protocol.Event("chunk", seq, meta, audio).encode())
+                await self._publish_chunk(job.job_id, protocol.Event("chunk", seq, meta, audio))
                 seq += 1
         finally:
             await producer
@@ -269,12 +308,28 @@ class Worker:
             {"samples": samples, "sample_rate": self.engine.sample_rate, "chars": len(job.text)},
         )
 
+    async def _publish_chunk(self, job_id: str, event: protocol.Event) -> None:
+        channel = protocol.events_channel(job_id)
+        if event.seq > 0:
+            await self.redis.publish(channel, event.encode())
+            return
+        # Mark the job as started in the same round trip: a reaper never re-runs a started job.
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.publish(channel, event.encode())
+            pipe.hset(protocol.job_key(job_id), protocol.STARTED_FIELD, str(time.time()))
+            pipe.expire(protocol.job_key(job_id), self.settings.job_ttl_s)
+            await pipe.execute()
+
     async def _finish(self, job: protocol.Job, raw: bytes | str, terminal: protocol.Event) -> None:
         """Publish the terminal event, record it, and release the in-flight slot, atomically."""
+        await self._record_terminal(job.job_id, terminal, release=raw)
+
+    async def _record_terminal(self, job_id: str, terminal: protocol.Event, release: bytes | str | None = None) -> None:
         state: dict[str | bytes, str] = {"state": terminal.kind, **{k: str(v) for k, v in terminal.meta.items()}}
         async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.publish(protocol.events_channel(job.job_id), terminal.encode())
-            pipe.hset(protocol.job_key(job.job_id), mapping=state)  # type: ignore[arg-type]
-            pipe.expire(protocol.job_key(job.job_id), self.settings.job_ttl_s)
-            pipe.lrem(self.processing, 1, raw)  # type: ignore[arg-type]
+            pipe.publish(protocol.events_channel(job_id), terminal.encode())
+            pipe.hset(protocol.job_key(job_id), mapping=state)  # type: ignore[arg-type]
+            pipe.expire(protocol.job_key(job_id), self.settings.job_ttl_s)
+            if release is not None:
+                pipe.lrem(self.processing, 1, release)  # type: ignore[arg-type]
             await pipe.execute()

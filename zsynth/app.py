@@ -33,7 +33,8 @@ async def request_id_middleware(request: web.Request, handler: Handler) -> web.S
 
 async def redis_client(app: web.Application) -> AsyncIterator[None]:
     """One Redis connection pool per front; fail start-up, not the first request, when Redis is down."""
-    client = Redis.from_url(app[SETTINGS].redis_url, health_check_interval=30)
+    # Short connect timeout: while Redis is down, requests fail fast with 503 instead of hanging.
+    client = Redis.from_url(app[SETTINGS].redis_url, health_check_interval=30, socket_connect_timeout=1.0)
     await client.ping()
     app[REDIS] = client
     yield
@@ -80,8 +81,10 @@ async def serve(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    if settings.host not in ("127.0.0.1", "::1", "localhost") and not settings.static_keys and not getattr(
-        settings, "api_keys_table", None
+    if (
+        settings.host not in ("127.0.0.1", "::1", "localhost")
+        and not settings.static_keys
+        and not getattr(settings, "api_keys_table", None)
     ):
         logger.warning("THE API IS OPEN: no key configured and bound to %s; set ZSYNTH_API_KEY(S)", settings.host)
     logger.info("front listening on http://%s:%d", settings.host, settings.port)

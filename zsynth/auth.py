@@ -67,7 +67,9 @@ class Authenticator:
         if self.is_open:
             return OPEN
         if not secret:
-            raise AuthError("missing_api_key", "No API key was sent: use 'Authorization: Bearer <key>' or 'xi-api-key'.")
+            raise AuthError(
+                "missing_api_key", "No API key was sent: use 'Authorization: Bearer <key>' or 'xi-api-key'."
+            )
         presented = secret.encode()
         # Compare against every key without an early exit, in constant time per key.
         matched = False
@@ -79,9 +81,7 @@ class Authenticator:
 
     async def mint_token(self, ttl_seconds: int, scope: str = "tts") -> tuple[str, int]:
         """Mint an ephemeral ``zsk_temp_`` token; returns (token, expires_at). Needs the keys table."""
-        raise AuthError(
-            "not_supported", "Ephemeral tokens need a keys table (ZSYNTH_API_KEYS_TABLE).", http_status=501
-        )
+        raise AuthError("not_supported", "Ephemeral tokens need a keys table (ZSYNTH_API_KEYS_TABLE).", http_status=501)
 
     async def close(self) -> None:
         """Release resources (table clients)."""

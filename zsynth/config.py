@@ -110,6 +110,8 @@ class Settings:
     job_ttl_s: int = _env("JOB_TTL", _positive_int, default=600)
     heartbeat_interval_s: float = _env("HEARTBEAT_INTERVAL", _positive_float, default=2.0)
     heartbeat_ttl_s: int = _env("HEARTBEAT_TTL", _positive_int, default=10)
+    # Jobs that may wait in the queue; beyond it requests get 429 system_busy with Retry-After.
+    max_queue: int = _env("MAX_QUEUE", _positive_int, default=256)
     # Longest text one synthesis request may carry (characters).
     max_text_chars: int = _env("MAX_TEXT_CHARS", _positive_int, default=10000)
     # Largest request body the front reads (bytes); cloning uploads are the big ones.

@@ -16,6 +16,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
+from redis.exceptions import RedisError
 
 from . import protocol
 from .config import Settings
@@ -78,7 +79,7 @@ class JobStream:
                     "timeout", f"No audio from the engine within {timeout:g} s; the service may be overloaded."
                 ) from None
             event = recovered
-        if event.seq != self._expected_seq:
+        if event.seq != self._expected_seq and not (event.terminal and event.seq == protocol.ANY_SEQ):
             raise JobFailed(
                 "lost_events", f"Audio events were lost (expected #{self._expected_seq}, got #{event.seq})."
             )
@@ -112,6 +113,7 @@ class Dispatcher:
         self._streams: dict[str, JobStream] = {}
         self._confirm: dict[str, asyncio.Future[None]] = {}
         self._listener: asyncio.Task[None] | None = None
+        self._push = redis.register_script(protocol.PUSH_BOUNDED_LUA)
 
     async def start(self) -> None:
         """Open the pub/sub connection and start the listener task."""
@@ -126,8 +128,7 @@ class Dispatcher:
             self._listener.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._listener
-        for stream in list(self._streams.values()):
-            stream.queue.put_nowait(protocol.error_event(-1, "shutting_down", "The server is shutting down."))
+        self._fail_all("shutting_down", "The server is shutting down.")
         if self._pubsub is not None:
             await self._pubsub.aclose()  # type: ignore[no-untyped-call]
 
@@ -137,8 +138,15 @@ class Dispatcher:
         return len(self._streams)
 
     async def submit(self, job: protocol.Job) -> JobStream:
-        """Subscribe to the job's channel, wait for the confirmation, then push the job on the queue."""
+        """Subscribe to the job's channel, wait for the confirmation, then push the job on the queue.
+
+        Raises JobFailed("queue_full") when ZSYNTH_MAX_QUEUE jobs already wait, and JobFailed("redis_unavailable")
+        when Redis does not answer; both are answered with Retry-After.
+        """
         assert self._pubsub is not None, "dispatcher not started"
+        if not job.start_deadline:
+            # A job still queued when its client has given up waiting is dropped unrun.
+            job.start_deadline = time.time() + self.settings.first_chunk_timeout_s
         stream = JobStream(self, job)
         channel = protocol.events_channel(job.job_id)
         self._streams[channel] = stream
@@ -147,15 +155,20 @@ class Dispatcher:
         try:
             await self._pubsub.subscribe(channel)
             await asyncio.wait_for(confirmed, 5.0)
-            raw = job.to_json()
-            if job.priority == "realtime":
-                await self.redis.rpush(protocol.QUEUE, raw)  # head of the queue: claimed next
-            else:
-                await self.redis.lpush(protocol.QUEUE, raw)
+            end = "head" if job.priority == "realtime" else "tail"  # realtime segments are claimed first
+            pushed = await self._push(keys=[protocol.QUEUE], args=[job.to_json(), self.settings.max_queue, end])
+        except (RedisError, OSError, TimeoutError) as err:
+            self._confirm.pop(channel, None)
+            await self.release(job.job_id)
+            logger.warning("job %s not queued: redis unavailable (%s)", job.job_id, err)
+            raise JobFailed("redis_unavailable", "The job queue is unavailable; retry shortly.") from err
         except BaseException:
             self._confirm.pop(channel, None)
             await self.release(job.job_id)
             raise
+        if not pushed:
+            await self.release(job.job_id)
+            raise JobFailed("queue_full", "The service is at capacity; retry shortly.")
         logger.debug("job %s queued (%s, %d chars)", job.job_id, job.priority, len(job.text))
         return stream
 
@@ -179,11 +192,16 @@ class Dispatcher:
         """After a missed deadline, read the job's terminal record in case its event was missed."""
         with contextlib.suppress(Exception):
             state = await self.redis.hgetall(protocol.job_key(job_id))
-            if state:
-                meta: dict[str, Any] = {_text(k): _text(v) for k, v in state.items()}
-                kind = meta.pop("state", "error")
+            meta: dict[str, Any] = {_text(k): _text(v) for k, v in state.items()}
+            kind = meta.pop("state", None)  # absent while the job is queued or running
+            if kind is not None:
                 return protocol.Event("done" if kind == "done" else "error", seq, meta)
         return None
+
+    def _fail_all(self, code: str, message: str) -> None:
+        """End every waiting stream: events published while the connection was down are lost."""
+        for stream in self._streams.values():
+            stream.queue.put_nowait(protocol.error_event(protocol.ANY_SEQ, code, message))
 
     async def _listen(self) -> None:
         assert self._pubsub is not None
@@ -193,8 +211,9 @@ class Dispatcher:
             except asyncio.CancelledError:
                 raise
             except Exception as err:  # the connection dropped: redis-py reconnects and resubscribes on next read
-                logger.warning("dispatch listener: %s", err)
-                await asyncio.sleep(0.2)
+                logger.warning("dispatch listener lost redis: %s", err)
+                self._fail_all("redis_unavailable", "The connection to the job queue was lost; retry shortly.")
+                await asyncio.sleep(0.5)
                 continue
             if message is None:
                 continue

@@ -43,9 +43,12 @@ def heartbeat_key(worker_id: str) -> str:
     return f"{PREFIX}heartbeat:{worker_id}"
 
 
+JOB_KEY_PREFIX: Final = PREFIX + "job:"
+
+
 def job_key(job_id: str) -> str:
-    """Hash with a finished job's terminal state, kept for job_ttl seconds for late readers."""
-    return f"{PREFIX}job:{job_id}"
+    """Hash with a job's progress (first chunk time) and terminal state, kept job_ttl seconds for late readers."""
+    return JOB_KEY_PREFIX + job_id
 
 
 def events_channel(job_id: str) -> str:
@@ -56,6 +59,48 @@ def events_channel(job_id: str) -> str:
 def cancel_key(job_id: str) -> str:
     """Set when the job's client has gone; a worker that sees it skips or stops the job."""
     return f"{PREFIX}cancel:{job_id}"
+
+
+# Field of job_key set with the first chunk: a job whose audio started is never given to another worker.
+STARTED_FIELD: Final = "first_chunk_at"
+MAX_ATTEMPTS: Final = 2
+# A terminal event published by someone other than the job's worker (a reaper) carries this sequence number:
+# the front accepts it whatever it has counted so far.
+ANY_SEQ: Final = -1
+
+# Push a job unless the queue already holds ARGV[2] jobs: check and push are one atomic step.
+# KEYS[1]=queue  ARGV[1]=job json  ARGV[2]=max queued  ARGV[3]="head" (realtime) or "tail" (batch)
+PUSH_BOUNDED_LUA: Final = """
+if redis.call('LLEN', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
+if ARGV[3] == 'head' then redis.call('RPUSH', KEYS[1], ARGV[1]) else redis.call('LPUSH', KEYS[1], ARGV[1]) end
+return 1
+"""
+
+# Recover a dead worker's in-flight list, atomically, only while its heartbeat is gone. A job whose audio had not
+# started goes back to the head of the queue once; any other job is returned to the caller, who fails it.
+# KEYS[1]=processing list  KEYS[2]=heartbeat key  KEYS[3]=queue  KEYS[4]=workers set
+# ARGV[1]=job key prefix  ARGV[2]=started field  ARGV[3]=max attempts  ARGV[4]=worker id
+REAP_LUA: Final = """
+if redis.call('EXISTS', KEYS[2]) == 1 then return {} end
+local failed = {}
+while true do
+  local raw = redis.call('RPOP', KEYS[1])
+  if not raw then break end
+  local ok, job = pcall(cjson.decode, raw)
+  if ok and type(job) == 'table' and job.job_id then
+    local started = redis.call('HEXISTS', ARGV[1] .. job.job_id, ARGV[2])
+    local attempts = tonumber(job.attempts) or 0
+    if started == 0 and attempts + 1 < tonumber(ARGV[3]) then
+      job.attempts = attempts + 1
+      redis.call('RPUSH', KEYS[3], cjson.encode(job))
+    else
+      table.insert(failed, job.job_id)
+    end
+  end
+end
+redis.call('SREM', KEYS[4], ARGV[4])
+return failed
+"""
 
 
 def new_job_id() -> str:
@@ -80,6 +125,8 @@ class Job:
     created_at: float = field(default_factory=time.time)
     # Unix time after which a job still waiting in the queue is dropped unrun.
     start_deadline: float = 0.0
+    # How many times a dead worker's job was handed to another worker (at most MAX_ATTEMPTS - 1).
+    attempts: int = 0
 
     def to_json(self) -> str:
         """Serialise for the queue."""

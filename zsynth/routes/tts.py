@@ -19,7 +19,16 @@ from ..protocol import Job
 logger = logging.getLogger(__name__)
 
 # Job failures that mean "try again later" rather than "this request is wrong".
-_UNAVAILABLE = {"timeout", "worker_restarted", "worker_stopping", "shutting_down", "lost_events", "deadline_exceeded"}
+_UNAVAILABLE = {
+    "timeout",
+    "worker_restarted",
+    "worker_stopping",
+    "worker_died",
+    "shutting_down",
+    "lost_events",
+    "deadline_exceeded",
+    "redis_unavailable",
+}
 
 
 @dataclass(slots=True)
@@ -74,6 +83,8 @@ async def parse_tts_request(request: web.Request, route: str) -> TtsRequest:
 
 def job_failure(err: JobFailed) -> ApiError:
     """Map a failed job to the error a client sees; 503 + Retry-After for transient ones."""
+    if err.code == "queue_full":
+        return ApiError(429, "system_busy", err.message, headers={"Retry-After": "1"})
     if err.code in _UNAVAILABLE:
         return ApiError(503, "system_busy", err.message, headers={"Retry-After": "1"})
     return ApiError(500, err.code, err.message)
@@ -112,7 +123,10 @@ async def submit(request: web.Request, tts: TtsRequest) -> JobStream:
         tts.model_id or "-",
         len(tts.text),
     )
-    stream: JobStream = await request.app[DISPATCHER].submit(job)
+    try:
+        stream: JobStream = await request.app[DISPATCHER].submit(job)
+    except JobFailed as err:
+        raise job_failure(err) from err
     return stream
 
 

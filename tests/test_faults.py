@@ -1,0 +1,168 @@
+"""Faults: dead workers are recovered, a full queue answers 429, stale jobs are dropped, Redis outages heal."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+import pytest
+from redis.asyncio import Redis
+
+from zsynth import protocol
+from zsynth.app import create_app
+
+from .conftest import make_settings
+from .helpers import RedisServer, WorkerProcess, assert_speech, decode_audio
+
+LONG_TEXT = " ".join(f"This is sentence {n} of a long text that keeps the worker busy for a while." for n in range(30))
+
+
+async def job_record(redis_url: str, job_id: str) -> dict[str, str]:
+    client = Redis.from_url(redis_url)
+    try:
+        raw = await client.hgetall(protocol.job_key(job_id))
+    finally:
+        await client.aclose()
+    return {k.decode(): v.decode() for k, v in raw.items()}
+
+
+async def test_unstarted_job_of_a_dead_worker_is_run_by_a_survivor(aiohttp_client, private_redis_url, tmp_path):
+    doomed = WorkerProcess(private_redis_url, "doomed", tmp_path).wait_ready()
+    os.kill(doomed.proc.pid, signal.SIGSTOP)  # frozen inside BLMOVE: Redis still hands it the next job
+    client = await aiohttp_client(create_app(make_settings(private_redis_url, tmp_path, first_chunk_timeout_s=40)))
+    text = "This job was claimed by a worker that died before it spoke."
+    request = asyncio.ensure_future(client.post("/v1/text-to-speech/v?output_format=pcm_16000", json={"text": text}))
+    redis = Redis.from_url(private_redis_url)
+    for _ in range(100):
+        if await redis.llen(protocol.processing_key("doomed")):
+            break
+        await asyncio.sleep(0.05)
+    assert await redis.llen(protocol.processing_key("doomed")) == 1, "the frozen worker did not claim the job"
+    await redis.aclose()
+    doomed.kill()
+    survivor = WorkerProcess(private_redis_url, "survivor", tmp_path).wait_ready()
+    try:
+        resp = await asyncio.wait_for(request, 40)
+        assert resp.status == 200
+        samples, rate = decode_audio(await resp.read(), "pcm_16000")
+        assert_speech(samples, rate, text)
+        record = await job_record(private_redis_url, resp.headers["history-item-id"])
+        assert record["state"] == "done" and record["worker_id"] == "survivor"
+    finally:
+        survivor.stop()
+
+
+async def test_started_job_of_a_dead_worker_fails_fast_and_is_not_repeated(aiohttp_client, private_redis_url, tmp_path):
+    victim = WorkerProcess(private_redis_url, "victim", tmp_path).wait_ready()
+    survivor = WorkerProcess(private_redis_url, "survivor2", tmp_path).wait_ready()
+    try:
+        client = await aiohttp_client(create_app(make_settings(private_redis_url, tmp_path, chunk_timeout_s=30)))
+        # Keep the survivor busy so the long job lands on the victim.
+        busy = asyncio.ensure_future(
+            client.post("/v1/text-to-speech/v?output_format=pcm_16000", json={"text": LONG_TEXT})
+        )
+        await asyncio.sleep(0.5)
+        resp = await client.post("/v1/text-to-speech/v/stream?output_format=pcm_22050", json={"text": LONG_TEXT})
+        assert resp.status == 200
+        assert await resp.content.readany()
+        job_id = resp.headers["history-item-id"]
+        assert protocol.STARTED_FIELD in await job_record(private_redis_url, job_id)
+        # Whichever worker runs it, kill that one.
+        redis = Redis.from_url(private_redis_url)
+        in_victim = await redis.lrange(protocol.processing_key("victim"), 0, -1)
+        await redis.aclose()
+        (victim if any(job_id.encode() in raw for raw in in_victim) else survivor).kill()
+        started = time.monotonic()
+        with pytest.raises(Exception):  # noqa: B017 - aiohttp reports the cut-off transfer as a payload error
+            await asyncio.wait_for(resp.read(), 30)
+        # The reaper (heartbeat TTL 3 s) ended it well before the 30 s chunk deadline.
+        assert time.monotonic() - started < 15
+        record = await job_record(private_redis_url, job_id)
+        assert record["state"] == "error" and record["code"] == "worker_died"
+        busy.cancel()
+    finally:
+        victim.stop()
+        survivor.stop()
+
+
+async def test_full_queue_answers_429_with_retry_after(aiohttp_client, private_redis_url, tmp_path):
+    settings = make_settings(private_redis_url, tmp_path, max_queue=2, first_chunk_timeout_s=2)
+    client = await aiohttp_client(create_app(settings))
+    # No worker: the first two wait in the queue, the third finds it full.
+    waiting = [
+        asyncio.ensure_future(client.post("/v1/text-to-speech/v", json={"text": f"Queued {n}."})) for n in range(2)
+    ]
+    redis = Redis.from_url(private_redis_url)
+    for _ in range(100):
+        if await redis.llen(protocol.QUEUE) == 2:
+            break
+        await asyncio.sleep(0.02)
+    await redis.aclose()
+    resp = await client.post("/v1/text-to-speech/v", json={"text": "One too many."})
+    assert resp.status == 429
+    assert resp.headers["Retry-After"] == "1"
+    assert (await resp.json())["detail"]["status"] == "system_busy"
+    for done in await asyncio.gather(*waiting):
+        assert done.status == 503  # nobody served them within the deadline
+
+
+async def test_job_past_its_deadline_is_dropped_unrun(aiohttp_client, private_redis_url, tmp_path):
+    client = await aiohttp_client(create_app(make_settings(private_redis_url, tmp_path, first_chunk_timeout_s=1)))
+    resp = await client.post("/v1/text-to-speech/v", json={"text": "Nobody hears this in time."})
+    assert resp.status == 503
+    job_id = (await job_record_ids(private_redis_url))[0]
+    worker = WorkerProcess(private_redis_url, "late", tmp_path).wait_ready()
+    try:
+        redis = Redis.from_url(private_redis_url)
+        for _ in range(200):
+            if not await redis.llen(protocol.QUEUE):
+                break
+            await asyncio.sleep(0.05)
+        await redis.aclose()
+        await asyncio.sleep(0.3)
+        record = await job_record(private_redis_url, job_id)
+        assert record["state"] == "error" and record["code"] in ("deadline_exceeded", "cancelled")
+        assert protocol.STARTED_FIELD not in record
+    finally:
+        worker.stop()
+
+
+async def job_record_ids(redis_url: str) -> list[str]:
+    """Ids of the jobs waiting in the queue."""
+    client = Redis.from_url(redis_url)
+    try:
+        return [protocol.Job.from_json(raw).job_id for raw in await client.lrange(protocol.QUEUE, 0, -1)]
+    finally:
+        await client.aclose()
+
+
+async def test_redis_outage_fails_fast_and_heals(aiohttp_client, tmp_path):
+    server = RedisServer().start()
+    worker = WorkerProcess(server.url, "outage", tmp_path).wait_ready()
+    try:
+        client = await aiohttp_client(create_app(make_settings(server.url, tmp_path)))
+        ok = await client.post("/v1/text-to-speech/v?output_format=pcm_16000", json={"text": "Before the outage."})
+        assert ok.status == 200
+        server.stop()
+        started = time.monotonic()
+        resp = await client.post("/v1/text-to-speech/v", json={"text": "During the outage."})
+        assert resp.status == 503
+        assert resp.headers["Retry-After"]
+        assert (await resp.json())["detail"]["status"] == "system_busy"
+        assert time.monotonic() - started < 5, "a request hung while Redis was down"
+        assert (await client.get("/readyz")).status == 503
+        server.start()
+        # The worker reconnects and beats again; the front's pool and pub/sub reconnect on their own.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and (await client.get("/readyz")).status != 200:
+            await asyncio.sleep(0.3)
+        text = "After the outage, speech works again without a restart."
+        resp = await client.post("/v1/text-to-speech/v?output_format=pcm_16000", json={"text": text})
+        assert resp.status == 200, await resp.text()
+        samples, rate = decode_audio(await resp.read(), "pcm_16000")
+        assert_speech(samples, rate, text)
+    finally:
+        worker.stop()
+        server.stop()
