@@ -25,3 +25,51 @@ async def test_readyz_without_workers(aiohttp_client, private_redis_url, tmp_pat
     resp = await client.get("/readyz")
     assert resp.status == 503
     assert (await resp.json())["status"] == "not_ready"
+
+
+def metric(text: str, name: str, labels: str = "") -> float:
+    """The value of one sample in Prometheus text format (0 when absent)."""
+    prefix = f"{name}{{{labels}}} " if labels else f"{name} "
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            return float(line.split()[-1])
+    return 0.0
+
+
+async def test_metrics_move_after_a_request(client):
+    before = await (await client.get("/metrics")).text()
+    text = "Metrics count this sentence."
+    resp = await client.post("/v1/text-to-speech/v?output_format=pcm_16000", json={"text": text})
+    assert resp.status == 200
+    audio_s = len(await resp.read()) / 2 / 16000
+    after_resp = await client.get("/metrics")
+    assert after_resp.headers["Content-Type"].startswith("text/plain")
+    after = await after_resp.text()
+    assert (
+        metric(after, "zsynth_jobs_total", 'outcome="done"')
+        == metric(before, "zsynth_jobs_total", 'outcome="done"') + 1
+    )
+    assert metric(after, "zsynth_characters_total") - metric(before, "zsynth_characters_total") == len(text)
+    delivered = metric(after, "zsynth_audio_seconds_total") - metric(before, "zsynth_audio_seconds_total")
+    assert abs(delivered - audio_s) < 0.05
+    assert metric(after, "zsynth_time_to_first_audio_seconds_count", 'priority="batch"') >= 1
+    assert metric(after, "zsynth_workers_live") >= 2
+
+
+def test_json_logs_carry_ids(capsys):
+    import logging
+
+    from zsynth.config import Settings
+    from zsynth.logs import setup_logging
+
+    setup_logging(Settings(log_json=True), "front")
+    try:
+        logging.getLogger("zsynth.test").info("job %s queued", "abc", extra={"job_id": "abc", "request_id": "r1"})
+        line = capsys.readouterr().err.strip().splitlines()[-1]
+    finally:
+        logging.getLogger().handlers.clear()
+    import json
+
+    entry = json.loads(line)
+    assert entry["msg"] == "job abc queued" and entry["job_id"] == "abc" and entry["request_id"] == "r1"
+    assert entry["level"] == "info"

@@ -14,7 +14,8 @@ from redis.asyncio import Redis
 from .config import Settings
 from .dispatch import Dispatcher
 from .errors import Handler, error_middleware
-from .keys import DISPATCHER, REDIS, REQUEST_ID, SETTINGS
+from .keys import DISPATCHER, METRICS, REDIS, REQUEST_ID, SETTINGS
+from .metrics import Metrics
 from .routes import setup_routes
 from .sdnotify import notify
 
@@ -43,7 +44,7 @@ async def redis_client(app: web.Application) -> AsyncIterator[None]:
 
 async def dispatcher(app: web.Application) -> AsyncIterator[None]:
     """The job dispatcher and its pub/sub listener."""
-    dispatch = Dispatcher(app[SETTINGS], app[REDIS])
+    dispatch = Dispatcher(app[SETTINGS], app[REDIS], app[METRICS])
     await dispatch.start()
     app[DISPATCHER] = dispatch
     yield
@@ -57,6 +58,7 @@ def create_app(settings: Settings) -> web.Application:
         client_max_size=settings.max_body_bytes,
     )
     app[SETTINGS] = settings
+    app[METRICS] = Metrics()
     app.cleanup_ctx.extend([redis_client, dispatcher])
     setup_routes(app)
     return app

@@ -20,6 +20,7 @@ from redis.exceptions import RedisError
 
 from . import protocol
 from .config import Settings
+from .metrics import Metrics
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +64,7 @@ class JobStream:
         """Stop listening; cancel the job unless it already ended."""
         if not self.finished:
             self.finished = True
+            self._record("cancelled")
             await self.dispatcher.cancel(self.job.job_id)
         await self.dispatcher.release(self.job.job_id)
 
@@ -75,6 +77,9 @@ class JobStream:
         except TimeoutError:
             recovered = await self.dispatcher.recover_terminal(self.job.job_id, self._expected_seq)
             if recovered is None:
+                self.finished = True
+                self._record("timeout")
+                await self.dispatcher.cancel(self.job.job_id)
                 raise JobFailed(
                     "timeout", f"No audio from the engine within {timeout:g} s; the service may be overloaded."
                 ) from None
@@ -87,9 +92,21 @@ class JobStream:
         if event.terminal:
             self.finished = True
             self.terminal = event
+            self._record("done" if event.kind == "done" else str(event.meta.get("code", "error")), event)
         elif self.first_chunk_at is None:
             self.first_chunk_at = time.monotonic()
+            self.dispatcher.metrics.ttfa.labels(self.job.priority).observe(self.first_chunk_at - self.submitted_at)
         return event
+
+    def _record(self, outcome: str, terminal: protocol.Event | None = None) -> None:
+        metrics = self.dispatcher.metrics
+        metrics.jobs.labels(outcome).inc()
+        metrics.job_duration.labels(self.job.priority).observe(time.monotonic() - self.submitted_at)
+        if terminal is not None and terminal.kind == "done":
+            rate = float(terminal.meta.get("sample_rate") or 0)
+            if rate:
+                metrics.audio_seconds.inc(float(terminal.meta.get("samples", 0)) / rate)
+            metrics.characters.inc(len(self.job.text))
 
     async def chunks(self) -> AsyncIterator[protocol.Event]:
         """Yield chunk events until ``done``; raise JobFailed on an error event or a missed deadline."""
@@ -106,9 +123,10 @@ class JobStream:
 class Dispatcher:
     """Submits jobs to the Redis queue and routes their events back to the waiting requests."""
 
-    def __init__(self, settings: Settings, redis: Redis) -> None:
+    def __init__(self, settings: Settings, redis: Redis, metrics: Metrics | None = None) -> None:
         self.settings = settings
         self.redis = redis
+        self.metrics = metrics or Metrics()
         self._pubsub: PubSub | None = None
         self._streams: dict[str, JobStream] = {}
         self._confirm: dict[str, asyncio.Future[None]] = {}

@@ -10,11 +10,13 @@ from redis.asyncio import Redis
 from .auth import Authenticator, Credential
 from .config import Settings
 from .dispatch import Dispatcher
+from .metrics import Metrics
 
 SETTINGS: Final = web.AppKey("settings", Settings)
 REDIS: Final = web.AppKey("redis", Redis)
 DISPATCHER: Final = web.AppKey("dispatcher", Dispatcher)
 AUTHENTICATOR: Final = web.AppKey("authenticator", Authenticator)
+METRICS: Final = web.AppKey("metrics", Metrics)
 
 # Per-request values.
 REQUEST_ID: Final = web.RequestKey("request_id", str)

@@ -122,6 +122,7 @@ async def submit(request: web.Request, tts: TtsRequest) -> JobStream:
         tts.fmt.name,
         tts.model_id or "-",
         len(tts.text),
+        extra={"request_id": job.request_id, "job_id": job.job_id},
     )
     try:
         stream: JobStream = await request.app[DISPATCHER].submit(job)

@@ -1,0 +1,23 @@
+"""``GET /metrics``: Prometheus text format. Needs a full key whenever keys are configured (see README)."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from ..keys import METRICS, REDIS
+from ..metrics import CONTENT_TYPE
+
+
+async def metrics(request: web.Request) -> web.Response:
+    """Refresh the Redis-backed gauges and render every metric of this front."""
+    registry = request.app[METRICS]
+    try:
+        await registry.refresh_from_redis(request.app[REDIS])
+    except Exception:  # noqa: BLE001 - the process metrics are still worth serving while Redis is down
+        pass
+    return web.Response(body=registry.render(), headers={"Content-Type": CONTENT_TYPE})
+
+
+def setup(app: web.Application) -> None:
+    """Register the metrics route."""
+    app.router.add_get("/metrics", metrics)
