@@ -123,6 +123,10 @@ class Settings:
     drain_timeout_s: float = _env("DRAIN_TIMEOUT", _positive_float, default=30.0)
     # Several fronts may share one port on a box (SO_REUSEPORT); the kernel balances connections.
     reuse_port: bool = _env("REUSE_PORT", _parse_bool, default=False)
+    # Load tests only: the simulated engine needs this explicit second switch (see workers/engines/simulated.py).
+    load_test_only: bool = _env("LOAD_TEST_ONLY", _parse_bool, default=False)
+    sim_chunk_hold_s: float = _env("SIM_CHUNK_HOLD", _positive_float, default=0.05)
+    sim_chunk_audio_s: float = _env("SIM_CHUNK_AUDIO", _positive_float, default=0.5)
     log_level: str = _env("LOG_LEVEL", default="INFO")
     log_json: bool = _env("LOG_JSON", _parse_bool, default=False)
 

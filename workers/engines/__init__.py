@@ -15,4 +15,13 @@ def load_engine(settings: Settings) -> Engine:
         from .piper import PiperEngine
 
         return PiperEngine(threads=settings.engine_threads)
+    if settings.engine == "simulated":
+        if not settings.load_test_only:
+            raise ValueError(
+                "ZSYNTH_ENGINE=simulated is the load-test stand-in and makes no speech; "
+                "set ZSYNTH_LOAD_TEST_ONLY=1 as well if that is really what you want"
+            )
+        from .simulated import SimulatedEngine
+
+        return SimulatedEngine(settings.sim_chunk_hold_s, settings.sim_chunk_audio_s)
     raise ValueError(f"ZSYNTH_ENGINE={settings.engine!r} is not available in this build")
