@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 from redis.asyncio import Redis
 
+from .access import auth_middleware, authenticator_ctx, setup_cors
 from .config import Settings
 from .dispatch import Dispatcher
 from .errors import Handler, error_middleware
@@ -49,12 +50,13 @@ async def dispatcher(app: web.Application) -> AsyncIterator[None]:
 def create_app(settings: Settings) -> web.Application:
     """Build the speech API application for ``settings``."""
     app = web.Application(
-        middlewares=[request_id_middleware, error_middleware],
+        middlewares=[request_id_middleware, error_middleware, auth_middleware],
         client_max_size=settings.max_body_bytes,
     )
     app[SETTINGS] = settings
-    app.cleanup_ctx.extend([redis_client, dispatcher])
+    app.cleanup_ctx.extend([authenticator_ctx, redis_client, dispatcher])
     setup_routes(app)
+    setup_cors(app, settings.cors_origins)
     return app
 
 

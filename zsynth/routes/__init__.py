@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from . import health, tts
+from . import health, tokens, tts
 
 
 def setup_routes(app: web.Application) -> None:
     """Register every route of the speech API."""
     health.setup(app)
     tts.setup(app)
+    tokens.setup(app)
