@@ -9,8 +9,8 @@ import pytest
 from aiohttp.test_utils import make_mocked_request
 
 from zsynth.auth import (
-    AuthError,
     Authenticator,
+    AuthError,
     clamp_ttl,
     ephemeral_allowed,
     secret_from_headers,
