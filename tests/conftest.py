@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -11,6 +13,7 @@ from redis.asyncio import Redis
 
 from zsynth.app import create_app
 from zsynth.config import Settings
+from zsynth.keystore import KeyStore
 
 from .helpers import WorkerProcess, moto_server, redis_server
 
@@ -37,6 +40,23 @@ def aws_endpoint() -> Iterator[str]:
         mp.setenv("AWS_SECRET_ACCESS_KEY", "testing")
         mp.setenv("AWS_DEFAULT_REGION", "us-east-1")
         yield url
+
+
+@pytest.fixture(scope="session")
+def keys_table(aws_endpoint: str) -> str:
+    """A fresh portal keys table on the moto server, created on demand as `zsynth keys create` does."""
+    name = f"zsynth-keys-{uuid.uuid4().hex[:8]}"
+
+    async def create() -> None:
+        store = KeyStore(name)
+        await store.open()
+        try:
+            await store.ensure_table()
+        finally:
+            await store.close()
+
+    asyncio.run(create())
+    return name
 
 
 @pytest.fixture(scope="session")

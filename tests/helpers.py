@@ -196,3 +196,17 @@ def assert_speech(samples: np.ndarray, rate: int, text: str) -> float:
     assert voiced > 0.3, f"only {voiced:.0%} of 20 ms frames carry sound: not speech"
     assert voiced < 0.995 or float(rms.std()) > 0.01, "no pauses and flat energy: not speech"
     return duration
+
+
+class FakeClock:
+    """A wall clock the test moves by hand (expiry and cache tests never sleep)."""
+
+    def __init__(self, start: float | None = None) -> None:
+        self.now = time.time() if start is None else start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        """Move time forward."""
+        self.now += seconds

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 from redis.asyncio import Redis
 
+from .access import auth_middleware, authenticator_ctx, setup_cors
 from .config import Settings
 from .dispatch import Dispatcher
 from .errors import Handler, error_middleware
@@ -54,13 +55,14 @@ async def dispatcher(app: web.Application) -> AsyncIterator[None]:
 def create_app(settings: Settings) -> web.Application:
     """Build the speech API application for ``settings``."""
     app = web.Application(
-        middlewares=[request_id_middleware, error_middleware],
+        middlewares=[request_id_middleware, error_middleware, auth_middleware],
         client_max_size=settings.max_body_bytes,
     )
     app[SETTINGS] = settings
     app[METRICS] = Metrics()
-    app.cleanup_ctx.extend([redis_client, dispatcher])
+    app.cleanup_ctx.extend([authenticator_ctx, redis_client, dispatcher])
     setup_routes(app)
+    setup_cors(app, settings.cors_origins)
     return app
 
 
@@ -83,12 +85,6 @@ async def serve(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    if (
-        settings.host not in ("127.0.0.1", "::1", "localhost")
-        and not settings.static_keys
-        and not getattr(settings, "api_keys_table", None)
-    ):
-        logger.warning("THE API IS OPEN: no key configured and bound to %s; set ZSYNTH_API_KEY(S)", settings.host)
     logger.info("front listening on http://%s:%d", settings.host, settings.port)
     notify("READY=1\nSTATUS=front serving")
     await stop.wait()

@@ -1,21 +1,47 @@
 """Authentication core shared by the speech API and the avatar server.
 
-A request's credential is resolved to a :class:`Credential` by an :class:`Authenticator`; each server decides from
-the route whether that credential kind may call it, and renders failures in its own envelope. This first version
-knows static keys only (``ZSYNTH_API_KEY`` / ``ZSYNTH_API_KEYS``); the keys table and ephemeral tokens extend it.
+A presented secret is resolved to a :class:`Credential` by an :class:`Authenticator`: static full keys
+(``ZSYNTH_API_KEY`` / ``ZSYNTH_API_KEYS``, compared in constant time) and, with ``ZSYNTH_API_KEYS_TABLE``, the
+portal keys table (``zsk_live_`` full keys and ``zsk_temp_`` ephemeral tokens). Each server decides from the route
+whether a credential kind may call it (:func:`ephemeral_allowed` is the speech API's rule) and renders an
+:class:`AuthError` in its own envelope. Secrets are never logged; log :func:`fingerprint` instead.
+
+Table look-ups are cached in memory for at most ``cache_ttl_s`` (30 s by default and at most), and never past a
+token's expiry, so a revoked key stops working within that time and an expired token at once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
+import logging
+import secrets
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+from .keystore import KeyRecord, KeyStore, KeyStoreError
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+    from .config import Settings
+
+logger = logging.getLogger(__name__)
 
 CredentialKind = Literal["open", "full", "ephemeral"]
 
 TEMP_PREFIX: Final = "zsk_temp_"
 LIVE_PREFIX: Final = "zsk_live_"
+TTL_DEFAULT: Final = 300
+TTL_MIN: Final = 30
+TTL_MAX: Final = 600
+MAX_CACHE_TTL_S: Final = 30.0
+# Longer values are not ours: refuse them before hashing or looking anything up.
+_MAX_SECRET_LEN: Final = 512
 
 
 class AuthError(Exception):
@@ -46,30 +72,148 @@ class Credential:
 OPEN: Final = Credential("open", fingerprint="open")
 
 
+def secret_hash(secret: str) -> str:
+    """The SHA-256 hex digest under which the keys table stores a secret."""
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
 def fingerprint(secret: str) -> str:
-    """A short, non-reversible tag for logs."""
-    return hashlib.sha256(secret.encode()).hexdigest()[:10]
+    """A short, non-reversible tag for logs; also the public key id of a table key."""
+    return secret_hash(secret)[:12]
+
+
+def clamp_ttl(value: object) -> int:
+    """A token lifetime from a request's ``ttl_seconds``: default 300, clamped to 30-600; ValueError if not whole."""
+    if value is None:
+        return TTL_DEFAULT
+    # bool is an int subclass, and "300" is a string: both are malformed, not numbers.
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("ttl_seconds must be an integer number of seconds")
+    if isinstance(value, float) and not value.is_integer():
+        raise ValueError("ttl_seconds must be an integer number of seconds")
+    return max(TTL_MIN, min(TTL_MAX, int(value)))
+
+
+def _strip_bearer(value: str) -> str | None:
+    scheme, _, token = value.strip().partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    return token.strip() or None
+
+
+def secret_from_headers(headers: Mapping[str, str]) -> str | None:
+    """The secret in ``xi-api-key`` (the ElevenLabs SDK's header) or ``Authorization: Bearer``; None if absent."""
+    key = headers.get("xi-api-key", "").strip()
+    if key:
+        return key
+    authorization = headers.get("Authorization")
+    return _strip_bearer(authorization) if authorization else None
+
+
+def _from_authorization_value(value: object) -> str | None:
+    # A browser's query parameter or a BOS field: "Bearer <token>", tolerated without the scheme too.
+    if not isinstance(value, str) or not value.strip():
+        return None
+    return _strip_bearer(value) or (value.strip() if " " not in value.strip() else None)
+
+
+def secret_from_request(request: web.Request) -> str | None:
+    """For the realtime WebSocket: headers first, then the URL-encoded ``authorization=Bearer …`` query parameter."""
+    return secret_from_headers(request.headers) or _from_authorization_value(request.query.get("authorization"))
+
+
+def secret_from_message(msg: Mapping[str, Any]) -> str | None:
+    """The secret in a realtime first message: ``authorization`` (Bearer), ``xi_api_key`` or ``xi-api-key``."""
+    found = _from_authorization_value(msg.get("authorization"))
+    if found:
+        return found
+    for field in ("xi_api_key", "xi-api-key"):
+        value = msg.get(field)
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+    return None
+
+
+def ephemeral_allowed(method: str, path: str) -> bool:
+    """The speech API's scope rule: tokens may synthesize (any method, WebSockets included) and read voices."""
+    if path.startswith("/v1/text-to-speech/"):
+        return True
+    if method not in ("GET", "HEAD"):
+        return False
+    return any(path == base or path.startswith(base + "/") for base in ("/v1/voices", "/v2/voices"))
+
+
+def _missing() -> AuthError:
+    return AuthError("missing_api_key", "No API key was sent: use 'Authorization: Bearer <key>' or 'xi-api-key'.")
+
+
+def _invalid(message: str = "Invalid API key.") -> AuthError:
+    return AuthError("invalid_api_key", message)
+
+
+@dataclass(slots=True)
+class _Cached:
+    credential: Credential | None  # None: unknown or revoked
+    until: float
 
 
 class Authenticator:
-    """Resolves a presented secret to a Credential."""
+    """Resolves a presented secret to a Credential, and mints ephemeral tokens into the keys table."""
 
-    def __init__(self, static_keys: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        static_keys: tuple[str, ...] = (),
+        store: KeyStore | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+        cache_ttl_s: float = MAX_CACHE_TTL_S,
+        cache_size: int = 10_000,
+    ) -> None:
         self._static = tuple(key.encode() for key in static_keys)
+        self.store = store
+        self.clock = clock
+        self.cache_ttl_s = max(0.0, min(cache_ttl_s, MAX_CACHE_TTL_S))
+        self._cache_size = cache_size
+        self._cache: OrderedDict[str, _Cached] = OrderedDict()
+        self._inflight: dict[str, asyncio.Task[_Cached]] = {}
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **kwargs: Any) -> Authenticator:
+        """The authenticator a server's settings describe (``kwargs``: clock, cache options, for tests)."""
+        store = KeyStore(settings.api_keys_table) if settings.api_keys_table else None
+        kwargs.setdefault("cache_ttl_s", settings.auth_cache_ttl_s)
+        return cls(settings.static_keys, store, **kwargs)
 
     @property
     def is_open(self) -> bool:
-        """No key configured: every request is allowed."""
-        return not self._static
+        """No key and no table configured: every request is allowed."""
+        return not self._static and self.store is None
+
+    async def start(self) -> None:
+        """Open the table client and check the table exists, so a misconfiguration fails start-up."""
+        if self.store is None:
+            return
+        await self.store.open()
+        if not await self.store.exists():
+            raise KeyStoreError(f"keys table {self.store.table!r} does not exist (create it with 'zsynth keys create')")
+
+    async def close(self) -> None:
+        """Release the table client."""
+        for task in self._inflight.values():
+            task.cancel()
+        if self.store is not None:
+            await self.store.close()
+
+    def clear_cache(self) -> None:
+        """Forget every cached table look-up (benchmarks and tests)."""
+        self._cache.clear()
 
     async def verify(self, secret: str | None) -> Credential:
         """Return the credential for ``secret`` or raise AuthError (missing_api_key / invalid_api_key)."""
         if self.is_open:
             return OPEN
         if not secret:
-            raise AuthError(
-                "missing_api_key", "No API key was sent: use 'Authorization: Bearer <key>' or 'xi-api-key'."
-            )
+            raise _missing()
         presented = secret.encode()
         # Compare against every key without an early exit, in constant time per key.
         matched = False
@@ -77,11 +221,110 @@ class Authenticator:
             matched |= hmac.compare_digest(presented, key)
         if matched:
             return Credential("full", fingerprint(secret))
-        raise AuthError("invalid_api_key", "Invalid API key.")
+        # Only our own prefixes can be in the table: anything else is refused without a look-up.
+        if self.store is None or not secret.startswith((LIVE_PREFIX, TEMP_PREFIX)) or len(secret) > _MAX_SECRET_LEN:
+            raise _invalid()
+        credential = await self._lookup(secret)
+        if credential is None:
+            raise _invalid()
+        if credential.expires_at is not None and credential.expires_at <= self.clock():
+            raise _invalid("This token has expired.")
+        return credential
 
-    async def mint_token(self, ttl_seconds: int, scope: str = "tts") -> tuple[str, int]:
+    async def _lookup(self, secret: str) -> Credential | None:
+        key_hash = secret_hash(secret)
+        now = self.clock()
+        cached = self._cache.get(key_hash)
+        if cached is not None and cached.until > now:
+            return cached.credential
+        # One table read per hash at a time, however many requests wait for it.
+        task = self._inflight.get(key_hash)
+        if task is None:
+            task = asyncio.ensure_future(self._load(key_hash, secret))
+            self._inflight[key_hash] = task
+            task.add_done_callback(lambda done: self._loaded(key_hash, done))
+        entry = await asyncio.shield(task)
+        return entry.credential
+
+    def _loaded(self, key_hash: str, task: asyncio.Task[_Cached]) -> None:
+        self._inflight.pop(key_hash, None)
+        if task.cancelled() or task.exception() is not None:
+            return
+        self._remember(key_hash, task.result())
+
+    def _remember(self, key_hash: str, entry: _Cached) -> None:
+        self._cache[key_hash] = entry
+        self._cache.move_to_end(key_hash)
+        while len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+
+    async def _load(self, key_hash: str, secret: str) -> _Cached:
+        assert self.store is not None
+        try:
+            record = await self.store.get(key_hash)
+        except KeyStoreError as err:
+            logger.warning("keys table look-up for key %s failed: %s", fingerprint(secret), err)
+            raise AuthError(
+                "service_unavailable", "The keys table cannot be reached; try again shortly.", http_status=503
+            ) from err
+        now = self.clock()
+        credential = self._credential(secret, record)
+        until = now + self.cache_ttl_s
+        # Never cache a live token past its expiry; an expired one stays expired, so it may be cached in full.
+        if credential is not None and credential.expires_at is not None and credential.expires_at > now:
+            until = min(until, credential.expires_at)
+        return _Cached(credential, until)
+
+    @staticmethod
+    def _credential(secret: str, record: KeyRecord | None) -> Credential | None:
+        if record is None or record.revoked_at is not None:
+            return None
+        # The prefix must agree with the stored kind, so a full key can never pass as a token or the reverse.
+        if record.kind == "full" and secret.startswith(LIVE_PREFIX):
+            return Credential("full", record.key_id, record.expires_at, record.scope)
+        if record.kind == "ephemeral" and secret.startswith(TEMP_PREFIX) and record.expires_at is not None:
+            return Credential("ephemeral", record.key_id, record.expires_at, record.scope)
+        return None
+
+    async def mint_token(
+        self, ttl_seconds: int, scope: str = "tts", *, parent: Credential | None = None
+    ) -> tuple[str, int]:
         """Mint an ephemeral ``zsk_temp_`` token; returns (token, expires_at). Needs the keys table."""
-        raise AuthError("not_supported", "Ephemeral tokens need a keys table (ZSYNTH_API_KEYS_TABLE).", http_status=501)
+        if self.store is None:
+            raise AuthError(
+                "not_supported", "Ephemeral tokens need a keys table (ZSYNTH_API_KEYS_TABLE).", http_status=501
+            )
+        if parent is not None and not parent.is_full:
+            raise AuthError("insufficient_scope", "An ephemeral token cannot mint tokens; use a full API key.")
+        if ttl_seconds < 1:
+            raise ValueError("ttl_seconds must be at least 1")
+        token = TEMP_PREFIX + secrets.token_urlsafe(24)  # 192 random bits
+        now = self.clock()
+        expires_at = int(now) + ttl_seconds
+        key_hash = secret_hash(token)
+        record = KeyRecord(
+            key_id=fingerprint(token),
+            kind="ephemeral",
+            scope=scope,
+            created_at=int(now),
+            expires_at=expires_at,
+            parent=parent.fingerprint if parent is not None else None,
+        )
+        try:
+            await self.store.put(key_hash, record)
+        except KeyStoreError as err:
+            logger.warning("minting a token failed: %s", err)
+            raise AuthError(
+                "service_unavailable", "The keys table cannot be reached; try again shortly.", http_status=503
+            ) from err
+        logger.info("minted token %s (scope %s, expires %d) by key %s", record.key_id, scope, expires_at, record.parent)
+        return token, expires_at
 
-    async def close(self) -> None:
-        """Release resources (table clients)."""
+    async def create_key(self, name: str = "") -> tuple[str, KeyRecord]:
+        """Create a ``zsk_live_`` full key in the table; returns (key, record). The key is shown once, never stored."""
+        if self.store is None:
+            raise AuthError("not_supported", "Creating keys needs a keys table (ZSYNTH_API_KEYS_TABLE).", 501)
+        key = LIVE_PREFIX + secrets.token_urlsafe(32)  # 256 random bits
+        record = KeyRecord(key_id=fingerprint(key), kind="full", scope="all", created_at=int(self.clock()), name=name)
+        await self.store.put(secret_hash(key), record)
+        return key, record

@@ -1,4 +1,4 @@
-"""The ``zsynth`` command: ``serve`` (one front), ``worker`` (one worker), ``dev`` (everything on one box)."""
+"""The ``zsynth`` command: ``serve`` (one front), ``worker`` (one worker), ``dev`` (everything on one box), ``keys``."""
 
 from __future__ import annotations
 
@@ -20,6 +20,9 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("--check", action="store_true", help="exit 0 if this worker's heartbeat is fresh, else 1")
     dev = sub.add_parser("dev", help="redis-server (if none answers), one front and workers on this box")
     dev.add_argument("--workers", type=int, default=1, help="number of worker processes (default 1)")
+    from .keyadmin import add_parser
+
+    add_parser(sub)
     return parser
 
 
@@ -51,3 +54,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         from .dev import run_dev
 
         raise SystemExit(run_dev(settings, workers=args.workers))
+    elif args.command == "keys":
+        from .keyadmin import run_keys
+
+        raise SystemExit(asyncio.run(run_keys(settings, args)))

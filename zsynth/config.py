@@ -82,6 +82,13 @@ def _redis_url(raw: str) -> str:
     return raw
 
 
+def _cache_ttl(raw: str) -> float:
+    value = float(raw)
+    if not 0 <= value <= 30:
+        raise ValueError("expected seconds between 0 and 30")
+    return value
+
+
 def _optional_str(raw: str) -> str | None:
     return raw.strip() or None
 
@@ -127,6 +134,12 @@ class Settings:
     load_test_only: bool = _env("LOAD_TEST_ONLY", _parse_bool, default=False)
     sim_chunk_hold_s: float = _env("SIM_CHUNK_HOLD", _positive_float, default=0.05)
     sim_chunk_audio_s: float = _env("SIM_CHUNK_AUDIO", _positive_float, default=0.5)
+    # The portal keys table (DynamoDB, endpoint from the AWS_* variables): zsk_live_ keys and zsk_temp_ tokens.
+    api_keys_table: str | None = _env("API_KEYS_TABLE", _optional_str, default=None)
+    # How long a keys-table answer is reused (0-30 s): the longest a revoked key keeps working on a front.
+    auth_cache_ttl_s: float = _env("AUTH_CACHE_TTL", _cache_ttl, default=30.0)
+    # Origins a browser may call the API from ("*" any; empty: no CORS headers at all).
+    cors_origins: tuple[str, ...] = _env("CORS_ORIGINS", _parse_list, default=("*",))
     log_level: str = _env("LOG_LEVEL", default="INFO")
     log_json: bool = _env("LOG_JSON", _parse_bool, default=False)
 

@@ -6,8 +6,8 @@ expose per-phoneme sample counts, which become the chunk timing that realtime al
 Voice settings on this engine:
 
 * ``speed`` (0.7-1.2) divides Piper's ``length_scale``: 1.2 speaks 20 % faster.
-* ``stability`` (0-1) scales the generator noise: 1.0 is the flattest delivery, 0.0 the most varied
-  (noise_scale from 0.2 to 1.0 of the voice's default range).
+* ``stability`` (0-1) scales the generator noise and the phoneme-duration noise together: 0.5 is the voice's
+  default, 1.0 the flattest and most regular delivery (a fifth of the noise), 0.0 the most varied (about 1.7x).
 * ``similarity_boost``, ``style`` and ``use_speaker_boost`` are accepted and have no effect (one speaker).
 """
 
@@ -69,6 +69,7 @@ class PiperEngine:
         self.sample_rate: int = int(config.sample_rate)
         self._base_length = float(config.length_scale)
         self._base_noise = float(config.noise_scale)
+        self._base_noise_w = float(config.noise_w_scale)
         self.threads = threads
 
     def warm_up(self) -> None:
@@ -81,8 +82,14 @@ class PiperEngine:
 
         speed = _clamp(settings.get("speed"), 0.7, 1.2, 1.0)
         stability = _clamp(settings.get("stability"), 0.0, 1.0, 0.5)
-        noise = self._base_noise * (1.0 - 0.8 * stability) / 0.6  # stability 0.5 gives the voice's default noise
-        return SynthesisConfig(length_scale=self._base_length / speed, noise_scale=noise, normalize_audio=False)
+        # stability 0.5 gives the voice's defaults; 1.0 a fifth of its noise (flat, steady timing), 0.0 about 1.7x.
+        variation = (1.0 - 0.8 * stability) / 0.6
+        return SynthesisConfig(
+            length_scale=self._base_length / speed,
+            noise_scale=self._base_noise * variation,
+            noise_w_scale=self._base_noise_w * variation,
+            normalize_audio=False,
+        )
 
     def synthesize(
         self,

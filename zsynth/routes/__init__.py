@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from . import health, metrics, tts
+from . import health, metrics, tokens, tts
 
 
 def setup_routes(app: web.Application) -> None:
@@ -12,3 +12,4 @@ def setup_routes(app: web.Application) -> None:
     health.setup(app)
     metrics.setup(app)
     tts.setup(app)
+    tokens.setup(app)

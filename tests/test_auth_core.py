@@ -1,0 +1,256 @@
+"""The authentication core against a real DynamoDB-compatible server: verify, cache, expiry, revocation, parsing."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from aiohttp.test_utils import make_mocked_request
+
+from zsynth.auth import (
+    Authenticator,
+    AuthError,
+    clamp_ttl,
+    ephemeral_allowed,
+    secret_from_headers,
+    secret_from_message,
+    secret_from_request,
+)
+from zsynth.config import Settings, SettingsError
+from zsynth.keystore import KeyStore
+
+from .helpers import FakeClock
+
+
+class CountingStore(KeyStore):
+    """The real store, counting the table reads it makes."""
+
+    def __init__(self, table: str) -> None:
+        super().__init__(table)
+        self.reads = 0
+
+    async def get(self, key_hash):
+        self.reads += 1
+        return await super().get(key_hash)
+
+
+@pytest.fixture
+async def auth(keys_table):
+    store = CountingStore(keys_table)
+    authenticator = Authenticator(("static-key-1",), store, clock=FakeClock())
+    await authenticator.start()
+    yield authenticator
+    await authenticator.close()
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(None, 300), (29, 30), (30, 30), (31, 31), (300, 300), (600, 600), (601, 600), (-5, 30), (10**9, 600), (45.0, 45)],
+)
+def test_clamp_ttl(value, expected):
+    assert clamp_ttl(value) == expected
+
+
+@pytest.mark.parametrize("value", ["300", 12.5, True, [], {}, float("nan")])
+def test_clamp_ttl_rejects_non_integers(value):
+    with pytest.raises(ValueError):
+        clamp_ttl(value)
+
+
+def test_settings_read_auth_variables():
+    s = Settings.from_env(
+        {
+            "ZSYNTH_API_KEY": "one",
+            "ZSYNTH_API_KEYS": " two, ,three ,one",
+            "ZSYNTH_API_KEYS_TABLE": "keys",
+            "ZSYNTH_CORS_ORIGINS": "https://a.example, https://b.example",
+            "ZSYNTH_AUTH_CACHE_TTL": "5",
+        }
+    )
+    assert s.static_keys == ("one", "two", "three")
+    assert s.api_keys_table == "keys"
+    assert s.cors_origins == ("https://a.example", "https://b.example")
+    assert s.auth_cache_ttl_s == 5.0
+    assert Settings.from_env({}).cors_origins == ("*",)
+    assert Settings.from_env({"ZSYNTH_CORS_ORIGINS": ""}).cors_origins == ()
+    with pytest.raises(SettingsError, match="ZSYNTH_AUTH_CACHE_TTL"):
+        Settings.from_env({"ZSYNTH_AUTH_CACHE_TTL": "31"})
+
+
+def test_secret_from_headers_and_request():
+    assert secret_from_headers({"xi-api-key": " k1 "}) == "k1"
+    assert secret_from_headers({"Authorization": "Bearer k2"}) == "k2"
+    assert secret_from_headers({"Authorization": "bearer  k3 "}) == "k3"
+    assert secret_from_headers({"Authorization": "Basic dXNlcjpwYXNz"}) is None
+    assert secret_from_headers({"Authorization": "Bearer "}) is None
+    assert secret_from_headers({}) is None
+    req = make_mocked_request("GET", "/v1/text-to-speech/v/stream-input?authorization=Bearer%20zsk_temp_abc")
+    assert secret_from_request(req) == "zsk_temp_abc"
+    req = make_mocked_request("GET", "/v1/text-to-speech/v/stream-input?authorization=Bearer+zsk_temp_plus")
+    assert secret_from_request(req) == "zsk_temp_plus"
+    req = make_mocked_request("GET", "/x?authorization=Bearer%20q", headers={"xi-api-key": "header-wins"})
+    assert secret_from_request(req) == "header-wins"
+    assert secret_from_request(make_mocked_request("GET", "/x")) is None
+
+
+def test_secret_from_message():
+    assert secret_from_message({"text": " ", "authorization": "Bearer zsk_temp_x"}) == "zsk_temp_x"
+    assert secret_from_message({"text": " ", "xi_api_key": "k"}) == "k"
+    assert secret_from_message({"text": " ", "xi-api-key": "k2"}) == "k2"
+    assert secret_from_message({"text": " ", "authorization": 5, "xi_api_key": ""}) is None
+    assert secret_from_message({"text": " "}) is None
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allowed"),
+    [
+        ("POST", "/v1/text-to-speech/{voice_id}", True),
+        ("POST", "/v1/text-to-speech/{voice_id}/stream", True),
+        ("GET", "/v1/text-to-speech/{voice_id}/stream-input", True),
+        ("GET", "/v1/voices", True),
+        ("GET", "/v1/voices/{voice_id}", True),
+        ("GET", "/v1/voices/settings/default", True),
+        ("GET", "/v2/voices", True),
+        ("POST", "/v1/voices/add", False),
+        ("POST", "/voices", False),
+        ("DELETE", "/voices/{voice_id}", False),
+        ("GET", "/v1/voicesx", False),
+        ("POST", "/v1/tokens/ephemeral", False),
+        ("GET", "/v1/models", False),
+        ("GET", "/v1/user", False),
+    ],
+)
+def test_ephemeral_scope_rule(method, path, allowed):
+    assert ephemeral_allowed(method, path) is allowed
+
+
+async def test_open_when_nothing_configured():
+    auth = Authenticator()
+    assert auth.is_open
+    assert (await auth.verify(None)).kind == "open"
+    with pytest.raises(AuthError) as err:
+        await auth.mint_token(300)
+    assert (err.value.status, err.value.http_status) == ("not_supported", 501)
+
+
+async def test_static_keys_only():
+    auth = Authenticator(("a-key", "b-key"))
+    assert (await auth.verify("b-key")).kind == "full"
+    for secret, status in ((None, "missing_api_key"), ("", "missing_api_key"), ("c-key", "invalid_api_key")):
+        with pytest.raises(AuthError) as err:
+            await auth.verify(secret)
+        assert err.value.status == status
+    with pytest.raises(AuthError) as err:
+        await auth.mint_token(300)
+    assert err.value.status == "not_supported"
+
+
+async def test_table_key_and_token(auth):
+    key, record = await auth.create_key("core test")
+    assert key.startswith("zsk_live_") and len(key) >= 9 + 43
+    cred = await auth.verify(key)
+    assert (cred.kind, cred.fingerprint, cred.is_full) == ("full", record.key_id, True)
+    token, expires_at = await auth.mint_token(120, parent=cred)
+    assert token.startswith("zsk_temp_") and len(token) - len("zsk_temp_") >= 32  # 192 bits, base64url
+    assert expires_at == int(auth.clock()) + 120
+    tcred = await auth.verify(token)
+    assert (tcred.kind, tcred.scope, tcred.is_full) == ("ephemeral", "tts", False)
+    with pytest.raises(AuthError) as err:
+        await auth.mint_token(300, parent=tcred)
+    assert err.value.status == "insufficient_scope"
+
+
+async def test_table_stores_hashes_never_secrets(auth, keys_table):
+    key, _ = await auth.create_key()
+    token, _ = await auth.mint_token(60)
+    rows = await auth.store.scan()
+    dumped = repr(rows)
+    assert key not in dumped and token not in dumped
+    assert key[9:] not in dumped and token[9:] not in dumped
+
+
+async def test_unknown_prefix_is_refused_without_a_lookup(auth):
+    for garbage in ("nope", "sk_live_abc", "Bearer x", "zsk_other_1", "zsk_live_" + "a" * 600):
+        with pytest.raises(AuthError) as err:
+            await auth.verify(garbage)
+        assert err.value.status == "invalid_api_key"
+    assert auth.store.reads == 0
+    with pytest.raises(AuthError):
+        await auth.verify("zsk_live_unknown")
+    assert auth.store.reads == 1
+
+
+async def test_warm_lookups_are_cached_and_concurrent_cold_ones_share_one_read(auth):
+    key, _ = await auth.create_key()
+    creds = await asyncio.gather(*(auth.verify(key) for _ in range(50)))
+    assert {c.kind for c in creds} == {"full"}
+    assert auth.store.reads == 1
+    for _ in range(20):
+        await auth.verify(key)
+    assert auth.store.reads == 1
+    auth.clock.advance(31)  # past the 30 s bound: read again
+    await auth.verify(key)
+    assert auth.store.reads == 2
+
+
+async def test_unknown_table_keys_are_cached_too(auth):
+    for _ in range(5):
+        with pytest.raises(AuthError):
+            await auth.verify("zsk_live_never-issued")
+    assert auth.store.reads == 1
+
+
+async def test_token_expiry_is_checked_on_every_request_even_when_cached(auth):
+    token, expires_at = await auth.mint_token(30)
+    assert (await auth.verify(token)).expires_at == expires_at
+    auth.clock.now = expires_at - 0.5
+    assert (await auth.verify(token)).kind == "ephemeral"
+    auth.clock.now = expires_at
+    with pytest.raises(AuthError) as err:
+        await auth.verify(token)
+    assert (err.value.status, err.value.message) == ("invalid_api_key", "This token has expired.")
+    # A fresh authenticator (another front, cold cache) refuses it as well.
+    other = Authenticator(store=auth.store, clock=auth.clock)
+    with pytest.raises(AuthError):
+        await other.verify(token)
+
+
+async def test_revocation_takes_effect_within_the_cache_bound(auth):
+    key, record = await auth.create_key()
+    token, _ = await auth.mint_token(600, parent=await auth.verify(key))
+    await auth.verify(token)
+    assert await auth.store.revoke(record.key_id, int(time.time())) == 2  # the key and the token it minted
+    assert (await auth.verify(key)).kind == "full"  # still cached: at most 30 s
+    auth.clock.advance(30)
+    for secret in (key, token):
+        with pytest.raises(AuthError) as err:
+            await auth.verify(secret)
+        assert err.value.status == "invalid_api_key"
+
+
+async def test_full_key_hash_never_passes_as_a_token(auth):
+    key, _ = await auth.create_key()
+    with pytest.raises(AuthError):
+        await auth.verify("zsk_temp_" + key[len("zsk_live_") :])
+
+
+async def test_table_down_is_503_not_401(aws_endpoint):
+    auth = Authenticator(store=KeyStore("no-such-table"), clock=FakeClock())
+    await auth.store.open()
+    try:
+        with pytest.raises(AuthError) as err:
+            await auth.verify("zsk_live_whatever")
+        assert (err.value.status, err.value.http_status) == ("service_unavailable", 503)
+        with pytest.raises(AuthError) as err:
+            await auth.verify("garbage")  # refused before any look-up
+        assert err.value.http_status == 401
+    finally:
+        await auth.close()
+
+
+async def test_start_fails_on_a_missing_table(aws_endpoint):
+    auth = Authenticator.from_settings(Settings(api_keys_table="missing-table"))
+    with pytest.raises(Exception, match="does not exist"):
+        await auth.start()
+    await auth.close()

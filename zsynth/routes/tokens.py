@@ -1,0 +1,47 @@
+"""Ephemeral tokens: ``POST /v1/tokens/ephemeral`` mints a short-lived ``zsk_temp_`` token with a full key."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from aiohttp import web
+
+from ..auth import AuthError, clamp_ttl
+from ..errors import ApiError
+from ..keys import AUTHENTICATOR, CREDENTIAL, REQUEST_ID
+
+logger = logging.getLogger(__name__)
+
+_BAD_BODY = "The request body must be a JSON object, optionally with an integer 'ttl_seconds'."
+
+
+async def mint(request: web.Request) -> web.Response:
+    """Mint a token valid for ``ttl_seconds`` (default 300, clamped to 30-600) for a browser to use."""
+    body: object = {}
+    if request.body_exists:
+        raw = await request.read()
+        if raw.strip():
+            try:
+                body = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError) as err:
+                raise ApiError(400, "invalid_json", _BAD_BODY) from err
+    if not isinstance(body, dict):
+        raise ApiError(400, "invalid_json", _BAD_BODY)
+    try:
+        ttl = clamp_ttl(body.get("ttl_seconds"))
+    except ValueError as err:
+        raise ApiError(422, "invalid_parameters", str(err), param="ttl_seconds") from err
+    try:
+        token, expires_at = await request.app[AUTHENTICATOR].mint_token(ttl, parent=request[CREDENTIAL])
+    except AuthError as err:
+        raise ApiError(err.http_status, err.status, err.message) from err
+    logger.info("request %s: minted a %d s token", request[REQUEST_ID], ttl)
+    return web.json_response(
+        {"token": token, "expires_at": expires_at, "scope": "tts"}, headers={"Cache-Control": "no-store"}
+    )
+
+
+def setup(app: web.Application) -> None:
+    """Register the token route (full keys only: the auth middleware refuses tokens here)."""
+    app.router.add_post("/v1/tokens/ephemeral", mint)
