@@ -14,6 +14,7 @@ from .dispatch import Dispatcher
 from .errors import Handler, error_middleware
 from .keys import DISPATCHER, REDIS, REQUEST_ID, SETTINGS
 from .routes import setup_routes
+from .voices import VoiceConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -72,11 +73,15 @@ def run(settings: Settings) -> None:
     if loop_factory is not None:
         asyncio.set_event_loop(loop_factory())
     logger.info("front listening on http://%s:%d", settings.host, settings.port)
-    web.run_app(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        print=None,
-        handler_cancellation=True,
-        access_log=None,
-    )
+    try:
+        web.run_app(
+            create_app(settings),
+            host=settings.host,
+            port=settings.port,
+            print=None,
+            handler_cancellation=True,
+            access_log=None,
+        )
+    except VoiceConfigError as err:
+        # Already logged as critical by the voices start-up; exit without a traceback.
+        raise SystemExit(f"zsynth: {err}") from err
