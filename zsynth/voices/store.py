@@ -21,6 +21,7 @@ import os
 import re
 import secrets
 import shutil
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,8 @@ REFERENCE: Final = "reference.wav"
 CACHE: Final = "cache"
 CLONE_PREFIX: Final = "custom-"
 _ID_RE: Final = re.compile(r"^custom-[A-Za-z0-9_-]{4,64}$")
+# Directory mtimes tick coarsely (a few ms): a listing is cached only once the directory has been still this long.
+_SETTLED_NS: Final = 2_000_000_000
 
 
 def is_clone_id(voice_id: str) -> bool:
@@ -123,7 +126,7 @@ class VoiceStore:
             stamp = os.stat(self.root).st_mtime_ns
         except FileNotFoundError:
             return {}
-        if stamp != self._cache_stamp:
+        if stamp != self._cache_stamp or time.time_ns() - stamp < _SETTLED_NS:
             self._cache = self._scan()
             self._cache_stamp = stamp
         return dict(self._cache)
