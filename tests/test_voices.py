@@ -218,6 +218,9 @@ async def test_malformed_cloning_requests(client):
     assert resp.status == 422 and (await resp.json())["detail"]["param"] == "files"
     resp = await client.post("/voices", json={"name": "x"})
     assert resp.status == 400 and (await resp.json())["detail"]["status"] == "invalid_content_type"
+    truncated = b'--xyz\r\nContent-Disposition: form-data; name="files"; filename="a.wav"\r\n\r\nRIFF'
+    resp = await client.post("/voices", data=truncated, headers={"Content-Type": "multipart/form-data; boundary=xyz"})
+    assert resp.status == 400 and (await resp.json())["detail"]["status"] == "invalid_multipart"
     form = clone_form("bad labels", ("r.wav", reference_file(), "audio/wav"), labels="[1, 2]")
     resp = await client.post("/voices", data=form)
     assert resp.status == 422 and (await resp.json())["detail"]["param"] == "labels"
