@@ -27,6 +27,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from zsynth import protocol
 from zsynth.audio import Encoder, OutputFormatError, parse_output_format
 from zsynth.config import Settings
+from zsynth.voices import VoiceStore
 
 from .engines import Engine, VoiceSpec
 from .synthesis import chunk_meta
@@ -55,6 +56,7 @@ class Worker:
         self.redis = redis
         self.worker_id = settings.worker_id
         self.processing = protocol.processing_key(self.worker_id)
+        self.voices = VoiceStore(settings.voices_dir)
         self.current: protocol.Job | None = None
         self._abort = threading.Event()  # read by the engine thread between chunks
         self._stopping = asyncio.Event()
@@ -263,7 +265,7 @@ class Worker:
         def produce() -> None:
             try:
                 encoder = Encoder(fmt, self.engine.sample_rate)
-                voice = VoiceSpec(job.voice_id)
+                voice = self.voice_spec(job.voice_id)
                 offset = 0
                 for chunk in self.engine.synthesize(
                     job.text, voice, job.voice_settings, self._abort.is_set, seed=job.seed
@@ -319,6 +321,13 @@ class Worker:
             pipe.hset(protocol.job_key(job_id), protocol.STARTED_FIELD, str(time.time()))
             pipe.expire(protocol.job_key(job_id), self.settings.job_ttl_s)
             await pipe.execute()
+
+    def voice_spec(self, voice_id: str) -> VoiceSpec:
+        """The job's voice as the engine needs it: a clone's directory and metadata, read from the shared store."""
+        stored = self.voices.get(voice_id)
+        if stored is None:
+            return VoiceSpec(voice_id)
+        return VoiceSpec(voice_id, str(stored.path), stored.meta)
 
     async def _finish(self, job: protocol.Job, raw: bytes | str, terminal: protocol.Event) -> None:
         """Publish the terminal event, record it, and release the in-flight slot, atomically."""

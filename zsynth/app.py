@@ -19,6 +19,7 @@ from .keys import DISPATCHER, METRICS, REDIS, REQUEST_ID, SETTINGS
 from .metrics import Metrics
 from .routes import setup_routes
 from .sdnotify import notify
+from .voices import VoiceConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -97,8 +98,12 @@ async def serve(settings: Settings) -> None:
 def run(settings: Settings) -> None:
     """Blocking entry: run the front on uvloop when available."""
     try:
-        import uvloop
+        try:
+            import uvloop
 
-        uvloop.run(serve(settings))
-    except ImportError:
-        asyncio.run(serve(settings))
+            uvloop.run(serve(settings))
+        except ImportError:
+            asyncio.run(serve(settings))
+    except VoiceConfigError as err:
+        # Already logged as critical by the voices start-up; exit without a traceback.
+        raise SystemExit(f"zsynth: {err}") from err

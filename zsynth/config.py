@@ -93,6 +93,11 @@ def _optional_str(raw: str) -> str | None:
     return raw.strip() or None
 
 
+def _s3_prefix(raw: str) -> str:
+    prefix = raw.strip().strip("/")
+    return prefix + "/" if prefix else ""
+
+
 # Each field's metadata names its environment variable (without the prefix) and its parser.
 def _env(name: str, parse: Callable[[str], Any] = str, **kwargs: Any) -> Any:
     return field(metadata={"env": name, "parse": parse}, **kwargs)
@@ -140,6 +145,16 @@ class Settings:
     auth_cache_ttl_s: float = _env("AUTH_CACHE_TTL", _cache_ttl, default=30.0)
     # Origins a browser may call the API from ("*" any; empty: no CORS headers at all).
     cors_origins: tuple[str, ...] = _env("CORS_ORIGINS", _parse_list, default=("*",))
+    # Voices. The swap-out voice serves synthesis for unknown voice ids (default: the first built-in voice).
+    swapout_default_voice: str | None = _env("SWAPOUT_DEFAULT_VOICE", _optional_str, default=None)
+    # Largest reference clip accepted by cloning (bytes of one uploaded file).
+    voice_clip_max_bytes: int = _env("VOICE_CLIP_MAX_BYTES", _positive_int, default=20 * 1024 * 1024)
+    # S3 mirror of cloned voices (off when no bucket); objects live under <prefix><voice_id>/.
+    voices_bucket: str | None = _env("VOICES_BUCKET", _optional_str, default=None)
+    voices_prefix: str = _env("VOICES_PREFIX", _s3_prefix, default="voices/")
+    # Tries per mirror operation before it waits for the next start; delays double from the base.
+    voices_mirror_attempts: int = _env("VOICES_MIRROR_ATTEMPTS", _positive_int, default=5)
+    voices_mirror_retry_s: float = _env("VOICES_MIRROR_RETRY", _positive_float, default=1.0)
     log_level: str = _env("LOG_LEVEL", default="INFO")
     log_json: bool = _env("LOG_JSON", _parse_bool, default=False)
 

@@ -11,12 +11,16 @@ from .auth import Authenticator, Credential
 from .config import Settings
 from .dispatch import Dispatcher
 from .metrics import Metrics
+from .voices import VoiceCatalog
+from .voices.mirror import VoiceMirror
 
 SETTINGS: Final = web.AppKey("settings", Settings)
 REDIS: Final = web.AppKey("redis", Redis)
 DISPATCHER: Final = web.AppKey("dispatcher", Dispatcher)
 AUTHENTICATOR: Final = web.AppKey("authenticator", Authenticator)
 METRICS: Final = web.AppKey("metrics", Metrics)
+VOICES: Final = web.AppKey("voices", VoiceCatalog)
+VOICE_MIRROR: Final = web.AppKey("voice_mirror", VoiceMirror)  # present only when ZSYNTH_VOICES_BUCKET is set
 
 # Per-request values.
 REQUEST_ID: Final = web.RequestKey("request_id", str)

@@ -28,6 +28,7 @@ PREFIX: Final = "zsynth:"
 QUEUE: Final = PREFIX + "queue"  # list of job JSON; workers BLMOVE from the right
 CANCEL_CHANNEL: Final = PREFIX + "cancel"  # pub/sub: job ids to stop now
 WORKERS: Final = PREFIX + "workers"  # set of worker ids that have ever registered
+VOICE_MIRROR_FAILURES: Final = PREFIX + "voices:mirror_failures"  # counter: S3 mirror attempts that failed
 
 Priority = Literal["realtime", "batch"]
 EventKind = Literal["chunk", "done", "error"]

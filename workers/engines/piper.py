@@ -8,25 +8,44 @@ Voice settings on this engine:
 * ``speed`` (0.7-1.2) divides Piper's ``length_scale``: 1.2 speaks 20 % faster.
 * ``stability`` (0-1) scales the generator noise and the phoneme-duration noise together: 0.5 is the voice's
   default, 1.0 the flattest and most regular delivery (a fifth of the noise), 0.0 the most varied (about 1.7x).
-* ``similarity_boost``, ``style`` and ``use_speaker_boost`` are accepted and have no effect (one speaker).
+* ``similarity_boost`` (0-1), on a cloned voice only, sets how far the pitch moves toward the reference's median
+  pitch: 0.75 (the default) and above move all the way, 0 not at all.
+* ``style`` and ``use_speaker_boost`` are accepted and have no effect.
+
+Cloned voices: Piper has one speaker and cannot clone. For a cloned voice it measures the reference clip's median
+pitch once (cached in the voice's ``cache/`` directory and in memory) and shifts every synthesized sentence from the
+joe voice's median pitch to it, keeping the duration (see :mod:`.pitch`). Timbre, accent and rhythm stay joe's.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
+import os
+import secrets
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
+import soundfile as sf
 
 from zsynth.text import split_sentences
 
 from .base import EngineChunk, VoiceSpec
+from .pitch import median_f0, pitch_shift
 
 logger = logging.getLogger(__name__)
 
 SENTENCE_MAX_CHARS: Final = 300
+# Spoken once to measure the joe voice's own median pitch, the starting point of every clone's shift.
+CALIBRATION_TEXT: Final = (
+    "The quick brown fox jumps over the lazy dog. "
+    "She sells sea shells by the sea shore, and the shells she sells are surely sea shells."
+)
+MAX_SHIFT_SEMITONES: Final = 12.0
+PITCH_CACHE: Final = "piper-pitch.json"
 
 
 def _clamp(value: Any, low: float, high: float, default: float) -> float:
@@ -71,11 +90,67 @@ class PiperEngine:
         self._base_noise = float(config.noise_scale)
         self._base_noise_w = float(config.noise_w_scale)
         self.threads = threads
+        self._base_f0: float | None = None
+        self._reference_f0s: dict[str, float | None] = {}
 
     def warm_up(self) -> None:
-        """Synthesize one short sentence (loads espeak data, allocates onnxruntime arenas)."""
+        """Synthesize one short sentence (loads espeak data, allocates onnxruntime arenas), then calibrate pitch."""
         for _ in self.synthesize("Warming up.", VoiceSpec("warmup"), {}, lambda: False):
             pass
+        self.base_f0()
+
+    def base_f0(self) -> float:
+        """The joe voice's median pitch in Hz, measured once on a calibration text."""
+        if self._base_f0 is None:
+            chunks = self.synthesize(CALIBRATION_TEXT, VoiceSpec("calibration"), {"stability": 1.0}, lambda: False)
+            pcm = np.concatenate([chunk.pcm for chunk in chunks])
+            self._base_f0 = median_f0(pcm, self.sample_rate) or 100.0
+            logger.info("piper: joe voice median pitch %.1f Hz", self._base_f0)
+        return self._base_f0
+
+    def reference_f0(self, voice: VoiceSpec) -> float | None:
+        """The median pitch of a cloned voice's reference: from memory, the voice's cache, or measured once."""
+        if voice.path is None:
+            return None
+        if voice.path in self._reference_f0s:
+            return self._reference_f0s[voice.path]
+        cache = Path(voice.path) / "cache" / PITCH_CACHE
+        value: float | None
+        try:
+            value = json.loads(cache.read_text(encoding="utf-8"))["median_f0_hz"]
+        except (OSError, ValueError, KeyError, TypeError):
+            value = self._measure_reference(voice, cache)
+        self._reference_f0s[voice.path] = value
+        return value
+
+    def _measure_reference(self, voice: VoiceSpec, cache: Path) -> float | None:
+        assert voice.path is not None
+        reference = Path(voice.path) / str(voice.meta.get("reference", "reference.wav"))
+        try:
+            pcm, rate = sf.read(reference, dtype="float32", always_2d=True)
+        except (OSError, RuntimeError) as err:
+            logger.warning("piper: voice %s has no readable reference (%s); speaking unshifted", voice.voice_id, err)
+            return None
+        value = median_f0(pcm.mean(axis=1), int(rate))
+        logger.info("piper: voice %s reference median pitch %s Hz", voice.voice_id, value)
+        try:
+            # Other workers read this cache too: write a temporary file and rename it into place.
+            cache.parent.mkdir(exist_ok=True)
+            tmp = cache.with_name(f".{PITCH_CACHE}.{secrets.token_hex(4)}")
+            tmp.write_text(json.dumps({"median_f0_hz": value}), encoding="utf-8")
+            os.replace(tmp, cache)
+        except OSError as err:
+            logger.warning("piper: could not cache the pitch of voice %s: %s", voice.voice_id, err)
+        return value
+
+    def clone_shift(self, voice: VoiceSpec, settings: Mapping[str, Any]) -> float:
+        """Semitones that move the joe voice toward a cloned voice's reference pitch (0 for built-in voices)."""
+        target = self.reference_f0(voice)
+        if target is None or target <= 0:
+            return 0.0
+        strength = _clamp(settings.get("similarity_boost"), 0.0, 1.0, 0.75) / 0.75
+        semitones = 12.0 * math.log2(target / self.base_f0()) * min(1.0, strength)
+        return max(-MAX_SHIFT_SEMITONES, min(MAX_SHIFT_SEMITONES, semitones))
 
     def _config(self, settings: Mapping[str, Any]) -> Any:
         from piper.config import SynthesisConfig
@@ -101,6 +176,7 @@ class PiperEngine:
     ) -> Iterator[EngineChunk]:
         """Yield one chunk per sentence, each with Piper's per-phoneme sample counts as timing."""
         config = self._config(settings)
+        shift = self.clone_shift(voice, settings)
         if seed is not None:
             # Piper's noise comes from onnxruntime's RNG, which cannot be seeded per run: best effort only.
             np.random.seed(seed % (2**32))
@@ -116,4 +192,6 @@ class PiperEngine:
             if not pcm_parts:
                 continue
             pcm = np.concatenate(pcm_parts) if len(pcm_parts) > 1 else pcm_parts[0]
+            if shift:
+                pcm = pitch_shift(pcm, self.sample_rate, shift)  # same length: the phoneme timing stays valid
             yield EngineChunk(pcm=pcm.astype(np.float32, copy=False), text=sentence, timing=timing or None)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from . import health, metrics, tokens, tts
+from . import health, metrics, models, tokens, tts, user, voices
 
 
 def setup_routes(app: web.Application) -> None:
@@ -13,3 +13,6 @@ def setup_routes(app: web.Application) -> None:
     metrics.setup(app)
     tts.setup(app)
     tokens.setup(app)
+    voices.setup(app)
+    models.setup(app)
+    user.setup(app)

@@ -13,7 +13,7 @@ from aiohttp.client_exceptions import ClientConnectionResetError
 from ..audio import OutputFormat, OutputFormatError, parse_output_format
 from ..dispatch import JobFailed, JobStream
 from ..errors import ApiError
-from ..keys import DISPATCHER, REQUEST_ID, SETTINGS
+from ..keys import DISPATCHER, REQUEST_ID, SETTINGS, VOICES
 from ..protocol import Job
 
 logger = logging.getLogger(__name__)
@@ -105,19 +105,20 @@ def audio_headers(request: web.Request, tts: TtsRequest, job: Job) -> dict[str, 
 
 
 async def submit(request: web.Request, tts: TtsRequest) -> JobStream:
-    """Queue the job for this request."""
+    """Queue the job for this request, with an unknown voice id swapped for the swap-out voice."""
     job = Job(
         text=tts.text,
-        voice_id=tts.voice_id,
+        voice_id=request.app[VOICES].resolve(tts.voice_id),
         output_format=tts.fmt.name,
         voice_settings=tts.voice_settings,
         request_id=request[REQUEST_ID],
         seed=tts.seed,
     )
     logger.info(
-        "request %s: job %s voice %s format %s model %s (%d chars)",
+        "request %s: job %s voice %s (asked %s) format %s model %s (%d chars)",
         job.request_id,
         job.job_id,
+        job.voice_id,
         tts.voice_id,
         tts.fmt.name,
         tts.model_id or "-",

@@ -1,0 +1,67 @@
+"""The pitch estimator and shifter, and the store's atomic writes, without services."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from workers.engines.pitch import median_f0, pitch_shift
+from zsynth.voices import VoiceStore
+from zsynth.voices.catalog import VoiceCatalog, new_clone_meta
+
+RATE = 22050
+
+
+def harmonic(f0: float, seconds: float = 3.0) -> np.ndarray:
+    """A voiced-like tone: five harmonics with a slow vibrato, so the estimator has real periods to find."""
+    t = np.arange(int(seconds * RATE)) / RATE
+    phase = 2 * np.pi * np.cumsum(f0 * (1 + 0.01 * np.sin(2 * np.pi * 5 * t))) / RATE
+    return (0.2 * sum(np.sin(k * phase) / k for k in range(1, 6))).astype(np.float32)
+
+
+@pytest.mark.parametrize("f0", [80.0, 120.0, 210.0, 330.0])
+def test_estimator_finds_the_fundamental(f0):
+    assert median_f0(harmonic(f0), RATE) == pytest.approx(f0, rel=0.02)
+
+
+def test_estimator_ignores_silence():
+    assert median_f0(np.zeros(RATE * 2, np.float32), RATE) is None
+
+
+@pytest.mark.parametrize("semitones", [-5.0, 3.0, 7.0])
+def test_shift_moves_pitch_and_keeps_duration(semitones):
+    pcm = harmonic(140.0)
+    shifted = pitch_shift(pcm, RATE, semitones)
+    assert len(shifted) == len(pcm)
+    assert median_f0(shifted, RATE) == pytest.approx(140.0 * 2 ** (semitones / 12), rel=0.03)
+
+
+def test_store_writes_atomically_and_hides_unfinished_voices(tmp_path):
+    store = VoiceStore(tmp_path / "voices")
+    store.ensure()
+    (tmp_path / "voices" / ".tmp-crashed").mkdir()  # what a writer killed mid-way leaves
+    meta = new_clone_meta("n", None, {}, [], 10.0)
+    voice = store.install(meta, b"RIFF....")
+    assert set(store.all()) == {voice.voice_id}
+    assert json.loads((voice.path / "meta.json").read_text())["name"] == "n"
+    with pytest.raises(FileExistsError):
+        store.install(meta, b"RIFF....")
+    # A directory without meta.json (never renamed in by install) is not a voice.
+    (tmp_path / "voices" / "custom-halfwritten").mkdir()
+    assert store.get("custom-halfwritten") is None
+    assert store.get("../../etc") is None
+    VoiceStore(tmp_path / "voices").ensure()
+    assert not (tmp_path / "voices" / ".tmp-crashed").exists()
+    assert store.remove(voice.voice_id) and not store.remove(voice.voice_id)
+    assert store.all() == {}
+
+
+def test_catalog_resolution(tmp_path):
+    store = VoiceStore(tmp_path)
+    voice = store.install(new_clone_meta("n", None, {}, [], 10.0), b"x")
+    assert VoiceCatalog(store, "piper").resolve("nope") == "joe"
+    assert VoiceCatalog(store, "piper", voice.voice_id).resolve("nope") == voice.voice_id
+    assert VoiceCatalog(store, "piper").resolve(voice.voice_id) == voice.voice_id
+    assert VoiceCatalog(store, "turbo").resolve("nope") == "default"

@@ -1,0 +1,19 @@
+"""Voices: the on-disk store of clones, the catalog with built-in voices and the swap-out rule, the S3 mirror.
+
+Importing this package pulls in neither aiohttp nor aioboto3 (workers read the store); import ``.mirror`` for S3.
+"""
+
+from __future__ import annotations
+
+from .catalog import DEFAULT_SETTINGS, VoiceCatalog, VoiceConfigError, builtin_voices
+from .store import StoredVoice, VoiceStore, is_clone_id
+
+__all__ = [
+    "DEFAULT_SETTINGS",
+    "StoredVoice",
+    "VoiceCatalog",
+    "VoiceConfigError",
+    "VoiceStore",
+    "builtin_voices",
+    "is_clone_id",
+]

@@ -1,0 +1,139 @@
+"""Reference clips for cloning: decode WAV, FLAC, Ogg and MP3, downmix to mono, and refuse what cannot clone."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import secrets
+from dataclasses import dataclass
+from typing import Any, Final
+
+import numpy as np
+import soundfile as sf
+import soxr
+
+MIN_SECONDS: Final = 5.0
+MAX_SECONDS: Final = 60.0
+# Every reference is stored at one rate: engines resample from it (Chatterbox conditions at 16 and 24 kHz).
+STORE_RATE: Final = 24000
+# 20 ms frames louder than -40 dBFS count as sound; a clone needs a few seconds of it.
+_FRAME_S: Final = 0.02
+_ACTIVE_RMS: Final = 0.01
+MIN_ACTIVE_SECONDS: Final = 2.0
+ADVICE: Final = "Send about 10-20 seconds of clean single-speaker speech as WAV, FLAC, Ogg or MP3."
+
+_MIME_BY_FORMAT: Final = {"WAV": "audio/wav", "FLAC": "audio/flac", "OGG": "audio/ogg", "MP3": "audio/mpeg"}
+
+
+class ClipError(ValueError):
+    """A reference clip was refused; ``code`` is the API status, the message says what to send."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(slots=True)
+class Clip:
+    """One decoded upload."""
+
+    file_name: str
+    mime_type: str
+    size_bytes: int
+    sha256: str
+    pcm: np.ndarray  # mono float32 at STORE_RATE
+
+    @property
+    def duration(self) -> float:
+        """Seconds of audio."""
+        return len(self.pcm) / STORE_RATE
+
+    def sample(self) -> dict[str, Any]:
+        """The ElevenLabs ``samples`` entry describing this upload."""
+        return {
+            "sample_id": secrets.token_hex(10),
+            "file_name": self.file_name,
+            "mime_type": self.mime_type,
+            "size_bytes": self.size_bytes,
+            "hash": self.sha256,
+            "duration_secs": round(self.duration, 3),
+            "remove_background_noise": False,
+            "has_isolated_audio": False,
+            "has_isolated_audio_preview": False,
+            "speaker_separation": None,
+            "trim_start": None,
+            "trim_end": None,
+        }
+
+
+def decode_clip(data: bytes, file_name: str, max_bytes: int) -> Clip:
+    """Decode one uploaded file to mono at STORE_RATE; raise ClipError for empty, oversized or undecodable files."""
+    if not data:
+        raise ClipError("invalid_audio", f"The file {file_name!r} is empty. {ADVICE}")
+    if len(data) > max_bytes:
+        raise ClipError(
+            "clip_too_large", f"The file {file_name!r} is larger than the limit of {max_bytes} bytes. {ADVICE}"
+        )
+    try:
+        with sf.SoundFile(io.BytesIO(data)) as fh:
+            fmt = str(fh.format)
+            rate = int(fh.samplerate)
+            samples = fh.read(dtype="float32", always_2d=True)
+    except (RuntimeError, ValueError, TypeError, EOFError) as err:
+        raise ClipError(
+            "invalid_audio", f"The file {file_name!r} could not be decoded as audio ({err}). {ADVICE}"
+        ) from err
+    if rate <= 0 or samples.size == 0:
+        raise ClipError("invalid_audio", f"The file {file_name!r} holds no audio. {ADVICE}")
+    mono = samples.mean(axis=1, dtype=np.float32)
+    if rate != STORE_RATE:
+        mono = soxr.resample(mono, rate, STORE_RATE, quality="HQ").astype(np.float32, copy=False)
+    mono = np.nan_to_num(mono, nan=0.0, posinf=0.0, neginf=0.0)
+    return Clip(
+        file_name=file_name,
+        mime_type=_MIME_BY_FORMAT.get(fmt, "application/octet-stream"),
+        size_bytes=len(data),
+        sha256=hashlib.sha256(data).hexdigest(),
+        pcm=np.clip(mono, -1.0, 1.0),
+    )
+
+
+def active_seconds(pcm: np.ndarray, rate: int) -> float:
+    """Seconds of 20 ms frames that carry sound above -40 dBFS."""
+    frame = max(1, int(rate * _FRAME_S))
+    usable = len(pcm) // frame * frame
+    if usable == 0:
+        return 0.0
+    rms = np.sqrt((pcm[:usable].reshape(-1, frame) ** 2).mean(axis=1))
+    return float((rms > _ACTIVE_RMS).sum()) * frame / rate
+
+
+def build_reference(clips: list[Clip]) -> np.ndarray:
+    """Join the uploads into one reference and check it is long enough, short enough and not silent."""
+    gap = np.zeros(int(0.3 * STORE_RATE), dtype=np.float32)
+    parts: list[np.ndarray] = []
+    for clip in clips:
+        if parts:
+            parts.append(gap)
+        parts.append(clip.pcm)
+    pcm = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
+    seconds = len(pcm) / STORE_RATE
+    if seconds < MIN_SECONDS:
+        raise ClipError("audio_too_short", f"The reference is {seconds:.1f} s long; at least 5 s is needed. {ADVICE}")
+    if seconds > MAX_SECONDS:
+        raise ClipError("audio_too_long", f"The reference is {seconds:.1f} s long; at most 60 s is accepted. {ADVICE}")
+    sound = active_seconds(pcm, STORE_RATE)
+    if sound < MIN_ACTIVE_SECONDS:
+        raise ClipError(
+            "silent_audio",
+            f"The reference is silent or nearly so ({sound:.1f} s above -40 dBFS). {ADVICE}",
+        )
+    return pcm
+
+
+def encode_wav(pcm: np.ndarray) -> bytes:
+    """The stored form of a reference: 16-bit PCM WAV at STORE_RATE."""
+    out = io.BytesIO()
+    sf.write(out, pcm, STORE_RATE, format="WAV", subtype="PCM_16")
+    return out.getvalue()

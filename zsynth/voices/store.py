@@ -1,0 +1,216 @@
+"""Cloned voices on local disk: one directory per voice, written atomically, read by every process on the box.
+
+Layout under ``Settings.voices_dir``::
+
+    <voice_id>/meta.json        what the API shows about the voice (and the reference's format)
+    <voice_id>/reference.wav    the reference clip, mono 16-bit PCM
+    <voice_id>/cache/           engine caches (conditioning computed once from the reference)
+    .tmp-<random>/              a voice being written; renamed into place only when complete
+    .deleted/<voice_id>         tombstone of a removal the S3 mirror has not finished yet
+
+A voice appears and disappears with a single ``rename``, so a reader never sees half a voice. This module does not
+import aiohttp: the workers read the same store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import secrets
+import shutil
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+logger = logging.getLogger(__name__)
+
+META: Final = "meta.json"
+REFERENCE: Final = "reference.wav"
+CACHE: Final = "cache"
+CLONE_PREFIX: Final = "custom-"
+_ID_RE: Final = re.compile(r"^custom-[A-Za-z0-9_-]{4,64}$")
+# Directory mtimes tick coarsely (a few ms): a listing is cached only once the directory has been still this long.
+_SETTLED_NS: Final = 2_000_000_000
+
+
+def is_clone_id(voice_id: str) -> bool:
+    """True when ``voice_id`` has the shape of a cloned voice's id (and so is safe as a directory name)."""
+    return bool(_ID_RE.match(voice_id))
+
+
+def new_voice_id() -> str:
+    """A fresh cloned-voice id: ``custom-`` and 16 random letters and digits."""
+    alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+    return CLONE_PREFIX + "".join(secrets.choice(alphabet) for _ in range(16))
+
+
+@dataclass(frozen=True, slots=True)
+class StoredVoice:
+    """A cloned voice as it lies on disk."""
+
+    voice_id: str
+    path: Path
+    meta: Mapping[str, Any]
+
+    @property
+    def reference(self) -> Path:
+        """The reference clip."""
+        return self.path / str(self.meta.get("reference", REFERENCE))
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    with open(path, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+class VoiceStore:
+    """The cloned voices of this box, on ``root``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._cache_stamp: int | None = None
+        self._cache: dict[str, StoredVoice] = {}
+
+    def ensure(self) -> None:
+        """Create the directory tree and sweep temporary leftovers of crashed writers."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / ".deleted").mkdir(exist_ok=True)
+        for leftover in self.root.glob(".t*-*"):
+            if leftover.name.startswith((".tmp-", ".trash-")):
+                shutil.rmtree(leftover, ignore_errors=True)
+
+    # ----- reading ---------------------------------------------------------------------------------------------
+
+    def _scan(self) -> dict[str, StoredVoice]:
+        voices: dict[str, StoredVoice] = {}
+        with contextlib.suppress(FileNotFoundError):
+            for entry in os.scandir(self.root):
+                if not is_clone_id(entry.name):
+                    continue
+                voice = self._load(Path(entry.path))
+                if voice is not None:
+                    voices[voice.voice_id] = voice
+        return voices
+
+    def _load(self, path: Path) -> StoredVoice | None:
+        try:
+            meta = json.loads((path / META).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as err:
+            logger.error("voice store: unreadable %s: %s", path / META, err)
+            return None
+        if not isinstance(meta, dict) or meta.get("voice_id") != path.name:
+            logger.error("voice store: %s does not describe %s", path / META, path.name)
+            return None
+        return StoredVoice(path.name, path, meta)
+
+    def all(self) -> dict[str, StoredVoice]:
+        """Every stored voice by id; rescanned only when the directory changed (adds and removals are renames)."""
+        try:
+            stamp = os.stat(self.root).st_mtime_ns
+        except FileNotFoundError:
+            return {}
+        if stamp != self._cache_stamp or time.time_ns() - stamp < _SETTLED_NS:
+            self._cache = self._scan()
+            self._cache_stamp = stamp
+        return dict(self._cache)
+
+    def get(self, voice_id: str) -> StoredVoice | None:
+        """One stored voice, read straight from disk (a worker must see a voice the moment it is renamed in)."""
+        if not is_clone_id(voice_id):
+            return None
+        return self._load(self.root / voice_id)
+
+    def __iter__(self) -> Iterator[StoredVoice]:
+        return iter(self.all().values())
+
+    # ----- writing ---------------------------------------------------------------------------------------------
+
+    def install(self, meta: Mapping[str, Any], reference: bytes) -> StoredVoice:
+        """Write a complete voice atomically: a temporary directory, fsynced, then renamed into place.
+
+        Raises FileExistsError when the voice is already there (another front restored it first).
+        """
+        voice_id = str(meta["voice_id"])
+        if not is_clone_id(voice_id):
+            raise ValueError(f"not a cloned voice id: {voice_id!r}")
+        self.ensure()
+        final = self.root / voice_id
+        if final.exists():
+            raise FileExistsError(final)
+        tmp = self.root / f".tmp-{secrets.token_hex(8)}"
+        tmp.mkdir()
+        try:
+            _write_file(tmp / str(meta.get("reference", REFERENCE)), reference)
+            _write_file(tmp / META, json.dumps(dict(meta), indent=1, ensure_ascii=False).encode())
+            _fsync_dir(tmp)
+            try:
+                os.rename(tmp, final)
+            except OSError as err:
+                if final.exists():
+                    raise FileExistsError(final) from err
+                raise
+            _fsync_dir(self.root)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+        logger.info("voice store: wrote %s", voice_id)
+        return StoredVoice(voice_id, final, dict(meta))
+
+    def remove(self, voice_id: str) -> bool:
+        """Remove a voice with one rename (then delete the renamed tree); False when it was not there."""
+        if not is_clone_id(voice_id):
+            return False
+        trash = self.root / f".trash-{secrets.token_hex(8)}"
+        try:
+            os.rename(self.root / voice_id, trash)
+        except FileNotFoundError:
+            return False
+        _fsync_dir(self.root)
+        shutil.rmtree(trash, ignore_errors=True)
+        logger.info("voice store: removed %s", voice_id)
+        return True
+
+    def read_files(self, voice_id: str) -> tuple[bytes, bytes] | None:
+        """The meta.json and reference bytes of a voice (what the mirror uploads)."""
+        voice = self.get(voice_id)
+        if voice is None:
+            return None
+        try:
+            return (voice.path / META).read_bytes(), voice.reference.read_bytes()
+        except FileNotFoundError:
+            return None
+
+    # ----- tombstones (removals the mirror still owes the bucket) ----------------------------------------------
+
+    def add_tombstone(self, voice_id: str) -> None:
+        """Remember a removal until the bucket has forgotten the voice too."""
+        self.ensure()
+        _write_file(self.root / ".deleted" / voice_id, b"")
+
+    def drop_tombstone(self, voice_id: str) -> None:
+        """The bucket no longer has the voice."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.root / ".deleted" / voice_id)
+
+    def tombstones(self) -> set[str]:
+        """Ids removed here whose removal the bucket may not have seen."""
+        with contextlib.suppress(FileNotFoundError):
+            return {name for name in os.listdir(self.root / ".deleted") if is_clone_id(name)}
+        return set()
