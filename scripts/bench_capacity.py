@@ -1,0 +1,196 @@
+#!/usr/bin/env python3
+"""Capacity: how many (simulated) GPU workers one front process and one Redis keep busy.
+
+For each worker count K it starts redis-server, one front and K workers running the simulated engine (load tests
+only: each chunk holds the slot for ``--hold`` seconds and carries ``--audio`` seconds of PCM), drives 1.25K concurrent
+clients with short segments through the load generator for ``--seconds``, and reports:
+
+* busy %: the share of the K slots spent inside jobs during the steady middle of the run (from the job records);
+* time to first audio p50/p95/p99 at the client;
+* CPU of the front and of Redis per audio-second delivered and per job, and their RSS.
+
+Everything runs on loopback and stops by itself. Example::
+
+    .venv/bin/python scripts/bench_capacity.py --workers 8,32,64 --seconds 20 --mode http
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import redis
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from scripts import loadgen  # noqa: E402
+from tests.helpers import RedisServer, free_port, wait_for  # noqa: E402
+from zsynth import protocol  # noqa: E402
+
+
+@contextlib.contextmanager
+def stack(workers: int, hold: float, audio: float, data_dir: str) -> Iterator[tuple[str, dict[str, int], str]]:
+    """Redis, one front and `workers` simulated workers; yield (base URL, pids, redis URL)."""
+    server = RedisServer().start()
+    port = free_port()
+    env = dict(
+        os.environ,
+        ZSYNTH_REDIS_URL=server.url,
+        ZSYNTH_PORT=str(port),
+        ZSYNTH_DATA_DIR=data_dir,
+        ZSYNTH_LOG_LEVEL="WARNING",
+        ZSYNTH_ENGINE="simulated",
+        ZSYNTH_LOAD_TEST_ONLY="1",
+        ZSYNTH_SIM_CHUNK_HOLD=str(hold),
+        ZSYNTH_SIM_CHUNK_AUDIO=str(audio),
+        ZSYNTH_MAX_QUEUE="100000",
+    )
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        front = subprocess.Popen([sys.executable, "-m", "zsynth", "serve"], env=env, cwd=ROOT)
+        procs.append(front)
+        for index in range(workers):
+            worker_env = dict(env, ZSYNTH_WORKER_ID=f"sim-{index}")
+            procs.append(subprocess.Popen([sys.executable, "-m", "zsynth", "worker"], env=worker_env, cwd=ROOT))
+        client = redis.Redis.from_url(server.url)
+        wait_for(lambda: len(client.keys(protocol.heartbeat_key("sim-*"))) == workers, 120, f"{workers} workers")
+        client.close()
+        wait_for(lambda: _answers(port), 30, "front")
+        assert server.proc is not None
+        yield f"http://127.0.0.1:{port}", {"front": front.pid, "redis": server.proc.pid}, server.url
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        server.stop()
+
+
+def _answers(port: int) -> bool:
+    import urllib.request
+
+    with contextlib.suppress(OSError), urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=0.5):
+        return True
+    return False
+
+
+def busy_share(redis_url: str, job_ids: list[str], workers: int, start: float, end: float) -> float:
+    """Share of worker-seconds inside jobs between start and end (unix times)."""
+    client = redis.Redis.from_url(redis_url)
+    busy = 0.0
+    with client.pipeline(transaction=False) as pipe:
+        for job_id in job_ids:
+            pipe.hmget(protocol.job_key(job_id), ["started_at", "finished_at"])
+        for started, finished in pipe.execute():
+            if started is None or finished is None:
+                continue
+            lo, hi = max(start, float(started)), min(end, float(finished))
+            busy += max(0.0, hi - lo)
+    client.close()
+    return busy / (workers * (end - start))
+
+
+def run_one(args: argparse.Namespace, workers: int) -> dict[str, object]:
+    """Measure one worker count."""
+    with (
+        tempfile.TemporaryDirectory() as data_dir,
+        stack(workers, args.hold, args.audio, data_dir) as (
+            base,
+            pids,
+            redis_url,
+        ),
+    ):
+        # Enough segments for the whole run; the time limit ends it.
+        load_args = loadgen.parse_args(
+            [
+                "--base",
+                base,
+                "--mode",
+                args.mode,
+                "--clients",
+                str(math.ceil(workers * args.oversubscribe)),
+                "--requests",
+                str(workers * 2 * 1000),
+                "--duration",
+                str(args.seconds),
+                "--timeout",
+                "30",
+                "--format",
+                "pcm_24000",
+                "--text",
+                args.text,
+                *(f"--pid={name}={pid}" for name, pid in pids.items()),
+            ]
+        )
+        cpu_before = {name: loadgen.proc_stats(pid) for name, pid in pids.items()}
+        started = time.time()
+        results, wall = asyncio.run(loadgen.run_load(load_args))
+        ended = time.time()
+        cpu = {name: loadgen.proc_stats(pid)[0] - cpu_before[name][0] for name, pid in pids.items()}
+        rss = {name: loadgen.proc_stats(pid)[1] / 2**20 for name, pid in pids.items()}
+        margin = min(3.0, args.seconds / 5)
+        share = busy_share(redis_url, results.job_ids, workers, started + margin, ended - margin)
+        audio_s = results.audio_bytes / (24000 * 2)
+        return {
+            "workers": workers,
+            "busy_pct": round(100 * share, 1),
+            "jobs": results.done,
+            "jobs_per_s": round(results.done / wall, 1),
+            "audio_s_per_s": round(audio_s / wall, 1),
+            "ttfa_ms": [round(loadgen.pct(results.ttfa, q) * 1000, 1) for q in (50, 95, 99)],
+            "errors": dict(results.errors),
+            "front_cpu_pct": round(100 * cpu["front"] / wall, 1),
+            "front_cpu_ms_per_audio_s": round(1000 * cpu["front"] / audio_s, 2) if audio_s else None,
+            "front_cpu_ms_per_job": round(1000 * cpu["front"] / results.done, 2) if results.done else None,
+            "redis_cpu_ms_per_job": round(1000 * cpu["redis"] / results.done, 3) if results.done else None,
+            "front_rss_mib": round(rss["front"], 1),
+            "redis_rss_mib": round(rss["redis"], 1),
+        }
+
+
+def main() -> None:
+    """Sweep worker counts and print one row each."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workers", default="8,16,32,64", help="comma-separated worker counts")
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--hold", type=float, default=0.05, help="seconds each chunk holds the slot")
+    parser.add_argument("--audio", type=float, default=0.5, help="seconds of audio per chunk")
+    parser.add_argument("--mode", choices=("http", "ws"), default="http")
+    parser.add_argument("--oversubscribe", type=float, default=1.25, help="clients per worker (>1 keeps a queue)")
+    parser.add_argument("--text", default=loadgen.DEFAULT_TEXT)
+    args = parser.parse_args()
+    print(
+        f"capacity: simulated engine, {args.hold * 1000:.0f} ms per {args.audio:.2f} s chunk, mode {args.mode}, "
+        f"{args.seconds:.0f} s per point, {os.cpu_count()} CPUs"
+    )
+    header = (
+        f"{'workers':>7} {'busy%':>6} {'jobs/s':>7} {'audio/s':>8} {'ttfa p50/p95/p99 ms':>22} "
+        f"{'front%':>7} {'front ms/audio-s':>16} {'front ms/job':>12} {'redis ms/job':>12} errors"
+    )
+    print(header)
+    for workers in (int(w) for w in args.workers.split(",")):
+        row = run_one(args, workers)
+        ttfa = "/".join(str(v) for v in row["ttfa_ms"])  # type: ignore[attr-defined]
+        print(
+            f"{row['workers']:>7} {row['busy_pct']:>6} {row['jobs_per_s']:>7} {row['audio_s_per_s']:>8} {ttfa:>22} "
+            f"{row['front_cpu_pct']:>7} {row['front_cpu_ms_per_audio_s']!s:>16} {row['front_cpu_ms_per_job']!s:>12} "
+            f"{row['redis_cpu_ms_per_job']!s:>12} {row['errors'] or '-'}",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
