@@ -25,6 +25,10 @@ from .metrics import Metrics
 logger = logging.getLogger(__name__)
 
 
+async def _pass_through(response: Any) -> Any:
+    return response
+
+
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
@@ -135,7 +139,9 @@ class Dispatcher:
 
     async def start(self) -> None:
         """Open the pub/sub connection and start the listener task."""
-        self._pubsub = self.redis.pubsub()
+        # redis-py's default push handler formats every message (audio included) for a debug log line it then
+        # drops; on a busy front that was a quarter of the CPU. An identity handler skips it.
+        self._pubsub = self.redis.pubsub(push_handler_func=_pass_through)
         # A pub/sub connection with no subscription cannot be read; a private channel keeps it open.
         await self._pubsub.subscribe(protocol.PREFIX + "front-keepalive")
         self._listener = asyncio.create_task(self._listen(), name="dispatch-listener")
