@@ -169,6 +169,28 @@ def moto_server() -> Iterator[str]:
         proc.wait(10)
 
 
+@contextlib.contextmanager
+def front_process(redis_url: str, data_dir: Path, **env: str) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """Run a real `zsynth serve` on a free port; yield (process, base URL)."""
+    port = free_port()
+    full_env = dict(os.environ, ZSYNTH_REDIS_URL=redis_url, ZSYNTH_PORT=str(port), ZSYNTH_DATA_DIR=str(data_dir))
+    full_env.update(env)
+    proc = subprocess.Popen([sys.executable, "-m", "zsynth", "serve"], env=full_env, cwd=ROOT)
+
+    def up() -> bool:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+        return False
+
+    try:
+        wait_for(up, 30, "front")
+        yield proc, f"http://127.0.0.1:{port}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+
+
 def decode_audio(data: bytes, output_format: str) -> tuple[np.ndarray, int]:
     """Decode bytes in an ElevenLabs output format to float32 mono samples and their rate."""
     fmt = parse_output_format(output_format, route="convert")

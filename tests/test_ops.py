@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
@@ -15,7 +14,7 @@ from pathlib import Path
 import aiohttp
 import numpy as np
 
-from .helpers import ROOT, WorkerProcess, assert_speech, free_port, wait_for
+from .helpers import ROOT, WorkerProcess, assert_speech, front_process
 
 
 def test_systemd_units_verify(tmp_path):
@@ -73,27 +72,6 @@ def test_worker_check_command(shared_workers, redis_url):
     assert ok.returncode == 0
     missing = subprocess.run([sys.executable, "-m", "zsynth", "worker", "--check", "--worker-id", "nobody"], env=env)
     assert missing.returncode == 1
-
-
-@contextlib.contextmanager
-def front_process(redis_url: str, data_dir: Path, **env: str):
-    port = free_port()
-    full_env = dict(os.environ, ZSYNTH_REDIS_URL=redis_url, ZSYNTH_PORT=str(port), ZSYNTH_DATA_DIR=str(data_dir))
-    full_env.update(env)
-    proc = subprocess.Popen([sys.executable, "-m", "zsynth", "serve"], env=full_env, cwd=ROOT)
-
-    def up() -> bool:
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return True
-        return False
-
-    try:
-        wait_for(up, 30, "front")
-        yield proc, f"http://127.0.0.1:{port}"
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(10)
 
 
 async def test_sigterm_drains_running_stream(redis_url, data_dir, shared_workers):
