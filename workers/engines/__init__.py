@@ -15,4 +15,8 @@ def load_engine(settings: Settings) -> Engine:
         from .piper import PiperEngine
 
         return PiperEngine(threads=settings.engine_threads)
+    if settings.engine == "turbo":
+        from .turbo import TurboEngine
+
+        return TurboEngine(settings)
     raise ValueError(f"ZSYNTH_ENGINE={settings.engine!r} is not available in this build")
