@@ -1,5 +1,8 @@
 """Benchmark the turbo engine: real-time factor, time to first audio, speech tokens per second, peak memory.
 
+RTF is synthesis time over audio time (below 1 is faster than real time); TTFA is the time to the first audio
+chunk; tok/s counts speech tokens per second of the whole request (sampling, mel decoding and vocoding together).
+
 Run through ``./scripts/bench-turbo [--checkpoint DIR] [--repeats N] [--max-tokens N]``. With a checkpoint (or
 ZSYNTH_TURBO_CHECKPOINT) it measures those weights; without one it builds random weights of the real size on a CUDA
 box, and says so. Without CUDA it runs on the CPU with the tiny random checkpoint to prove the path works and says
@@ -59,7 +62,9 @@ def measure(engine: Any, text: str, repeats: int) -> dict[str, Any]:
             tokens += int(chunk.extra.get("tokens", 0))
         total = time.perf_counter() - started
         audio = samples / engine.sample_rate
-        runs.append({"ttfa_s": first, "total_s": total, "audio_s": audio, "rtf": total / audio, "tok_s": tokens / total})
+        runs.append(
+            {"ttfa_s": first, "total_s": total, "audio_s": audio, "rtf": total / audio, "tok_s": tokens / total}
+        )
     middle = {key: sorted(run[key] for run in runs)[len(runs) // 2] for key in runs[0]}
     middle["chars"] = len(text)
     middle["peak_memory"] = _peak_memory(torch, engine.device)  # type: ignore[assignment]

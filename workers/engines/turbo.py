@@ -191,7 +191,6 @@ class TurboEngine:
     ) -> Iterator[EngineChunk]:
         """Yield audio piece by piece, several chunks per piece as speech tokens arrive."""
         import torch
-
         from chatterbox.tts_turbo import punc_norm
 
         from .turbo_stream import PieceDecoder, Sampling, fresh_t3_cond, iter_speech_tokens

@@ -52,10 +52,10 @@ def backbone_config(t3_file: Path) -> dict[str, Any] | None:
         n_positions, n_embd = handle.get_slice("tfmr.wpe.weight").get_shape()
     n_layer = len({key.split(".")[2] for key in keys if key.startswith("tfmr.h.")})
     n_head = int(metadata.get("n_head", n_embd // HEAD_DIM))
-    stock = GPT2_MEDIUM_CONFIG
-    if (n_layer, n_embd, n_head, n_positions) == (stock["n_layer"], stock["n_embd"], stock["n_head"], stock["n_positions"]):
+    stock: dict[str, Any] = GPT2_MEDIUM_CONFIG
+    if [n_layer, n_embd, n_head, n_positions] == [stock[k] for k in ("n_layer", "n_embd", "n_head", "n_positions")]:
         return None
-    config = copy.deepcopy(stock)
+    config: dict[str, Any] = copy.deepcopy(stock)
     config.update(n_layer=n_layer, n_embd=n_embd, hidden_size=n_embd, n_head=n_head, n_positions=n_positions,
                   n_ctx=n_positions)  # fmt: skip
     return config
@@ -95,7 +95,7 @@ def tiny_backbone() -> dict[str, Any]:
     """A two-layer, 128-wide GPT-2 (two 64-wide heads): enough to run the real code path on a CPU."""
     from chatterbox.models.t3.llama_configs import GPT2_MEDIUM_CONFIG
 
-    config = copy.deepcopy(GPT2_MEDIUM_CONFIG)
+    config: dict[str, Any] = copy.deepcopy(GPT2_MEDIUM_CONFIG)
     config.update(n_layer=2, n_head=2, n_embd=128, hidden_size=128, n_positions=2048, n_ctx=2048)
     return config
 
@@ -113,7 +113,7 @@ def _write_tokenizer(dest: Path) -> None:
     bpe = ByteLevelBPETokenizer()
     bpe.train_from_iterator(corpus, vocab_size=600, min_frequency=1, special_tokens=["<|endoftext|>"])
     bpe.save_model(str(dest))  # vocab.json and merges.txt, the names of the published checkpoint
-    tok = PreTrainedTokenizerFast(
+    tok = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
         tokenizer_object=Tokenizer.from_str(bpe._tokenizer.to_str()),
         eos_token="<|endoftext|>",
         bos_token="<|endoftext|>",

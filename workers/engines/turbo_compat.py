@@ -6,11 +6,13 @@ Two known upstream bugs are worked around here, once per process, before a model
   "expected scalar type Double but found Float" (chatterbox #499); the wrapper hands back float32.
 * setuptools >= 81: perth's ``PerthImplicitWatermarker`` silently becomes ``None`` (it imports pkg_resources);
   this is an install problem, so it is reported with the fix instead of a "'NoneType' object is not callable".
+
+Also, the S3Gen decoder's per-call print and progress bar are silenced in that module (one per streamed chunk).
 """
 
 from __future__ import annotations
 
-import os
+import functools
 import warnings
 from typing import Any
 
@@ -25,8 +27,6 @@ class TurboUnavailable(RuntimeError):
 
 def require_packages() -> None:
     """Import what the engine needs, or fail with the install command."""
-    # Per-flush progress bars of the S3Gen decoder would flood the worker log; this process runs one engine only.
-    os.environ.setdefault("TQDM_DISABLE", "1")
     try:
         with warnings.catch_warnings():
             # perth imports pkg_resources (a UserWarning under setuptools<81, which it needs).
@@ -48,6 +48,13 @@ def apply_workarounds() -> None:
             "perth.PerthImplicitWatermarker is None: setuptools>=81 removed pkg_resources, which resemble-perth "
             f"imports; pip install 'setuptools<81' ({INSTALL_HINT})"
         )
+    # The S3Gen decoder prints a line and a progress bar on every call, that is on every streamed chunk: silence
+    # them in that module only, so worker logs stay readable.
+    from chatterbox.models.s3gen import flow_matching
+    from tqdm import tqdm
+
+    flow_matching.tqdm = functools.partial(tqdm, disable=True)
+    flow_matching.print = lambda *args, **kwargs: None
     stock = ChatterboxTurboTTS.norm_loudness
     if getattr(stock, "_zsynth_float32", False):
         return
@@ -55,5 +62,5 @@ def apply_workarounds() -> None:
     def norm_loudness_f32(self: Any, wav: Any, sr: int, target_lufs: float = -27) -> np.ndarray:
         return np.asarray(stock(self, wav, sr, target_lufs), dtype=np.float32)
 
-    norm_loudness_f32._zsynth_float32 = True  # type: ignore[attr-defined]
-    ChatterboxTurboTTS.norm_loudness = norm_loudness_f32  # type: ignore[method-assign]
+    setattr(norm_loudness_f32, "_zsynth_float32", True)  # noqa: B010 - marks the wrapper so a second call is a no-op
+    ChatterboxTurboTTS.norm_loudness = norm_loudness_f32

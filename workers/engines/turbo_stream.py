@@ -165,9 +165,9 @@ class PieceDecoder:
             fade = self.s3gen.trim_fade.float().cpu().numpy()  # upstream's fade-in against reference spill-over
             n = min(len(fade), len(audio))
             audio[:n] *= fade[:n]
-            return audio
+            return np.asarray(audio, dtype=np.float32)
         keep_from = max(0, context_samples - (0 if self._tail is None else len(self._tail)))
-        return audio[keep_from:]
+        return np.asarray(audio[keep_from:], dtype=np.float32)
 
     def _finish(self, audio: np.ndarray, final: bool) -> np.ndarray:
         """Crossfade into the held-back tail, hold back a new one (or fade out at the end of the piece)."""

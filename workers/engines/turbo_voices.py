@@ -180,6 +180,10 @@ class ConditioningCache:
         try:
             _atomic_write(voice_dir / CONDS_FILE, conds.save)
             info = {"reference": reference.name, "reference_sha256": sha, "model": self.model_id}
-            _atomic_write(voice_dir / CONDS_INFO, lambda tmp: Path(tmp).write_text(json.dumps(info) + "\n"))
+
+            def write_info(tmp: str) -> None:
+                Path(tmp).write_text(json.dumps(info) + "\n", encoding="utf-8")
+
+            _atomic_write(voice_dir / CONDS_INFO, write_info)
         except OSError as err:  # a read-only voice store still serves, it just recomputes after a restart
             logger.warning("voice %s: could not save conditioning: %s", voice_dir.name, err)
