@@ -117,6 +117,10 @@ class Settings:
     # Full keys: one in ZSYNTH_API_KEY and/or a comma-separated list in ZSYNTH_API_KEYS; none = open API.
     api_key: str | None = _env("API_KEY", _optional_str, default=None)
     api_keys: tuple[str, ...] = _env("API_KEYS", _parse_list, default=())
+    # Realtime WebSockets: default idle time before a socket is ended (a client may ask for 1-180 s with
+    # ?inactivity_timeout=), and how long a new socket may take to send its first message.
+    ws_inactivity_timeout_s: float = _env("WS_INACTIVITY_TIMEOUT", _positive_float, default=20.0)
+    ws_first_message_timeout_s: float = _env("WS_FIRST_MESSAGE_TIMEOUT", _positive_float, default=10.0)
     log_level: str = _env("LOG_LEVEL", default="INFO")
     log_json: bool = _env("LOG_JSON", _parse_bool, default=False)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from typing import Final
 
 from aiohttp import web
@@ -15,6 +16,8 @@ SETTINGS: Final = web.AppKey("settings", Settings)
 REDIS: Final = web.AppKey("redis", Redis)
 DISPATCHER: Final = web.AppKey("dispatcher", Dispatcher)
 AUTHENTICATOR: Final = web.AppKey("authenticator", Authenticator)
+# Open realtime sockets, closed with GOING_AWAY when the front shuts down.
+WS_REGISTRY: Final = web.AppKey("ws_registry", weakref.WeakSet[web.WebSocketResponse])
 
 # Per-request values.
 REQUEST_ID: Final = web.RequestKey("request_id", str)
