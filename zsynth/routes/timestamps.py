@@ -91,7 +91,11 @@ async def convert_with_timestamps(request: web.Request) -> web.Response:
                 timeline.add(event)
         except JobFailed as err:
             raise job_failure(err) from err
-        aligned = _alignment_body(*join_chunks(timeline.parts))
+        chars, starts, ends = join_chunks(timeline.parts)
+        if ends:
+            # An encoder's final flush can carry a few ms after the last character starts: it is that character's.
+            ends[-1] = max(ends[-1], round(timeline.offset_s, 3))
+        aligned = _alignment_body(chars, starts, ends)
         body = {
             "audio_base64": base64.b64encode(b"".join(audio)).decode("ascii"),
             "alignment": aligned,

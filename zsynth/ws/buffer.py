@@ -2,8 +2,8 @@
 
 Rules (ElevenLabs ``chunk_length_schedule`` semantics):
 
-* Text accumulates. The n-th segment is released once the buffer holds at least ``schedule[n]`` characters of
-  whole words (the last entry repeats).
+* Text accumulates. The n-th segment is released once the buffer holds at least ``schedule[n]`` characters
+  (the last entry repeats).
 * ``try_trigger_generation`` releases the whole words early once at least :data:`TRIGGER_MIN_CHARS` are buffered.
 * ``flush`` (and the end of input) releases everything, however short.
 * ``auto_mode`` turns the schedule off: every message's whole words are released at once.
@@ -69,9 +69,10 @@ class TextBuffer:
         whole = self._whole_words_end()
         if whole == 0:
             return []
-        if self.auto_mode or len(self._text[:whole].strip()) >= self.threshold:
+        # Thresholds count every buffered character (as upstream does); only the whole words are released.
+        if self.auto_mode or len(self._text) >= self.threshold:
             return self._release(whole)
-        if try_trigger and len(self._text[:whole].strip()) >= TRIGGER_MIN_CHARS:
+        if try_trigger and len(self._text) >= TRIGGER_MIN_CHARS:
             return self._release(whole)
         return []
 
