@@ -105,3 +105,17 @@ async def test_shutdown_closes_sockets_with_going_away(private_redis_url, tmp_pa
         assert msg.type is aiohttp.WSMsgType.CLOSE, msg
         assert ws.close_code == aiohttp.WSCloseCode.GOING_AWAY
     await client.close()
+
+
+async def test_synthesis_failure_ends_the_socket_with_1008(aiohttp_client, private_redis_url, tmp_path):
+    """No worker answers within the first-chunk deadline: an error frame, then close 1008."""
+    app = create_app(make_settings(private_redis_url, tmp_path, first_chunk_timeout_s=1.0))
+    ws = await (await aiohttp_client(app)).ws_connect(PATH)
+    await ws.send_json({"text": " "})
+    await ws.send_json({"text": "Nobody is there to speak this. ", "flush": True})
+    frames = []
+    while (msg := await ws.receive(timeout=15)).type is aiohttp.WSMsgType.TEXT:
+        frames.append(json.loads(msg.data))
+    assert ws.close_code == 1008
+    assert frames[-1]["error"] == "synthesis_unavailable"
+    assert frames[-1]["code"] == 1008
