@@ -119,3 +119,25 @@ async def test_synthesis_failure_ends_the_socket_with_1008(aiohttp_client, priva
     assert ws.close_code == 1008
     assert frames[-1]["error"] == "synthesis_unavailable"
     assert frames[-1]["code"] == 1008
+
+
+async def test_realtime_jobs_are_claimed_first_come_first_served(private_redis_url, tmp_path):
+    """Realtime jobs go ahead of batch jobs, and among themselves keep their order (the claim side is BLMOVE RIGHT)."""
+    from zsynth.config import Settings
+    from zsynth.dispatch import Dispatcher
+
+    redis = Redis.from_url(private_redis_url)
+    dispatcher = Dispatcher(Settings(redis_url=private_redis_url, data_dir=tmp_path), redis)
+    await dispatcher.start()
+    try:
+        names = [("b1", "batch"), ("r1", "realtime"), ("b2", "batch"), ("r2", "realtime"), ("r3", "realtime")]
+        for name, priority in names:
+            stream = await dispatcher.submit(protocol.Job(name, "v", "pcm_16000", priority=priority))
+            await dispatcher.release(stream.job.job_id)
+        claimed = []
+        while (raw := await redis.rpop(protocol.QUEUE)) is not None:
+            claimed.append(protocol.Job.from_json(raw).text)
+        assert claimed == ["r1", "r2", "r3", "b1", "b2"]
+    finally:
+        await dispatcher.close()
+        await redis.aclose()

@@ -112,6 +112,7 @@ class Dispatcher:
         self._streams: dict[str, JobStream] = {}
         self._confirm: dict[str, asyncio.Future[None]] = {}
         self._listener: asyncio.Task[None] | None = None
+        self._push_realtime = redis.register_script(protocol.PUSH_REALTIME)
 
     async def start(self) -> None:
         """Open the pub/sub connection and start the listener task."""
@@ -149,7 +150,7 @@ class Dispatcher:
             await asyncio.wait_for(confirmed, 5.0)
             raw = job.to_json()
             if job.priority == "realtime":
-                await self.redis.rpush(protocol.QUEUE, raw)  # head of the queue: claimed next
+                await self._push_realtime(keys=[protocol.QUEUE], args=[raw])  # ahead of batch, behind realtime
             else:
                 await self.redis.lpush(protocol.QUEUE, raw)
         except BaseException:

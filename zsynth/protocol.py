@@ -4,8 +4,9 @@ Flow of one job:
 
 1. The front SUBSCRIBEs to :func:`events_channel` *before* it pushes the job, because pub/sub drops messages
    nobody listens to.
-2. The front pushes the job JSON on :data:`QUEUE`: batch jobs at the tail (LPUSH), realtime jobs at the head
-   (RPUSH), so realtime segments are claimed first when both wait.
+2. The front pushes the job JSON on :data:`QUEUE`: batch jobs at the tail (LPUSH), realtime jobs behind the
+   realtime jobs already waiting at the head (:data:`PUSH_REALTIME`), so realtime segments are claimed before
+   batch jobs, and among themselves first come, first served.
 3. A worker claims with ``BLMOVE QUEUE processing_key(worker) RIGHT LEFT``: atomic, one job at a time, and a dead
    worker's job stays visible in its in-flight list.
 4. The worker publishes ``chunk`` events with sequence numbers, then exactly one terminal event (``done`` or
@@ -30,6 +31,22 @@ CANCEL_CHANNEL: Final = PREFIX + "cancel"  # pub/sub: job ids to stop now
 WORKERS: Final = PREFIX + "workers"  # set of worker ids that have ever registered
 
 Priority = Literal["realtime", "batch"]
+
+# Lua for the realtime push (KEYS[1] = QUEUE, ARGV[1] = job JSON). Workers take from the right, where the realtime
+# jobs wait; the script walks in from the right past them and inserts the new job right after the first batch job
+# it meets (or at the far left when there is none). A plain RPUSH would serve realtime jobs last in, first out,
+# letting a socket's lookahead segment starve another socket's current one.
+PUSH_REALTIME: Final = """
+local n = redis.call('LLEN', KEYS[1])
+for i = -1, -n, -1 do
+  local item = redis.call('LINDEX', KEYS[1], i)
+  local ok, job = pcall(cjson.decode, item)
+  if not ok or type(job) ~= 'table' or job['priority'] ~= 'realtime' then
+    return redis.call('LINSERT', KEYS[1], 'AFTER', item, ARGV[1])
+  end
+end
+return redis.call('LPUSH', KEYS[1], ARGV[1])
+"""
 EventKind = Literal["chunk", "done", "error"]
 
 
