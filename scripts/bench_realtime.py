@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import json
 import multiprocessing
 import os
@@ -102,6 +103,16 @@ def front_main(redis_url: str, port: int) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     stalls: list[tuple[float, float]] = []
+    gc_pauses: list[float] = []
+    gc_started = [0.0]
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            gc_started[0] = time.perf_counter()
+        else:
+            gc_pauses.append(time.perf_counter() - gc_started[0])
+
+    gc.callbacks.append(on_gc)
 
     async def monitor(app: web.Application) -> Any:
         async def run() -> None:
@@ -121,6 +132,7 @@ def front_main(redis_url: str, port: int) -> None:
     async def stats(request: web.Request) -> web.Response:
         if request.query.get("reset"):
             stalls.clear()
+            gc_pauses.clear()
         ordered = sorted(stall for stall, _ in stalls) or [0.0]
         busy = sorted(min(stall, cpu) for stall, cpu in stalls) or [0.0]
         return web.json_response(
@@ -129,6 +141,8 @@ def front_main(redis_url: str, port: int) -> None:
                 "max_ms": ordered[-1] * 1000,
                 "p99_ms": ordered[int(0.99 * (len(ordered) - 1))] * 1000,
                 "busy_max_ms": busy[-1] * 1000,
+                "gc_max_ms": max(gc_pauses, default=0.0) * 1000,
+                "gc_runs": len(gc_pauses),
                 "rss_mib": rss_mib(os.getpid()),
             }
         )
@@ -245,7 +259,8 @@ async def run_client(port: int, pid: int, args: argparse.Namespace) -> None:
         f"event-loop stalls while {args.speaking} sockets spoke next to {args.idle} idle ones: "
         f"max {stall['max_ms']:.1f} ms, p99 {stall['p99_ms']:.1f} ms over {stall['samples']} samples "
         f"(target < 50 ms: {'met' if stall['max_ms'] < 50 else 'NOT met'}); longest stall spent computing on the "
-        f"loop's thread: {stall['busy_max_ms']:.1f} ms; front RSS {stall['rss_mib']:.1f} MiB"
+        f"loop's thread: {stall['busy_max_ms']:.1f} ms; longest GC pause {stall['gc_max_ms']:.1f} ms "
+        f"({stall['gc_runs']} collections); front RSS {stall['rss_mib']:.1f} MiB"
     )
     first, total = result["first"], result["total"]
     print(

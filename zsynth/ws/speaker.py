@@ -28,7 +28,14 @@ LOOKAHEAD: Final = 2
 # Raw audio per frame: base64 makes it 4/3 larger, alignment adds a few KiB; frames stay well under 1 MiB.
 MAX_FRAME_AUDIO_BYTES: Final = 512 * 1024
 
-_UNAVAILABLE: Final = {"timeout", "worker_restarted", "worker_stopping", "shutting_down", "lost_events"}
+_UNAVAILABLE: Final = {
+    "timeout",
+    "worker_restarted",
+    "worker_stopping",
+    "shutting_down",
+    "lost_events",
+    "deadline_exceeded",
+}
 
 OnDone = Callable[["Speaker"], Awaitable[None]]
 
@@ -57,7 +64,7 @@ class Speaker:
         self.last_activity = time.monotonic()
         self.first_audio_at: float | None = None
         self._chars_sent = False
-        self._finishing = False
+        self._finisher: asyncio.Task[Any] | None = None  # the task sending the last frames and the close
         self._segments: asyncio.Queue[str | None] = asyncio.Queue()
         self._streams: asyncio.Queue[JobStream | None] = asyncio.Queue()
         self._slots = asyncio.Semaphore(LOOKAHEAD)
@@ -92,9 +99,9 @@ class Speaker:
     async def cancel(self) -> None:
         """Stop now: drop queued segments and cancel the jobs already submitted (queued or running)."""
         self.ended = True
-        if self._finishing:
-            # on_done is sending the final frame and closing: let it, briefly, instead of cutting the close short.
-            await asyncio.wait(self._tasks, timeout=5.0)
+        if self._finisher is not None and self._finisher is not asyncio.current_task():
+            # It is sending the final frame and closing: let it, briefly, instead of cutting the close short.
+            await asyncio.wait([self._finisher], timeout=5.0)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -125,7 +132,13 @@ class Speaker:
                 seed=self.params.seed,
                 start_deadline=time.time() + settings.first_chunk_timeout_s,
             )
-            stream = await dispatcher.submit(job)
+            try:
+                stream = await dispatcher.submit(job)
+            except Exception as err:  # Redis unreachable or slow: the socket cannot be served
+                logger.warning("socket %s: could not queue a segment: %r", self.conn.socket_id, err)
+                self._finisher = asyncio.current_task()
+                await self.conn.fail(WsError("synthesis_unavailable", "The speech service is unavailable."))
+                return
             self._live.add(stream)
             logger.debug("socket %s: segment job %s (%d chars)", self.conn.socket_id, job.job_id, len(segment))
             await self._streams.put(stream)
@@ -151,10 +164,15 @@ class Speaker:
                     self.touch()
                     self.conn.touch()
         except WsError as err:
-            self._finishing = True
+            self._finisher = asyncio.current_task()
             await self.conn.fail(err)
             return
-        self._finishing = True
+        except Exception:  # a bug must not leave the client waiting until its inactivity timeout
+            logger.exception("socket %s: forwarding failed", self.conn.socket_id)
+            self._finisher = asyncio.current_task()
+            await self.conn.fail(WsError("internal_error", "Something went wrong on our side."))
+            return
+        self._finisher = asyncio.current_task()
         await self.on_done(self)
 
     # ----- frames ----------------------------------------------------------------------------------------------
