@@ -4,8 +4,9 @@ Flow of one job:
 
 1. The front SUBSCRIBEs to :func:`events_channel` *before* it pushes the job, because pub/sub drops messages
    nobody listens to.
-2. The front pushes the job JSON on :data:`QUEUE`: batch jobs at the tail (LPUSH), realtime jobs at the head
-   (RPUSH), so realtime segments are claimed first when both wait.
+2. The front pushes the job JSON on :data:`QUEUE` with :data:`PUSH_BOUNDED_LUA` (which also bounds the queue):
+   batch jobs at the tail, realtime jobs behind the realtime jobs already waiting at the head, so realtime segments
+   are claimed before batch jobs, and among themselves first come, first served.
 3. A worker claims with ``BLMOVE QUEUE processing_key(worker) RIGHT LEFT``: atomic, one job at a time, and a dead
    worker's job stays visible in its in-flight list.
 4. The worker publishes ``chunk`` events with sequence numbers, then exactly one terminal event (``done`` or
@@ -31,6 +32,7 @@ WORKERS: Final = PREFIX + "workers"  # set of worker ids that have ever register
 VOICE_MIRROR_FAILURES: Final = PREFIX + "voices:mirror_failures"  # counter: S3 mirror attempts that failed
 
 Priority = Literal["realtime", "batch"]
+
 EventKind = Literal["chunk", "done", "error"]
 
 
@@ -69,11 +71,26 @@ MAX_ATTEMPTS: Final = 2
 # the front accepts it whatever it has counted so far.
 ANY_SEQ: Final = -1
 
-# Push a job unless the queue already holds ARGV[2] jobs: check and push are one atomic step.
-# KEYS[1]=queue  ARGV[1]=job json  ARGV[2]=max queued  ARGV[3]="head" (realtime) or "tail" (batch)
+# Push a job unless the queue already holds ARGV[2] jobs: check and push are one atomic step. Batch jobs go to the
+# far (left) end. Workers take from the right, where realtime jobs wait: a realtime job walks in from the right past
+# the realtime jobs already waiting and is inserted right after the first batch job it meets (or at the far left when
+# there is none), so realtime goes ahead of batch and stays first come, first served among itself. (A plain RPUSH
+# would serve realtime jobs last in, first out.)
+# KEYS[1]=queue  ARGV[1]=job json  ARGV[2]=max queued  ARGV[3]="realtime" or "batch"
 PUSH_BOUNDED_LUA: Final = """
-if redis.call('LLEN', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
-if ARGV[3] == 'head' then redis.call('RPUSH', KEYS[1], ARGV[1]) else redis.call('LPUSH', KEYS[1], ARGV[1]) end
+local n = redis.call('LLEN', KEYS[1])
+if n >= tonumber(ARGV[2]) then return 0 end
+if ARGV[3] == 'realtime' then
+  for i = -1, -n, -1 do
+    local item = redis.call('LINDEX', KEYS[1], i)
+    local ok, job = pcall(cjson.decode, item)
+    if not ok or type(job) ~= 'table' or job['priority'] ~= 'realtime' then
+      redis.call('LINSERT', KEYS[1], 'AFTER', item, ARGV[1])
+      return 1
+    end
+  end
+end
+redis.call('LPUSH', KEYS[1], ARGV[1])
 return 1
 """
 
