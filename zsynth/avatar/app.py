@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
@@ -20,12 +20,14 @@ from .sessions import SessionRegistry
 logger = logging.getLogger(__name__)
 
 
-async def authenticator(app: web.Application) -> AsyncIterator[None]:
-    """The auth core shared with the speech API."""
-    auth = Authenticator(app[SETTINGS].static_keys)
-    app[AUTHENTICATOR] = auth
-    yield
-    await auth.close()
+def _authenticator_ctx(auth: Authenticator | None) -> Callable[[web.Application], AsyncIterator[None]]:
+    async def authenticator(app: web.Application) -> AsyncIterator[None]:
+        """The auth core shared with the speech API."""
+        app[AUTHENTICATOR] = auth or Authenticator(app[SETTINGS].static_keys)
+        yield
+        await app[AUTHENTICATOR].close()
+
+    return authenticator
 
 
 async def sessions(app: web.Application) -> AsyncIterator[None]:
@@ -36,13 +38,13 @@ async def sessions(app: web.Application) -> AsyncIterator[None]:
     await registry.close_all("shutting_down")
 
 
-def create_avatar_app(settings: Settings) -> web.Application:
-    """Build the avatar server application for ``settings``."""
+def create_avatar_app(settings: Settings, auth: Authenticator | None = None) -> web.Application:
+    """Build the avatar server application for ``settings`` (``auth``: an auth core to use instead of the default)."""
     app = web.Application(middlewares=[request_id_middleware, avatar_error_middleware], client_max_size=1024 * 1024)
     app[SETTINGS] = settings
     avatars: dict[str, AvatarRenderer] = dict(builtin_avatars(settings.avatar_size))
     app[AVATARS] = avatars
-    app.cleanup_ctx.extend([redis_client, dispatcher, authenticator, sessions])
+    app.cleanup_ctx.extend([redis_client, dispatcher, _authenticator_ctx(auth), sessions])
     setup_routes(app)
     return app
 

@@ -60,9 +60,8 @@ class AvatarSession:
         self.on_closed = on_closed
         self.created_at = time.time()
         self.state = "connecting"
-        self.closing = False
         self.close_reason = ""
-        self.closed = asyncio.Event()
+        self._closer: asyncio.Task[None] | None = None
         self.ws: web.WebSocketResponse | None = None
         self.talking: SpeechTask | None = None
         self.timeline = Timeline()
@@ -104,8 +103,8 @@ class AvatarSession:
         if state == "connected" and self.state == "connecting":
             self.state = "connected"
             self._maybe_ready()
-        elif state in ("failed", "closed") and not self.closing:
-            self._tasks.append(asyncio.create_task(self.close(f"peer_{state}"), name=f"avatar-close-{self.session_id}"))
+        elif state in ("failed", "closed"):
+            self.start_close(f"peer_{state}")
 
     # -- control socket -----------------------------------------------------------------------------------------
 
@@ -127,7 +126,7 @@ class AvatarSession:
         if self._events.qsize() >= _MAX_EVENTS:
             if not self.closing:
                 logger.warning("session %s: control client is not reading; closing", self.session_id)
-                self._tasks.append(asyncio.create_task(self.close("slow_client")))
+                self.start_close("slow_client")
             return
         self._events.put_nowait({"type": kind, "seq": self._seq, **fields})
         self._seq += 1
@@ -278,12 +277,23 @@ class AvatarSession:
                 await self.close("idle_timeout")
                 return
 
+    @property
+    def closing(self) -> bool:
+        """Teardown has begun (or is over)."""
+        return self._closer is not None
+
+    def start_close(self, reason: str) -> asyncio.Task[None]:
+        """Begin teardown in its own task, so a cancelled caller (a dropped request) cannot cut it short."""
+        if self._closer is None:
+            self._closer = asyncio.create_task(self._close(reason), name=f"avatar-close-{self.session_id}")
+        return self._closer
+
     async def close(self, reason: str) -> None:
-        """End the session: stop speech, tasks, tracks and the peer connection, then the control socket."""
-        if self.closing:
-            await self.closed.wait()
-            return
-        self.closing = True
+        """End the session and wait until it is torn down."""
+        await asyncio.shield(self.start_close(reason))
+
+    async def _close(self, reason: str) -> None:
+        """Stop speech, tasks, tracks and the peer connection, then the control socket."""
         self.close_reason = reason
         logger.info("session %s: closing (%s)", self.session_id, reason)
         self.interrupt()
@@ -300,7 +310,6 @@ class AvatarSession:
         await self.render_stream.aclose()
         await self._close_socket(reason)
         self.on_closed(self)
-        self.closed.set()
 
     async def _close_socket(self, reason: str) -> None:
         self._events.put_nowait(None)

@@ -89,8 +89,8 @@ async def control(request: web.Request) -> web.WebSocketResponse:
             elif msg.type == WSMsgType.BINARY:
                 session.emit("error", code="invalid_message", message="Binary messages are not supported.")
     finally:
-        if not session.closing:
-            await session.close(reason)
+        # Shielded inside close(): a dropped connection cancels this handler, never the teardown.
+        await session.close(reason)
     return ws
 
 
