@@ -116,7 +116,9 @@ async def test_speak_streams_speech_and_lips_then_stop_tears_down(avatar) -> Non
     assert abs(duration * 1000 - stop["duration_ms"]) < 1500, (duration, stop)
     silence = viewer.audio_between(quiet_from, quiet_to)
     assert silence.size and float(np.abs(silence).max()) < 0.01, "the idle stream should be silent"
-    talking_motion = viewer.mouth_motion(control.arrival("avatar.start_talking"), control.arrival("avatar.stop_talking"))
+    talking_motion = viewer.mouth_motion(
+        control.arrival("avatar.start_talking"), control.arrival("avatar.stop_talking")
+    )
     assert talking_motion > 3 * viewer.mouth_motion(quiet_from, quiet_to) + 0.5, "the mouth should move with speech"
 
     await control.ws.send_json({"type": "stop"})
