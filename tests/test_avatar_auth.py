@@ -182,3 +182,15 @@ async def test_open_server_needs_no_key(aiohttp_client, redis_url, data_dir) -> 
     session_id = (await resp.json())["session_id"]
     assert (await client.delete(f"/v1/sessions/{session_id}")).status == 200
     await viewer.close()
+
+
+async def test_browsers_on_other_origins_may_call(server) -> None:
+    origin = {"Origin": "https://app.example"}
+    resp = await server.options(
+        "/connect",
+        headers={**origin, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "content-type"},
+    )
+    assert resp.status == 204 and resp.headers["Access-Control-Allow-Origin"] == "*"
+    assert "POST" in resp.headers["Access-Control-Allow-Methods"]
+    resp = await server.post("/connect?session_token=zsk_temp_forged", json={}, headers=origin)
+    assert resp.status == 401 and resp.headers["Access-Control-Allow-Origin"] == "*"  # errors are readable too

@@ -30,7 +30,7 @@ def loopback_ice(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def avatar_settings(redis_url: str, data_dir: Path, **overrides: object):
-    return make_settings(redis_url, data_dir, api_keys=(KEY,), avatar_connect_timeout_s=30.0, **overrides)
+    return make_settings(redis_url, data_dir, **{"api_keys": (KEY,), "avatar_connect_timeout_s": 30.0, **overrides})
 
 
 @pytest.fixture
@@ -195,6 +195,7 @@ async def test_session_limit_and_management_close(aiohttp_client, redis_url, dat
     assert body["code"] == "capacity" and "limit of 1" in body["message"]
     await second.close()
 
+    await wait_until(lambda: bool(first.video), 30, "the first video frame")
     listed = await (await client.get("/v1/sessions", headers=HEADERS)).json()
     assert listed["limit"] == 1 and [s["session_id"] for s in listed["data"]] == [session_id]
     assert listed["data"][0]["control_attached"] is True and listed["data"][0]["video_frames_sent"] > 0
@@ -237,3 +238,18 @@ async def test_control_errors_and_bad_offers(avatar) -> None:
     await control.ws.close()
     await viewer.close()
     await wait_until(lambda: not avatar.app[AVATAR_SESSIONS].sessions, 15, "the session to close with its socket")
+
+
+async def test_a_peer_that_never_connects_is_dropped(aiohttp_client, redis_url, data_dir) -> None:
+    settings = avatar_settings(redis_url, data_dir, avatar_connect_timeout_s=1.0)
+    client = await aiohttp_client(create_avatar_app(settings))
+    baseline = set(asyncio.all_tasks())
+    viewer = Viewer()
+    resp = await client.post("/connect", json=await viewer.offer(), headers=HEADERS)  # the answer is never applied
+    assert resp.status == 200
+    session = client.app[AVATAR_SESSIONS].sessions[(await resp.json())["session_id"]]
+    await wait_until(lambda: not client.app[AVATAR_SESSIONS].sessions, 20, "the connect timeout")
+    assert session.close_reason == "connect_timeout"
+    assert session.audio.readyState == session.video.readyState == "ended"
+    await viewer.close()
+    await wait_until(lambda: not leftover_tasks(baseline), 15, "session tasks to end")

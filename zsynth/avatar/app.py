@@ -12,6 +12,7 @@ from ..app import dispatcher, redis_client, request_id_middleware
 from ..auth import Authenticator
 from ..config import Settings
 from ..keys import AUTHENTICATOR, AVATAR_SESSIONS, AVATARS, DISPATCHER, SETTINGS
+from .cors import cors_middleware
 from .errors import avatar_error_middleware
 from .renderers import AvatarRenderer, builtin_avatars
 from .routes import setup_routes
@@ -40,7 +41,9 @@ async def sessions(app: web.Application) -> AsyncIterator[None]:
 
 def create_avatar_app(settings: Settings, auth: Authenticator | None = None) -> web.Application:
     """Build the avatar server application for ``settings`` (``auth``: an auth core to use instead of the default)."""
-    app = web.Application(middlewares=[request_id_middleware, avatar_error_middleware], client_max_size=1024 * 1024)
+    app = web.Application(
+        middlewares=[cors_middleware, request_id_middleware, avatar_error_middleware], client_max_size=1024 * 1024
+    )
     app[SETTINGS] = settings
     avatars: dict[str, AvatarRenderer] = dict(builtin_avatars(settings.avatar_size))
     app[AVATARS] = avatars
