@@ -253,3 +253,23 @@ async def test_a_peer_that_never_connects_is_dropped(aiohttp_client, redis_url, 
     assert session.audio.readyState == session.video.readyState == "ended"
     await viewer.close()
     await wait_until(lambda: not leftover_tasks(baseline), 15, "session tasks to end")
+
+
+async def test_speech_that_never_comes_is_reported(aiohttp_client, private_redis_url, data_dir) -> None:
+    # No worker serves this database: the job's first-chunk deadline passes.
+    settings = avatar_settings(private_redis_url, data_dir, first_chunk_timeout_s=1.0)
+    client = await aiohttp_client(create_avatar_app(settings))
+    viewer = Viewer()
+    resp = await client.post("/connect", json=await viewer.offer(), headers=HEADERS)
+    answer = await resp.json()
+    await viewer.accept(answer)
+    control = Control(await client.ws_connect(answer["control_url"], headers=HEADERS))
+    await control.ws.send_json({"type": "speak", "text": "Is anybody there?", "id": "lonely"})
+    accepted = await control.next("speak.accepted")
+    error = await control.next("error")
+    assert error["code"] == "timeout" and error["task_id"] == accepted["task_id"] and error["id"] == "lonely"
+    await control.ws.send_json({"type": "ping"})
+    await control.next("pong")
+    assert not [e for _, e in control.events if e["type"].startswith("avatar.")], "a failed task never talks"
+    await control.ws.close()
+    await viewer.close()

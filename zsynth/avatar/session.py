@@ -188,9 +188,7 @@ class AvatarSession:
             self._active.remove(task)
         if self.talking is task:
             self.talking = None
-        if task.started or not interrupted:
-            if not task.started:  # a job that produced no audio still starts and ends
-                self.emit("avatar.start_talking", task_id=task.task_id, id=task.client_id)
+        if task.started:
             self.emit(
                 "avatar.stop_talking",
                 task_id=task.task_id,
@@ -198,8 +196,11 @@ class AvatarSession:
                 duration_ms=task.duration_ms,
                 interrupted=interrupted,
             )
-        else:
+        elif interrupted:
             self.emit("speak.cancelled", task_id=task.task_id, id=task.client_id)
+        elif not task.failed:  # a job that produced no audio still starts and ends
+            self.emit("avatar.start_talking", task_id=task.task_id, id=task.client_id)
+            self.emit("avatar.stop_talking", task_id=task.task_id, id=task.client_id, duration_ms=0, interrupted=False)
         logger.info(
             "session %s: task %s %s after %d ms",
             self.session_id,
@@ -223,6 +224,9 @@ class AvatarSession:
                     feed.cancel()
                     await asyncio.wait([feed])
                 self._feed_task = None
+            if not feed.cancelled() and feed.exception() is not None:
+                logger.error("session %s: task %s broke", self.session_id, task.task_id, exc_info=feed.exception())
+                self.emit("error", code="internal_error", message="Speaking failed.", task_id=task.task_id)
 
     async def _feed(self, task: SpeechTask) -> None:
         job = Job(
@@ -242,10 +246,18 @@ class AvatarSession:
                 await self._enqueue(framer.flush())
         except JobFailed as err:
             logger.warning("session %s: job %s failed: %s %s", self.session_id, job.job_id, err.code, err.message)
+            task.failed = True
             self.emit("error", code=err.code, message=err.message, task_id=task.task_id, id=task.client_id)
         except (RedisError, OSError) as err:
             logger.warning("session %s: speech unavailable: %r", self.session_id, err)
-            self.emit("error", code="speech_unavailable", message="The speech service cannot be reached.")
+            task.failed = True
+            self.emit(
+                "error",
+                code="speech_unavailable",
+                message="The speech service cannot be reached.",
+                task_id=task.task_id,
+                id=task.client_id,
+            )
         finally:
             task.feeding_done = True
             if task.fully_played:

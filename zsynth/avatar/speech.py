@@ -30,6 +30,7 @@ class SpeechTask:
     feeding_done: bool = False
     started: bool = False
     finished: bool = False
+    failed: bool = False
 
     @property
     def duration_ms(self) -> int:
