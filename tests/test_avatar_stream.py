@@ -121,6 +121,8 @@ async def test_speak_streams_speech_and_lips_then_stop_tears_down(avatar) -> Non
         control.arrival("avatar.start_talking"), control.arrival("avatar.stop_talking")
     )
     assert talking_motion > 3 * viewer.mouth_motion(quiet_from, quiet_to) + 0.5, "the mouth should move with speech"
+    lag_ms, corr = viewer.lip_sync(control.arrival("avatar.start_talking"), control.arrival("avatar.stop_talking"))
+    assert corr > 0.2 and abs(lag_ms) <= 240, f"lips and sound apart: best lag {lag_ms} ms, correlation {corr:.2f}"
 
     await control.ws.send_json({"type": "stop"})
     closed = await control.next("session.state")
