@@ -1,0 +1,52 @@
+"""The avatar server: ``create_avatar_app(settings)`` builds its aiohttp application; ``run_avatar`` serves it."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from ..access import authenticator_ctx
+from ..app import dispatcher, redis_client, request_id_middleware, run_forever, serve_app
+from ..auth import Authenticator
+from ..config import Settings
+from ..keys import AUTHENTICATOR, AVATAR_SESSIONS, AVATARS, DISPATCHER, METRICS, SETTINGS
+from ..metrics import Metrics
+from .cors import cors_middleware
+from .errors import avatar_error_middleware
+from .renderers import AvatarRenderer, builtin_avatars
+from .routes import setup_routes
+from .sessions import SessionRegistry
+
+logger = logging.getLogger(__name__)
+
+
+async def sessions(app: web.Application) -> AsyncIterator[None]:
+    """The live-session registry; every session is closed before Redis and the dispatcher go."""
+    registry = SessionRegistry(app[SETTINGS], app[DISPATCHER])
+    app[AVATAR_SESSIONS] = registry
+    app[METRICS].avatar_sessions.set_function(lambda: len(registry.sessions))
+    yield
+    await registry.close_all("shutting_down")
+
+
+def create_avatar_app(settings: Settings, auth: Authenticator | None = None) -> web.Application:
+    """Build the avatar server application for ``settings`` (``auth``: an auth core to use instead of the default)."""
+    app = web.Application(
+        middlewares=[cors_middleware, request_id_middleware, avatar_error_middleware], client_max_size=1024 * 1024
+    )
+    app[SETTINGS] = settings
+    app[METRICS] = Metrics()
+    avatars: dict[str, AvatarRenderer] = dict(builtin_avatars(settings.avatar_size))
+    app[AVATARS] = avatars
+    if auth is not None:
+        app[AUTHENTICATOR] = auth  # authenticator_ctx uses a preset one (tests inject a clock this way)
+    app.cleanup_ctx.extend([redis_client, dispatcher, authenticator_ctx, sessions])
+    setup_routes(app)
+    return app
+
+
+def run_avatar(settings: Settings) -> None:
+    """Serve the avatar server on settings.host:settings.avatar_port until SIGINT/SIGTERM, then drain."""
+    run_forever(serve_app(create_avatar_app(settings), settings, settings.avatar_port, "avatar server"))
