@@ -11,6 +11,7 @@ from openapi_spec_validator import validate
 
 from zsynth.access import REALTIME_SUFFIXES
 from zsynth.app import create_app
+from zsynth.keys import SETTINGS
 from zsynth.openapi import build_document
 
 from .conftest import make_settings
@@ -112,10 +113,13 @@ def test_operations_document_their_security_and_media_types():
 
 
 async def test_document_is_served_without_a_key(aiohttp_client, redis_url, data_dir, shared_workers):
-    client = await aiohttp_client(create_app(make_settings(redis_url, data_dir, api_key="secret-key")))
+    settings = make_settings(redis_url, data_dir, api_key="secret-key", max_text_chars=321)
+    client = await aiohttp_client(create_app(settings))
     async with client.get("/openapi.json") as resp:
         assert resp.status == 200
-        assert await resp.json() == DOC
+        served = await resp.json()
+    assert served == build_document("speech", settings)
+    assert served["components"]["schemas"]["TextToSpeechRequest"]["properties"]["text"]["maxLength"] == 321
     async with client.get("/v1/models") as resp:
         assert resp.status == 401
 
@@ -134,7 +138,7 @@ async def test_real_answers_match_the_document(client):
     c = Checker()
     assert (await c.call(client, "GET", "/healthz"))[0] == 200
     assert (await c.call(client, "GET", "/readyz"))[0] == 200
-    assert (await c.call(client, "GET", "/openapi.json"))[1] == DOC
+    assert (await c.call(client, "GET", "/openapi.json"))[1] == build_document("speech", client.app[SETTINGS])
     assert (await c.call(client, "GET", "/metrics"))[0] == 200
     assert (await c.call(client, "GET", "/v1/models"))[0] == 200
     assert (await c.call(client, "GET", "/v1/user"))[0] == 200

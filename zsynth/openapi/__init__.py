@@ -1,7 +1,8 @@
 """OpenAPI 3.1 documents of zsynth's HTTP servers, one small module per resource.
 
-Each resource module has ``SCHEMAS`` (its component schemas) and ``paths()`` (its path items). To document a new
-route, add it to its resource's module, or add a module and list it under its server in :data:`SERVERS`.
+Each resource module has ``SCHEMAS`` (its component schemas), ``paths()`` (its path items) and optionally
+``apply_settings(schemas, settings)`` (limits of this deployment). To document a new route, add it to its resource's
+module, or add a module and list it under its server in :data:`SERVERS`.
 WebSocket routes are outside OpenAPI and stay undocumented here.
 """
 
@@ -14,6 +15,7 @@ from types import ModuleType
 from typing import Any, Final, Literal
 
 from .. import __version__
+from ..config import Settings
 from . import components, health, metrics, models, tokens, tts, user, voices
 
 Kind = Literal["speech", "avatar"]
@@ -38,8 +40,8 @@ _INFO: Final[dict[str, dict[str, str]]] = {
 }
 
 
-def build_document(kind: Kind = "speech") -> dict[str, Any]:
-    """A fresh OpenAPI 3.1 document of the ``kind`` server (a new dict each call: callers may change it)."""
+def build_document(kind: Kind = "speech", settings: Settings | None = None) -> dict[str, Any]:
+    """A fresh OpenAPI 3.1 document of the ``kind`` server, with the limits of ``settings`` when given."""
     try:
         modules = SERVERS[kind]
     except KeyError:
@@ -53,7 +55,7 @@ def build_document(kind: Kind = "speech") -> dict[str, Any]:
             if clash:
                 raise ValueError(f"{path}: {sorted(clash)} documented twice")
             paths.setdefault(path, {}).update(item)
-        schemas.update(module.SCHEMAS)
+        schemas.update(copy.deepcopy(module.SCHEMAS))
     document = {
         "openapi": "3.1.0",
         "info": {**_INFO[kind], "version": __version__},
@@ -61,10 +63,15 @@ def build_document(kind: Kind = "speech") -> dict[str, Any]:
         "components": {"schemas": schemas, "securitySchemes": dict(components.SECURITY_SCHEMES)},
         "security": components.AUTHENTICATED,
     }
+    if settings is not None:
+        for module in modules:
+            if hook := getattr(module, "apply_settings", None):
+                hook(schemas, settings)
+    # A new dict each call: callers may change it without touching the module constants.
     return copy.deepcopy(document)
 
 
 @functools.cache
-def document_bytes(kind: Kind = "speech") -> bytes:
-    """The ``kind`` document serialized once, as served at ``GET /openapi.json``."""
-    return json.dumps(build_document(kind), separators=(",", ":")).encode()
+def document_bytes(kind: Kind, settings: Settings) -> bytes:
+    """The ``kind`` document for ``settings``, serialized once, as served at ``GET /openapi.json``."""
+    return json.dumps(build_document(kind, settings), separators=(",", ":")).encode()

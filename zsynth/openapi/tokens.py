@@ -11,7 +11,7 @@ SCHEMAS: Final[dict[str, Schema]] = {
         "type": "object",
         "properties": {
             "ttl_seconds": {
-                "type": "integer",
+                "type": ["integer", "null"],
                 "description": "Lifetime in seconds (default 300, clamped to 30-600).",
                 "default": 300,
             }

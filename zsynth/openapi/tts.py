@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Final
 
 from ..audio import ALLOWED_OUTPUT_FORMATS, DEFAULT_OUTPUT_FORMAT, parse_output_format
+from ..config import Settings
 from .components import JSON, PathItems, Schema, nullable, operation, path_param, query_param, ref, responses
 
 SCHEMAS: Final[dict[str, Schema]] = {
@@ -12,11 +13,11 @@ SCHEMAS: Final[dict[str, Schema]] = {
         "type": "object",
         "description": "Per-request voice settings; unknown fields are ignored, out-of-range values are clamped.",
         "properties": {
-            "stability": {"type": "number"},
-            "similarity_boost": {"type": "number"},
-            "style": {"type": "number"},
-            "use_speaker_boost": {"type": "boolean"},
-            "speed": {"type": "number"},
+            "stability": nullable({"type": "number"}),
+            "similarity_boost": nullable({"type": "number"}),
+            "style": nullable({"type": "number"}),
+            "use_speaker_boost": nullable({"type": "boolean"}),
+            "speed": nullable({"type": "number"}),
         },
     },
     "TextToSpeechRequest": {
@@ -46,6 +47,11 @@ AUDIO_HEADERS: Final[dict[str, Schema]] = {
     },
     "x-model-id": {"description": "The request's model_id, when it had one.", "schema": {"type": "string"}},
 }
+
+
+def apply_settings(schemas: dict[str, Schema], settings: Settings) -> None:
+    """Write this deployment's text limit (ZSYNTH_MAX_TEXT_CHARS) into the request schema."""
+    schemas["TextToSpeechRequest"]["properties"]["text"]["maxLength"] = settings.max_text_chars
 
 
 def media_types(route: str) -> list[str]:

@@ -6,11 +6,12 @@ from aiohttp import web
 
 # The module, not its function: zsynth.openapi reads constants of the route modules, so it may still be loading here.
 from .. import openapi
+from ..keys import SETTINGS
 
 
 async def openapi_json(request: web.Request) -> web.Response:
     """The document, built once per process."""
-    return web.Response(body=openapi.document_bytes("speech"), content_type="application/json")
+    return web.Response(body=openapi.document_bytes("speech", request.app[SETTINGS]), content_type="application/json")
 
 
 def setup(app: web.Application) -> None:
