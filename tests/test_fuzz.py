@@ -26,7 +26,7 @@ from .helpers import ROOT, free_port, wait_for
 
 KEY = "fuzz-key-0123456789"
 # Examples per operation: 18 operations, so the run stays around a minute on two busy cores.
-EXAMPLES = int(os.environ.get("ZSYNTH_FUZZ_EXAMPLES", "12"))
+EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "12"))
 
 MAX_TEXT = 200
 schema = schemathesis.openapi.from_dict(build_document("speech", Settings(max_text_chars=MAX_TEXT)))
