@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 from typing import Any
 
 import aiohttp
@@ -15,47 +17,56 @@ from zsynth.keys import SETTINGS
 from zsynth.openapi import build_document
 
 from .conftest import make_settings
+from .helpers import assert_speech, decode_audio
 from .voice_clips import reference_file
 
 DOC = build_document("speech")
 METHODS = ("get", "put", "post", "delete", "patch")
 # OpenAPI does not model WebSockets: the realtime routes stay out of the document.
 WEBSOCKET_SUFFIXES = REALTIME_SUFFIXES
+# Answers of these operations are one JSON object per line (sent as application/json, as ElevenLabs does).
+JSON_LINES = {("POST", "/v1/text-to-speech/{voice_id}/stream/with-timestamps")}
 
 
-def documented() -> set[tuple[str, str]]:
+def documented(doc: dict[str, Any] = DOC) -> set[tuple[str, str]]:
     """(METHOD, path template) of every documented operation."""
-    return {(method.upper(), path) for path, item in DOC["paths"].items() for method in item if method in METHODS}
+    return {(method.upper(), path) for path, item in doc["paths"].items() for method in item if method in METHODS}
 
 
-def registered(app) -> set[tuple[str, str]]:
+def registered(app, websocket_suffixes: tuple[str, ...] = WEBSOCKET_SUFFIXES) -> set[tuple[str, str]]:
     """(METHOD, path template) of every HTTP route the app registers (no HEAD/OPTIONS, no WebSockets)."""
     routes = set()
     for route in app.router.routes():
         resource = route.resource
         if resource is None or route.method in ("HEAD", "OPTIONS"):
             continue
-        if route.method == "GET" and resource.canonical.endswith(WEBSOCKET_SUFFIXES):
+        if route.method == "GET" and resource.canonical.endswith(websocket_suffixes):
             continue
         routes.add((route.method, resource.canonical))
     return routes
 
 
-def json_validator(schema: dict[str, Any]) -> Draft202012Validator:
+def json_validator(schema: dict[str, Any], doc: dict[str, Any] = DOC) -> Draft202012Validator:
     """A validator of ``schema`` whose ``#/components/...`` references resolve against the document."""
-    return Draft202012Validator({"allOf": [schema], "components": DOC["components"]})
+    return Draft202012Validator({"allOf": [schema], "components": doc["components"]})
 
 
 class Checker:
-    """Checks real answers against the document and records which operations were exercised."""
+    """Checks real answers against a document and records which operations were exercised."""
 
-    def __init__(self) -> None:
+    def __init__(self, doc: dict[str, Any] = DOC) -> None:
+        self.doc = doc
         self.seen: set[tuple[str, str]] = set()
         self.statuses: set[tuple[str, str, int]] = set()
 
+    def validate(self, body: Any, schema: dict[str, Any], what: str) -> None:
+        """``body`` matches ``schema``."""
+        errors = sorted(json_validator(schema, self.doc).iter_errors(body), key=str)
+        assert not errors, f"{what}: {[e.message for e in errors[:5]]}"
+
     async def check(self, resp: aiohttp.ClientResponse, method: str, template: str) -> Any:
         """Status documented, media type documented, JSON body valid; returns the parsed body (or bytes)."""
-        op = DOC["paths"][template][method.lower()]
+        op = self.doc["paths"][template][method.lower()]
         status = str(resp.status)
         assert status in op["responses"], f"{method} {template}: undocumented status {status}: {await resp.text()}"
         documented_types = op["responses"][status].get("content", {})
@@ -66,11 +77,21 @@ class Checker:
             body = await resp.read()
             assert body, f"{method} {template}: empty {resp.content_type} body"
             return body
+        schema = documented_types["application/json"]["schema"]
+        if resp.status == 200 and (method.upper(), template) in JSON_LINES:
+            text = await resp.text()
+            assert text.endswith("\n"), f"{method} {template}: the last line is not terminated"
+            lines = [json.loads(line) for line in text.splitlines()]
+            for i, line in enumerate(lines):
+                self.validate(line, schema, f"{method} {template} line {i}")
+            return lines
         body = await resp.json()
-        errors = sorted(json_validator(documented_types["application/json"]["schema"]).iter_errors(body), key=str)
-        assert not errors, f"{method} {template} {status}: {[e.message for e in errors[:5]]}"
+        self.validate(body, schema, f"{method} {template} {status}")
         if resp.status >= 400:
-            assert body["detail"]["request_id"] == resp.headers["request-id"]
+            # Both servers echo the request id as a header; the speech API's envelope carries it too.
+            assert resp.headers["request-id"]
+            if "detail" in body:
+                assert body["detail"]["request_id"] == resp.headers["request-id"]
         return body
 
     async def call(self, client, method: str, template: str, *, query: str = "", **kwargs: Any) -> Any:
@@ -106,9 +127,13 @@ def test_operations_document_their_security_and_media_types():
         for method, op in item.items():
             assert op["security"] == ([] if path in public else DOC["security"]), (method, path)
             if path.startswith("/v1/text-to-speech/"):
-                assert {"audio/mpeg", "audio/pcm", "audio/ogg"} <= set(op["responses"]["200"]["content"])
+                media = set(op["responses"]["200"]["content"])
+                if path.endswith("/with-timestamps"):
+                    assert media == {"application/json"}
+                else:
+                    assert {"audio/mpeg", "audio/pcm", "audio/ogg"} <= media
                 formats = next(p for p in op["parameters"] if p["name"] == "output_format")["schema"]["enum"]
-                assert ("wav_44100" in formats) == (not path.endswith("/stream"))
+                assert ("wav_44100" in formats) == ("/stream" not in path)
     assert set(DOC["components"]["securitySchemes"]) == {"ApiKeyHeader", "BearerAuth"}
 
 
@@ -172,6 +197,25 @@ async def test_real_answers_match_the_document(client):
     assert (await c.call(client, "POST", stream, voice_id="joe", json={"text": "Streaming now."}))[0] == 200
     assert (await c.call(client, "POST", stream, voice_id="joe", query="?output_format=wav_16000", json={}))[0] == 400
     assert (await c.call(client, "POST", stream, voice_id="joe", data=b"{not json"))[0] == 400
+
+    text = "Timing every character."
+    status, timed = await c.call(client, "POST", tts + "/with-timestamps", voice_id="joe", json={"text": text})
+    assert status == 200 and "".join(timed["alignment"]["characters"]) == text
+    assert_speech(*decode_audio(base64.b64decode(timed["audio_base64"]), "mp3_44100_128"), text)
+    query = "?output_format=wav_16000"
+    assert (await c.call(client, "POST", stream + "/with-timestamps", voice_id="joe", query=query, json={}))[0] == 400
+    status, lines = await c.call(
+        client,
+        "POST",
+        stream + "/with-timestamps",
+        voice_id="joe",
+        query="?output_format=pcm_16000",
+        json={"text": text},
+    )
+    assert status == 200 and lines
+    assert "".join(ch for line in lines if line["alignment"] for ch in line["alignment"]["characters"]) == text
+    pcm_audio = b"".join(base64.b64decode(line["audio_base64"]) for line in lines)
+    assert_speech(*decode_audio(pcm_audio, "pcm_16000"), text)
 
     clip = reference_file("wav")
     assert (await c.call(client, "POST", "/voices", data=clone_form(None, clip)))[0] == 422

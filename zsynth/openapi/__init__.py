@@ -16,15 +16,32 @@ from typing import Any, Final, Literal
 
 from .. import __version__
 from ..config import Settings
-from . import components, health, metrics, models, tokens, tts, user, voices
+from . import (
+    avatar_common,
+    avatar_connect,
+    avatar_manage,
+    avatar_ops,
+    avatar_tokens,
+    components,
+    health,
+    metrics,
+    models,
+    timestamps,
+    tokens,
+    tts,
+    user,
+    voices,
+)
 
 Kind = Literal["speech", "avatar"]
 
-#: The resource modules of each server's document. The avatar server's modules are listed here once it exists.
+#: The resource modules of each server's document.
 SERVERS: Final[dict[str, tuple[ModuleType, ...]]] = {
-    "speech": (health, metrics, tts, tokens, voices, models, user),
-    "avatar": (),
+    "speech": (health, metrics, tts, timestamps, tokens, voices, models, user),
+    "avatar": (avatar_ops, avatar_tokens, avatar_connect, avatar_manage),
 }
+#: Each server's shared pieces (error envelope, security schemes, default security): they differ between servers.
+COMMON: Final[dict[str, ModuleType]] = {"speech": components, "avatar": avatar_common}
 
 _INFO: Final[dict[str, dict[str, str]]] = {
     "speech": {
@@ -35,7 +52,9 @@ _INFO: Final[dict[str, dict[str, str]]] = {
     },
     "avatar": {
         "title": "zsynth avatar streaming server",
-        "description": "Session tokens, connections and management of the avatar streaming server.",
+        "description": "Session tokens, WebRTC signalling and management of the avatar streaming server. Errors "
+        'always carry the envelope {"code", "message"}. The control WebSocket (/control/{session_id}) is not '
+        "modelled by OpenAPI.",
     },
 }
 
@@ -47,7 +66,8 @@ def build_document(kind: Kind = "speech", settings: Settings | None = None) -> d
     except KeyError:
         raise ValueError(f"unknown server kind {kind!r}") from None
     paths: dict[str, Any] = {}
-    schemas: dict[str, Any] = dict(components.SCHEMAS)
+    common = COMMON[kind]
+    schemas: dict[str, Any] = dict(common.SCHEMAS)
     for module in modules:
         for path, item in module.paths().items():
             # Two modules may share a path (different methods); a method documented twice is a bug.
@@ -60,8 +80,8 @@ def build_document(kind: Kind = "speech", settings: Settings | None = None) -> d
         "openapi": "3.1.0",
         "info": {**_INFO[kind], "version": __version__},
         "paths": paths,
-        "components": {"schemas": schemas, "securitySchemes": dict(components.SECURITY_SCHEMES)},
-        "security": components.AUTHENTICATED,
+        "components": {"schemas": schemas, "securitySchemes": dict(common.SECURITY_SCHEMES)},
+        "security": common.DEFAULT_SECURITY,
     }
     if settings is not None:
         for module in modules:

@@ -26,6 +26,8 @@ SECURITY_SCHEMES: Final[dict[str, Schema]] = {
 
 #: Either header authenticates. Routes a token may not call still list both: the scope rule answers 403.
 AUTHENTICATED: Final[list[dict[str, list[str]]]] = [{"ApiKeyHeader": []}, {"BearerAuth": []}]
+#: The document's top-level security.
+DEFAULT_SECURITY: Final = AUTHENTICATED
 #: Probes and the document itself need nothing.
 PUBLIC: Final[list[dict[str, list[str]]]] = []
 
