@@ -30,7 +30,7 @@ from zsynth.config import Settings
 from zsynth.voices import VoiceStore
 
 from .engines import Engine, VoiceSpec
-from .synthesis import chunk_meta
+from .synthesis import ChunkMeta
 
 logger = logging.getLogger(__name__)
 
@@ -265,20 +265,22 @@ class Worker:
         def produce() -> None:
             try:
                 encoder = Encoder(fmt, self.engine.sample_rate)
+                metas = ChunkMeta(fmt, self.engine.sample_rate, job.alignment)
                 voice = self.voice_spec(job.voice_id)
                 offset = 0
                 for chunk in self.engine.synthesize(
                     job.text, voice, job.voice_settings, self._abort.is_set, seed=job.seed
                 ):
                     audio = encoder.encode(chunk.pcm)
-                    meta = chunk_meta(chunk, self.engine.sample_rate, offset, job.alignment)
+                    meta = metas.chunk(chunk, audio, offset)
                     offset += len(chunk.pcm)
                     loop.call_soon_threadsafe(queue.put_nowait, (audio, meta))
                     if self._abort.is_set():
                         break
                 tail = encoder.finish()
-                if tail:
-                    loop.call_soon_threadsafe(queue.put_nowait, (tail, {"tail": True}))
+                tail_meta = metas.tail(tail)
+                if tail_meta is not None:
+                    loop.call_soon_threadsafe(queue.put_nowait, (tail, tail_meta))
                 loop.call_soon_threadsafe(queue.put_nowait, None)
             except BaseException as err:  # noqa: B036 - every failure must reach the client as an error event
                 loop.call_soon_threadsafe(queue.put_nowait, err)

@@ -155,6 +155,10 @@ class Settings:
     # Tries per mirror operation before it waits for the next start; delays double from the base.
     voices_mirror_attempts: int = _env("VOICES_MIRROR_ATTEMPTS", _positive_int, default=5)
     voices_mirror_retry_s: float = _env("VOICES_MIRROR_RETRY", _positive_float, default=1.0)
+    # Realtime WebSockets: default idle time before a socket is ended (a client may ask for 1-180 s with
+    # ?inactivity_timeout=), and how long a new socket may take to send its first message.
+    ws_inactivity_timeout_s: float = _env("WS_INACTIVITY_TIMEOUT", _positive_float, default=20.0)
+    ws_first_message_timeout_s: float = _env("WS_FIRST_MESSAGE_TIMEOUT", _positive_float, default=10.0)
     log_level: str = _env("LOG_LEVEL", default="INFO")
     log_json: bool = _env("LOG_JSON", _parse_bool, default=False)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from typing import Final
 
 from aiohttp import web
@@ -21,6 +22,8 @@ AUTHENTICATOR: Final = web.AppKey("authenticator", Authenticator)
 METRICS: Final = web.AppKey("metrics", Metrics)
 VOICES: Final = web.AppKey("voices", VoiceCatalog)
 VOICE_MIRROR: Final = web.AppKey("voice_mirror", VoiceMirror)  # present only when ZSYNTH_VOICES_BUCKET is set
+# Open realtime sockets, closed with GOING_AWAY when the front shuts down.
+WS_REGISTRY: Final = web.AppKey("ws_registry", weakref.WeakSet[web.WebSocketResponse])
 
 # Per-request values.
 REQUEST_ID: Final = web.RequestKey("request_id", str)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from . import health, metrics, models, tokens, tts, user, voices
+from .. import ws
+from . import health, metrics, models, timestamps, tokens, tts, user, voices
 
 
 def setup_routes(app: web.Application) -> None:
@@ -16,3 +17,5 @@ def setup_routes(app: web.Application) -> None:
     voices.setup(app)
     models.setup(app)
     user.setup(app)
+    timestamps.setup(app)
+    ws.setup(app)

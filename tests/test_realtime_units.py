@@ -1,0 +1,94 @@
+"""Unit tests of the pure parts: the text buffer's schedule and the character alignment."""
+
+from __future__ import annotations
+
+import pytest
+
+from zsynth.alignment import CharAlignment, Timeline, char_alignment, join_chunks
+from zsynth.ws.buffer import ScheduleError, TextBuffer, parse_schedule
+
+
+def test_schedule_thresholds_advance_and_repeat():
+    buffer = TextBuffer((50, 60))
+    word = "abcd "  # 5 characters a word
+    released: list[str] = []
+    for _ in range(60):
+        released += buffer.add(word)
+    # Released at 50, 60 and again 60 buffered characters (sent stripped of the trailing space).
+    assert [len(s) for s in released[:3]] == [49, 59, 59]
+
+
+def test_never_cuts_a_word():
+    buffer = TextBuffer((50,))
+    assert buffer.add("x" * 30 + " " + "y" * 30) == ["x" * 30]  # the y-word may still be growing
+    assert buffer.add("yyy") == []
+    assert buffer.drain() == ["y" * 33]
+
+
+def test_try_trigger_needs_fifty_characters():
+    buffer = TextBuffer((500,))
+    assert buffer.add("short text ", try_trigger=True) == []
+    assert buffer.add("and now well past the fifty character minimum ", try_trigger=True) == [
+        "short text and now well past the fifty character minimum"
+    ]
+
+
+def test_flush_and_auto_mode():
+    assert TextBuffer().add("Hi", flush=True) == ["Hi"]
+    auto = TextBuffer(auto_mode=True)
+    assert auto.add("Hello wor") == ["Hello"]
+    assert auto.add("ld. ") == ["world."]
+    assert TextBuffer().drain() == []
+
+
+@pytest.mark.parametrize("bad", [[], [10], [600], ["a"], [True], "120", [120.5]])
+def test_bad_schedules(bad):
+    with pytest.raises(ScheduleError):
+        parse_schedule(bad)
+
+
+def test_default_schedule():
+    assert parse_schedule(None) == (120, 160, 250, 290)
+
+
+def _partition(al: CharAlignment, total_ms: int) -> None:
+    assert al.start_ms[0] == 0
+    for i in range(1, len(al.chars)):
+        assert al.start_ms[i] == al.start_ms[i - 1] + al.dur_ms[i - 1]
+    assert al.end_ms == total_ms
+
+
+def test_alignment_from_phoneme_timing():
+    # "Hi you." as Piper reports it: ^ lead, words split by " ", trailing "." pause, $ tail.
+    timing = [("^", 1000), ("h", 1000), ("a", 2000), (" ", 500), ("j", 1000), ("u", 1500), (".", 2000), ("$", 1000)]
+    al = char_alignment("Hi you.", timing, 10000, 10000)
+    assert al.chars == list("Hi you.")
+    _partition(al, 1000)
+    # "H" takes the lead and its share of the word; the space gets the space phoneme; "." the pause and the tail.
+    assert al.start_ms[2] == 400 and al.dur_ms[2] == 50
+    assert al.start_ms[6] == 700 and al.dur_ms[6] == 300
+
+
+def test_alignment_estimate_when_words_do_not_line_up():
+    timing = [("^", 1000), ("θ", 4000), (" ", 500), ("d", 3500), ("$", 1000)]  # "$3" read as two words
+    al = char_alignment("$3", timing, 10000, 10000)
+    _partition(al, 1000)
+    assert char_alignment("Hello", None, 22050, 22050).end_ms == 1000
+
+
+def test_timeline_cuts_spans_of_sent_audio():
+    timeline = Timeline()
+    timeline.add(CharAlignment(list("ab"), [0, 100], [100, 100]))
+    timeline.add(CharAlignment(list("cd"), [0, 50], [50, 50]))
+    first, span = timeline.take(150)
+    assert first is not None and first.chars == ["a", "b"] and first.end_ms == 150 and span == 150
+    rest, _ = timeline.take(100, final=True)
+    assert rest is not None and rest.chars == [" ", "c", "d"]
+    assert rest.start_ms[0] == 0 and rest.end_ms == 150  # the final span reaches the last character's end
+
+
+def test_join_chunks_in_seconds():
+    chars, starts, ends = join_chunks(
+        [(0.0, CharAlignment(["a"], [0], [500])), (0.5, CharAlignment(["b"], [0], [250]))]
+    )
+    assert chars == ["a", "b"] and starts == [0.0, 0.5] and ends == [0.5, 0.75]

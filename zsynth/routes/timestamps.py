@@ -1,0 +1,148 @@
+"""Speech with character timing over HTTP: ``.../with-timestamps`` (one JSON) and ``.../stream/with-timestamps``.
+
+The alignment comes from the same source as the realtime socket's (:mod:`zsynth.alignment`, computed by the
+worker per chunk). Over HTTP the times are in seconds from the start of the whole audio, on every line of the
+streaming route too. ``normalized_alignment`` carries the same characters as ``alignment``: zsynth does not
+rewrite the text before speaking it (the engine's own number reading is not reflected in the characters).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from typing import Any
+
+from aiohttp import web
+from aiohttp.client_exceptions import ClientConnectionResetError
+
+from ..alignment import CharAlignment, join_chunks
+from ..dispatch import JobFailed, JobStream
+from ..keys import DISPATCHER, REQUEST_ID
+from ..protocol import Event, Job
+from .tts import TtsRequest, job_failure, parse_tts_request
+
+logger = logging.getLogger(__name__)
+
+
+def _alignment_body(chars: list[str], starts: list[float], ends: list[float]) -> dict[str, Any] | None:
+    if not chars:
+        return None
+    return {"characters": chars, "character_start_times_seconds": starts, "character_end_times_seconds": ends}
+
+
+def _json(payload: dict[str, Any]) -> str:
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+
+
+class _Timeline:
+    """Places each chunk's relative alignment at its absolute offset in the audio."""
+
+    def __init__(self) -> None:
+        self.parts: list[tuple[float, CharAlignment]] = []
+        self.offset_s = 0.0
+
+    def add(self, event: Event) -> tuple[float, CharAlignment] | None:
+        """The chunk's alignment at its absolute offset (None without one); advances past the chunk's audio."""
+        offset = self.offset_s
+        self.offset_s += float(event.meta.get("span_ms", 0.0)) / 1000.0
+        alignment = CharAlignment.from_meta(event.meta.get("alignment"))
+        if alignment is None:
+            return None
+        part = (offset, alignment)
+        self.parts.append(part)
+        return part
+
+
+async def _submit(request: web.Request, tts: TtsRequest) -> JobStream:
+    job = Job(
+        text=tts.text,
+        voice_id=tts.voice_id,
+        output_format=tts.fmt.name,
+        voice_settings=tts.voice_settings,
+        request_id=request[REQUEST_ID],
+        alignment=True,
+        seed=tts.seed,
+    )
+    logger.info("request %s: job %s with timestamps (%d chars)", job.request_id, job.job_id, len(tts.text))
+    stream: JobStream = await request.app[DISPATCHER].submit(job)
+    return stream
+
+
+def _headers(request: web.Request, tts: TtsRequest, job: Job, content_type: str) -> dict[str, str]:
+    return {
+        "Content-Type": content_type,
+        "request-id": request[REQUEST_ID],
+        "character-cost": str(len(tts.text)),
+        "history-item-id": job.job_id,
+        "x-voice-id": job.voice_id,
+    }
+
+
+async def convert_with_timestamps(request: web.Request) -> web.Response:
+    """The whole audio as base64 plus the alignment of the whole text, once synthesis is complete."""
+    tts = await parse_tts_request(request, "convert")
+    audio: list[bytes] = []
+    timeline = _Timeline()
+    async with await _submit(request, tts) as stream:
+        try:
+            async for event in stream.chunks():
+                audio.append(event.audio)
+                timeline.add(event)
+        except JobFailed as err:
+            raise job_failure(err) from err
+        chars, starts, ends = join_chunks(timeline.parts)
+        if ends:
+            # An encoder's final flush can carry a few ms after the last character starts: it is that character's.
+            ends[-1] = max(ends[-1], round(timeline.offset_s, 3))
+        aligned = _alignment_body(chars, starts, ends)
+        body = {
+            "audio_base64": base64.b64encode(b"".join(audio)).decode("ascii"),
+            "alignment": aligned,
+            "normalized_alignment": aligned,
+        }
+        return web.Response(text=_json(body), headers=_headers(request, tts, stream.job, "application/json"))
+
+
+async def stream_with_timestamps(request: web.Request) -> web.StreamResponse:
+    """One JSON object per line, per chunk, as the worker makes them."""
+    tts = await parse_tts_request(request, "stream")
+    async with await _submit(request, tts) as job_stream:
+        chunks = job_stream.chunks()
+        try:
+            first: Event | None = await anext(chunks)
+        except StopAsyncIteration:
+            first = None
+        except JobFailed as err:
+            raise job_failure(err) from err
+        response = web.StreamResponse(headers=_headers(request, tts, job_stream.job, "application/json"))
+        await response.prepare(request)
+        timeline = _Timeline()
+        try:
+            event = first
+            while event is not None:
+                part = timeline.add(event)
+                aligned = _alignment_body(*join_chunks([part])) if part is not None else None
+                line = {
+                    "audio_base64": base64.b64encode(event.audio).decode("ascii"),
+                    "alignment": aligned,
+                    "normalized_alignment": aligned,
+                }
+                await response.write((_json(line) + "\n").encode())
+                event = await anext(chunks, None)
+        except (ConnectionResetError, ClientConnectionResetError):
+            logger.info("job %s: client went away mid-stream", job_stream.job.job_id)
+            return response
+        except JobFailed as err:
+            logger.warning("job %s failed mid-stream: %s (%s)", job_stream.job.job_id, err.code, err.message)
+            if request.transport is not None:
+                request.transport.abort()
+            return response
+        await response.write_eof()
+        return response
+
+
+def setup(app: web.Application) -> None:
+    """Register the with-timestamps routes."""
+    app.router.add_post("/v1/text-to-speech/{voice_id}/with-timestamps", convert_with_timestamps)
+    app.router.add_post("/v1/text-to-speech/{voice_id}/stream/with-timestamps", stream_with_timestamps)

@@ -1,0 +1,254 @@
+"""What both realtime sockets share: query parameters, in-band auth, one serialised sender, errors and closing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Final
+
+from aiohttp import WSMsgType, web
+
+from ..audio import OutputFormat, OutputFormatError, parse_output_format
+from ..auth import Authenticator, AuthError, Credential
+from ..keys import AUTHENTICATOR, REQUEST_ID, SETTINGS
+
+logger = logging.getLogger(__name__)
+
+MAX_INACTIVITY_S: Final = 180
+CLOSE_POLICY: Final = 1008
+# Close reasons travel in a control frame: 125 bytes minus the 2-byte code.
+MAX_REASON_BYTES: Final = 123
+# Clients send text; a message above this is refused by aiohttp with close 1009.
+MAX_CLIENT_MESSAGE_BYTES: Final = 1024 * 1024
+# Seconds a send may block on a client that stopped reading before the socket is dropped.
+SEND_TIMEOUT_S: Final = 10.0
+
+
+class WsError(Exception):
+    """Ends a socket with an error frame ``{"message", "error", "code": 1008}`` and a 1008 close."""
+
+    def __init__(self, error: str, message: str) -> None:
+        super().__init__(message)
+        self.error = error
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class StreamParams:
+    """The validated query parameters of a stream-input or multi-stream-input socket."""
+
+    voice_id: str
+    fmt: OutputFormat
+    model_id: str | None
+    inactivity_s: float
+    sync_alignment: bool
+    auto_mode: bool
+    language_code: str | None
+    seed: int | None
+    enable_logging: bool
+
+
+def _query_bool(request: web.Request, name: str, default: bool) -> bool:
+    raw = request.query.get(name)
+    if raw is None or raw == "":
+        return default
+    lowered = raw.lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise WsError("invalid_parameters", f"Query parameter '{name}' must be true or false.")
+
+
+def parse_params(request: web.Request) -> StreamParams:
+    """Validate the socket's query parameters; raise WsError naming the bad one."""
+    settings = request.app[SETTINGS]
+    try:
+        fmt = parse_output_format(request.query.get("output_format"), route="websocket")
+    except OutputFormatError as err:
+        raise WsError("invalid_output_format", str(err)) from err
+    inactivity = settings.ws_inactivity_timeout_s
+    raw = request.query.get("inactivity_timeout")
+    if raw:
+        try:
+            inactivity = float(int(raw))
+        except ValueError as err:
+            raise WsError("invalid_parameters", "inactivity_timeout must be a whole number of seconds.") from err
+        if not 1 <= inactivity <= MAX_INACTIVITY_S:
+            raise WsError("invalid_parameters", f"inactivity_timeout must lie in 1..{MAX_INACTIVITY_S} seconds.")
+    seed: int | None = None
+    if request.query.get("seed"):
+        try:
+            seed = int(request.query["seed"])
+        except ValueError:
+            seed = -1
+        if not 0 <= seed <= 4294967295:
+            raise WsError("invalid_parameters", "seed must be an integer 0..4294967295.")
+    return StreamParams(
+        voice_id=request.match_info["voice_id"],
+        fmt=fmt,
+        model_id=request.query.get("model_id") or None,
+        inactivity_s=inactivity,
+        sync_alignment=_query_bool(request, "sync_alignment", False),
+        auto_mode=_query_bool(request, "auto_mode", False),
+        language_code=request.query.get("language_code") or None,
+        seed=seed,
+        enable_logging=_query_bool(request, "enable_logging", True),
+    )
+
+
+def _bearer(value: str | None) -> str | None:
+    """The secret inside ``Bearer <secret>`` (or the bare value); None when empty."""
+    if not value:
+        return None
+    value = value.strip()
+    if value[:7].lower() == "bearer ":
+        value = value[7:].strip()
+    return value or None
+
+
+# Stand-ins for zsynth.auth.secret_from_request / secret_from_message until the auth branch is merged.
+def _secret_from_request(request: web.Request) -> str | None:
+    """A credential sent before the upgrade: ``xi-api-key``, ``Authorization: Bearer`` or ``?authorization=``."""
+    return (
+        _bearer(request.headers.get("xi-api-key"))
+        or _bearer(request.headers.get("Authorization"))
+        or _bearer(request.query.get("authorization"))
+    )
+
+
+def _secret_from_message(message: dict[str, Any]) -> str | None:
+    """A credential in the first message: ``authorization``, ``xi_api_key`` or ``xi-api-key``."""
+    for name in ("authorization", "xi_api_key", "xi-api-key"):
+        value = message.get(name)
+        if isinstance(value, str) and (secret := _bearer(value)):
+            return secret
+    return None
+
+
+class Connection:
+    """One realtime socket: every send goes through here (one at a time), and so do errors and the close."""
+
+    def __init__(self, request: web.Request, ws: web.WebSocketResponse, kind: str) -> None:
+        self.request = request
+        self.ws = ws
+        self.socket_id = request.get(REQUEST_ID) or uuid.uuid4().hex
+        self.kind = kind
+        self.last_activity = time.monotonic()
+        self._send_lock = asyncio.Lock()
+        self.credential: Credential | None = None
+
+    @property
+    def closed(self) -> bool:
+        """The socket is closed or closing: nothing more can be sent."""
+        return self.ws.closed
+
+    def touch(self) -> None:
+        """Note activity (a client message or audio sent): resets the inactivity timer."""
+        self.last_activity = time.monotonic()
+
+    async def send(self, payload: dict[str, Any]) -> None:
+        """Send one JSON frame; a client that stops reading for SEND_TIMEOUT_S is dropped."""
+        if self.ws.closed:
+            return
+        data = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+        async with self._send_lock:
+            if self.ws.closed:
+                return
+            try:
+                await asyncio.wait_for(self.ws.send_str(data), SEND_TIMEOUT_S)
+            except (ConnectionError, RuntimeError, TimeoutError) as err:
+                logger.info("socket %s: send failed (%s); closing", self.socket_id, err)
+                if self.request.transport is not None:
+                    self.request.transport.abort()
+
+    async def fail(self, err: WsError) -> None:
+        """Send the error frame, then close with 1008 and the message as the (truncated) reason."""
+        logger.info("socket %s: %s: %s", self.socket_id, err.error, err.message)
+        await self.send({"message": err.message, "error": err.error, "code": CLOSE_POLICY})
+        reason = err.message.encode()[:MAX_REASON_BYTES]
+        while reason:
+            try:
+                reason.decode()
+                break
+            except UnicodeDecodeError:  # never cut a UTF-8 sequence in half
+                reason = reason[:-1]
+        await self.close(CLOSE_POLICY, reason)
+
+    async def close(self, code: int = 1000, reason: bytes = b"") -> None:
+        """Close the socket (idempotent); waiting for the client's close reply is bounded by the socket timeout."""
+        if not self.ws.closed:
+            async with self._send_lock:
+                await self.ws.close(code=code, message=reason)
+
+    async def receive(self, timeout: float | None) -> dict[str, Any] | None:
+        """The next JSON object from the client; None once the socket is closed; TimeoutError after ``timeout``."""
+        while True:
+            msg = await self.ws.receive(timeout=timeout)
+            if msg.type is WSMsgType.TEXT:
+                try:
+                    payload = json.loads(msg.data)
+                except json.JSONDecodeError as err:
+                    raise WsError("invalid_json", "Messages must be JSON objects.") from err
+                if not isinstance(payload, dict):
+                    raise WsError("invalid_json", "Messages must be JSON objects.")
+                self.touch()
+                return payload
+            if msg.type is WSMsgType.BINARY:
+                raise WsError("invalid_message", "Messages must be JSON text frames, not binary ones.")
+            if msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR):
+                return None
+
+    async def first_message(self) -> dict[str, Any]:
+        """The first message, within ZSYNTH_WS_FIRST_MESSAGE_TIMEOUT; WsError when it does not come."""
+        bound = self.request.app[SETTINGS].ws_first_message_timeout_s
+        try:
+            message = await self.receive(bound)
+        except TimeoutError as err:
+            raise WsError(
+                "missing_first_message", f"No initial message within {bound:g} seconds: send {{'text': ' '}} first."
+            ) from err
+        if message is None:
+            raise ConnectionResetError("client closed before its first message")
+        if not isinstance(message.get("text"), str):
+            raise WsError("invalid_message", "The first message must carry a 'text' field (a single space).")
+        return message
+
+    async def authenticate(self, first: dict[str, Any]) -> Credential:
+        """Verify the credential from the upgrade request or the first message; WsError when refused."""
+        secret = _secret_from_request(self.request) or _secret_from_message(first)
+        try:
+            self.credential = await _authenticator(self.request.app).verify(secret)
+        except AuthError as err:
+            raise WsError(err.status, err.message) from err
+        return self.credential
+
+
+def _authenticator(app: web.Application) -> Authenticator:
+    """The app's authenticator; a static-keys one when the app does not carry one (before the auth merge)."""
+    found = app.get(AUTHENTICATOR)
+    return found if found is not None else Authenticator(app[SETTINGS].static_keys)
+
+
+def text_field(message: dict[str, Any]) -> str:
+    """A client message's ``text`` (missing means empty); WsError when it is not a string."""
+    text = message.get("text", "")
+    if text is None:
+        return ""
+    if not isinstance(text, str):
+        raise WsError("invalid_message", "Field 'text' must be a string.")
+    return text
+
+
+def voice_settings_field(message: dict[str, Any]) -> dict[str, Any] | None:
+    """A message's ``voice_settings`` object, or None; WsError when it is not an object."""
+    value = message.get("voice_settings")
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise WsError("invalid_message", "Field 'voice_settings' must be an object.")
+    return value

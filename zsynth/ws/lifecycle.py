@@ -1,0 +1,67 @@
+"""The life of a realtime socket: upgrade, registry of open sockets, error frame or clean close, and cleanup."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+from aiohttp import WSCloseCode, web
+
+from ..keys import WS_REGISTRY
+from .connection import MAX_CLIENT_MESSAGE_BYTES, Connection, WsError
+from .speaker import Speaker, cancel_all
+
+logger = logging.getLogger(__name__)
+
+# Protocol-level pings keep NATs and proxies from dropping quiet sockets; the inactivity timeout is separate.
+HEARTBEAT_S: Final = 30.0
+# How long a server-initiated close waits for the client's close frame.
+CLOSE_TIMEOUT_S: Final = 5.0
+
+Body = Callable[[Connection, list[Speaker]], Awaitable[None]]
+
+
+async def run_socket(request: web.Request, kind: str, body: Body) -> web.WebSocketResponse:
+    """Upgrade, run ``body``, and whatever happens cancel every job the socket still has in flight."""
+    ws = web.WebSocketResponse(heartbeat=HEARTBEAT_S, timeout=CLOSE_TIMEOUT_S, max_msg_size=MAX_CLIENT_MESSAGE_BYTES)
+    await ws.prepare(request)
+    registry = request.app[WS_REGISTRY]
+    registry.add(ws)
+    conn = Connection(request, ws, kind)
+    speakers: list[Speaker] = []
+    logger.info("socket %s: %s open for voice %s", conn.socket_id, kind, request.match_info.get("voice_id"))
+    try:
+        await body(conn, speakers)
+    except WsError as err:
+        await conn.fail(err)
+    except ConnectionResetError:
+        logger.info("socket %s: client went away", conn.socket_id)
+    finally:
+        # Runs on a client close, an error and handler cancellation alike: queued and running segments stop.
+        await cancel_all(speakers)
+        registry.discard(ws)
+        if not ws.closed:
+            await conn.close(1000)
+        logger.info("socket %s: closed (%s)", conn.socket_id, ws.close_code)
+    return ws
+
+
+async def close_all(app: web.Application) -> None:
+    """On shutdown, close every open realtime socket with GOING_AWAY (1001)."""
+    registry = app[WS_REGISTRY]
+    sockets = [ws for ws in registry]
+    if sockets:
+        logger.info("closing %d realtime sockets for shutdown", len(sockets))
+    await asyncio.gather(
+        *(ws.close(code=WSCloseCode.GOING_AWAY, message=b"Server shutting down") for ws in sockets),
+        return_exceptions=True,
+    )
+
+
+def setup_registry(app: web.Application) -> None:
+    """Create the registry now (on_startup may be too late for tests building the app) and close it on shutdown."""
+    app[WS_REGISTRY] = weakref.WeakSet[web.WebSocketResponse]()
+    app.on_shutdown.append(close_all)

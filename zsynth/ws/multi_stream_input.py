@@ -1,0 +1,155 @@
+"""``/v1/text-to-speech/{voice_id}/multi-stream-input``: several independent contexts over one socket.
+
+Every client message may name a ``context_id`` (none means the default context, answered with ``contextId``
+null). Text to an unknown context creates it; at most :data:`MAX_CONTEXTS` contexts may be live, a sixth ends the
+socket with ``max_active_conversations``. ``flush`` speaks a context's buffer and sends no ``isFinal``;
+``close_context`` lets the audio already being made finish (text never flushed is dropped), then sends one
+``{"isFinal": true, "contextId": ...}``. ``{"text": ""}`` only keeps a context alive. ``close_socket`` closes
+every context that way and then the socket, with 1000. A context idle for ``inactivity_timeout`` is closed
+quietly (no isFinal); a socket with no live context idle that long ends with ``input_timeout_exceeded``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Final
+
+from aiohttp import web
+
+from .buffer import TextBuffer
+from .connection import Connection, StreamParams, WsError, parse_params, voice_settings_field
+from .lifecycle import run_socket
+from .speaker import Speaker
+from .stream_input import BUSY_POLL_S, MIN_WAIT_S, checked_text, inactivity_error, make_buffer
+
+MAX_CONTEXTS: Final = 5
+
+
+@dataclass(slots=True)
+class Context:
+    """One live context: its text buffer and its speaker."""
+
+    buffer: TextBuffer
+    speaker: Speaker
+
+
+class MultiSession:
+    """The contexts of one multi-stream-input socket."""
+
+    def __init__(self, conn: Connection, params: StreamParams, speakers: list[Speaker]) -> None:
+        self.conn = conn
+        self.params = params
+        self.speakers = speakers  # every speaker ever made here, cancelled when the socket ends
+        self.live: dict[str | None, Context] = {}
+        self.closing: set[Speaker] = set()  # contexts told to close whose isFinal is not sent yet
+        self.closing_socket = False
+
+    def _context(self, context_id: str | None, message: dict[str, Any]) -> Context:
+        """The live context ``context_id``, created (counted against the limit) when there is none."""
+        context = self.live.get(context_id)
+        if context is not None:
+            return context
+        if len(self.live) >= MAX_CONTEXTS:
+            raise WsError(
+                "max_active_conversations",
+                f"Maximum simultaneous contexts per WebSocket connection exceeded ({MAX_CONTEXTS}). Please close "
+                "an existing context before opening a new one.",
+            )
+        buffer = make_buffer(message, self.params)
+        speaker = Speaker(
+            self.conn, self.params, voice_settings_field(message), context_id, multi=True, on_done=self._finished
+        )
+        self.speakers.append(speaker)
+        context = Context(buffer, speaker)
+        self.live[context_id] = context
+        return context
+
+    async def _finished(self, speaker: Speaker) -> None:
+        """A closed context spoke its last audio: send its one isFinal; close the socket after the last one."""
+        self.closing.discard(speaker)
+        await self.conn.send({"isFinal": True, "is_final": True, "contextId": speaker.context_id})
+        if self.closing_socket and not self.closing:
+            await self.conn.close(1000)
+
+    def _close_context(self, context_id: str | None) -> None:
+        context = self.live.pop(context_id, None)
+        if context is not None:
+            context.buffer.clear()
+            self.closing.add(context.speaker)
+            context.speaker.end()
+
+    async def handle(self, message: dict[str, Any]) -> None:
+        """Apply one client message."""
+        if message.get("close_socket"):
+            self.closing_socket = True
+            for context_id in list(self.live):
+                self._close_context(context_id)
+            if not self.closing:
+                await self.conn.close(1000)
+            return
+        context_id = message.get("context_id")
+        if context_id is not None and not isinstance(context_id, str):
+            raise WsError("invalid_message", "Field 'context_id' must be a string.")
+        if message.get("close_context"):
+            self._close_context(context_id)
+            return
+        text = checked_text(self.conn, message)
+        flush = bool(message.get("flush"))
+        if text == "" and not flush and context_id not in self.live:
+            return  # a keep-alive for a context that is gone: nothing to keep
+        context = self._context(context_id, message)
+        context.speaker.touch()
+        for segment in context.buffer.add(text, try_trigger=bool(message.get("try_trigger_generation")), flush=flush):
+            context.speaker.speak(segment)
+
+    async def expire_idle(self) -> float:
+        """Close contexts idle past the timeout; return the seconds until the next one could expire."""
+        now = time.monotonic()
+        wait = self.params.inactivity_s
+        for context_id, context in list(self.live.items()):
+            speaker = context.speaker
+            if speaker.busy:
+                wait = min(wait, BUSY_POLL_S)
+                continue
+            left = self.params.inactivity_s - (now - speaker.last_activity)
+            if left <= 0:
+                self.live.pop(context_id)
+                await speaker.cancel()  # nothing is in flight: this quietly retires it
+            else:
+                wait = min(wait, left)
+        return wait
+
+    @property
+    def busy(self) -> bool:
+        """Some context still has audio to send."""
+        return any(s.busy for s in self.speakers)
+
+
+async def _serve(conn: Connection, speakers: list[Speaker]) -> None:
+    params = parse_params(conn.request)
+    first = await conn.first_message()
+    await conn.authenticate(first)
+    session = MultiSession(conn, params, speakers)
+    message: dict[str, Any] | None = first
+    while True:
+        if message is not None and not session.closing_socket:
+            await session.handle(message)
+        wait = await session.expire_idle()
+        idle = time.monotonic() - conn.last_activity
+        if not session.live and not session.busy and not session.closing_socket:
+            if idle >= params.inactivity_s:
+                raise inactivity_error(params)
+            wait = min(wait, params.inactivity_s - idle)
+        try:
+            message = await conn.receive(max(MIN_WAIT_S, wait))
+        except TimeoutError:
+            message = None
+            continue
+        if message is None:
+            return
+
+
+async def multi_stream_input(request: web.Request) -> web.WebSocketResponse:
+    """The multi-stream-input socket."""
+    return await run_socket(request, "multi-stream-input", _serve)

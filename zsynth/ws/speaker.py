@@ -1,0 +1,232 @@
+"""One context's voice: its segments become realtime jobs, spoken in order, and their audio becomes socket frames.
+
+Each segment is its own job on the worker pool, so a worker slot is held only while a segment is being made,
+never for the socket's lifetime. At most :data:`LOOKAHEAD` segments of a context are submitted and unfinished at
+once: the next one waits in the queue (realtime jobs go ahead of batch jobs) while the previous one's audio is
+still being sent, so there is no gap between them, yet one talkative socket cannot take every worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+from ..alignment import CharAlignment, Timeline
+from ..dispatch import JobFailed, JobStream
+from ..keys import DISPATCHER, SETTINGS
+from ..protocol import Event, Job
+from .connection import Connection, StreamParams, WsError
+
+logger = logging.getLogger(__name__)
+
+LOOKAHEAD: Final = 2
+# Raw audio per frame: base64 makes it 4/3 larger, alignment adds a few KiB; frames stay well under 1 MiB.
+MAX_FRAME_AUDIO_BYTES: Final = 512 * 1024
+
+_UNAVAILABLE: Final = {
+    "timeout",
+    "worker_restarted",
+    "worker_stopping",
+    "shutting_down",
+    "lost_events",
+    "deadline_exceeded",
+}
+
+OnDone = Callable[["Speaker"], Awaitable[None]]
+
+
+class Speaker:
+    """Speaks the segments of one context in order and forwards their audio to the socket."""
+
+    def __init__(
+        self,
+        conn: Connection,
+        params: StreamParams,
+        voice_settings: dict[str, Any] | None,
+        context_id: str | None,
+        *,
+        multi: bool,
+        on_done: OnDone,
+    ) -> None:
+        self.conn = conn
+        self.params = params
+        self.voice_settings = voice_settings or {}
+        self.context_id = context_id
+        self.multi = multi
+        self.on_done = on_done
+        self.pending = 0  # segments accepted and not yet fully sent
+        self.ended = False
+        self.last_activity = time.monotonic()
+        self.first_audio_at: float | None = None
+        self._chars_sent = False
+        self._finisher: asyncio.Task[Any] | None = None  # the task sending the last frames and the close
+        self._segments: asyncio.Queue[str | None] = asyncio.Queue()
+        self._streams: asyncio.Queue[JobStream | None] = asyncio.Queue()
+        self._slots = asyncio.Semaphore(LOOKAHEAD)
+        self._live: set[JobStream] = set()
+        self._tasks = [
+            asyncio.create_task(self._submit_loop(), name=f"ws-submit-{conn.socket_id}"),
+            asyncio.create_task(self._forward_loop(), name=f"ws-forward-{conn.socket_id}"),
+        ]
+
+    @property
+    def busy(self) -> bool:
+        """Audio is still to come for text this context was given."""
+        return self.pending > 0
+
+    def touch(self) -> None:
+        """Note activity on this context (resets its inactivity timer)."""
+        self.last_activity = time.monotonic()
+
+    def speak(self, segment: str) -> None:
+        """Queue a segment; it is spoken after every segment queued before it."""
+        if self.ended:
+            return
+        self.pending += 1
+        self._segments.put_nowait(segment)
+
+    def end(self) -> None:
+        """No more segments: once the queued ones are spoken, ``on_done`` runs."""
+        if not self.ended:
+            self.ended = True
+            self._segments.put_nowait(None)
+
+    async def cancel(self) -> None:
+        """Stop now: drop queued segments and cancel the jobs already submitted (queued or running)."""
+        self.ended = True
+        if self._finisher is not None and self._finisher is not asyncio.current_task():
+            # It is sending the final frame and closing: let it, briefly, instead of cutting the close short.
+            await asyncio.wait([self._finisher], timeout=5.0)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for stream in list(self._live):
+            await stream.close()  # cancels the job on its worker unless it already ended
+        self._live.clear()
+        self.pending = 0
+
+    # ----- the two loops ---------------------------------------------------------------------------------------
+
+    async def _submit_loop(self) -> None:
+        app = self.conn.request.app
+        dispatcher, settings = app[DISPATCHER], app[SETTINGS]
+        while True:
+            segment = await self._segments.get()
+            if segment is None:
+                await self._streams.put(None)
+                return
+            await self._slots.acquire()
+            job = Job(
+                text=segment,
+                voice_id=self.params.voice_id,
+                output_format=self.params.fmt.name,
+                voice_settings=self.voice_settings,
+                priority="realtime",
+                request_id=self.conn.socket_id,
+                alignment=True,
+                seed=self.params.seed,
+                start_deadline=time.time() + settings.first_chunk_timeout_s,
+            )
+            try:
+                stream = await dispatcher.submit(job)
+            except Exception as err:  # Redis unreachable or slow: the socket cannot be served
+                logger.warning("socket %s: could not queue a segment: %r", self.conn.socket_id, err)
+                self._finisher = asyncio.current_task()
+                await self.conn.fail(WsError("synthesis_unavailable", "The speech service is unavailable."))
+                return
+            self._live.add(stream)
+            logger.debug("socket %s: segment job %s (%d chars)", self.conn.socket_id, job.job_id, len(segment))
+            await self._streams.put(stream)
+
+    async def _forward_loop(self) -> None:
+        try:
+            while True:
+                stream = await self._streams.get()
+                if stream is None:
+                    break
+                try:
+                    job_start = True
+                    async for event in stream.chunks():
+                        job_start = await self._forward(event, job_start)
+                except JobFailed as err:
+                    code = "synthesis_unavailable" if err.code in _UNAVAILABLE else err.code
+                    raise WsError(code, err.message) from err
+                finally:
+                    await stream.close()
+                    self._live.discard(stream)
+                    self._slots.release()
+                    self.pending -= 1
+                    self.touch()
+                    self.conn.touch()
+        except WsError as err:
+            self._finisher = asyncio.current_task()
+            await self.conn.fail(err)
+            return
+        except Exception:  # a bug must not leave the client waiting until its inactivity timeout
+            logger.exception("socket %s: forwarding failed", self.conn.socket_id)
+            self._finisher = asyncio.current_task()
+            await self.conn.fail(WsError("internal_error", "Something went wrong on our side."))
+            return
+        self._finisher = asyncio.current_task()
+        await self.on_done(self)
+
+    # ----- frames ----------------------------------------------------------------------------------------------
+
+    def _alignment(self, event: Event, job_start: bool) -> CharAlignment | None:
+        alignment = CharAlignment.from_meta(event.meta.get("alignment"))
+        if alignment is None or not alignment.chars:
+            return None
+        if job_start and self._chars_sent and not alignment.chars[0].isspace():
+            # Segments are spoken without the white space that separated them; put one back (zero length), so
+            # the characters of all frames spell the text in the order it came.
+            alignment = CharAlignment([" ", *alignment.chars], [0, *alignment.start_ms], [0, *alignment.dur_ms])
+        self._chars_sent = True
+        return alignment
+
+    async def _forward(self, event: Event, job_start: bool) -> bool:
+        """Send one chunk as one frame, or several when its audio would make a frame too large.
+
+        Returns whether the job's first characters are still to come.
+        """
+        alignment = self._alignment(event, job_start)
+        audio = event.audio
+        if not audio and alignment is None:
+            return job_start
+        pieces = max(1, -(-len(audio) // MAX_FRAME_AUDIO_BYTES))
+        size = -(-len(audio) // pieces) if audio else 0
+        timeline = Timeline()
+        if alignment is not None:
+            timeline.add(alignment)
+        for index in range(pieces):
+            part = audio[index * size : (index + 1) * size]
+            frame_alignment = None
+            if alignment is not None:
+                # Split the characters with the audio: a piece gets the characters that start in its share.
+                span, _ = timeline.take(alignment.end_ms * len(part) / max(1, len(audio)), final=index == pieces - 1)
+                frame_alignment = span.websocket() if span is not None else None
+            payload: dict[str, Any] = {
+                "audio": base64.b64encode(part).decode("ascii"),
+                "isFinal": None,
+                "normalizedAlignment": frame_alignment,
+                "alignment": frame_alignment,
+            }
+            if self.multi:
+                payload["contextId"] = self.context_id
+            if self.first_audio_at is None and part:
+                self.first_audio_at = time.monotonic()
+            await self.conn.send(payload)
+        self.conn.touch()
+        self.touch()
+        return job_start and alignment is None
+
+
+async def cancel_all(speakers: list[Speaker]) -> None:
+    """Cancel several speakers (the socket closed); never raises."""
+    for speaker in speakers:
+        with contextlib.suppress(Exception):
+            await speaker.cancel()

@@ -1,0 +1,99 @@
+"""``/v1/text-to-speech/{voice_id}/stream-input``: the ElevenLabs single-context realtime socket.
+
+The client sends a first message (``{"text": " ", ...}``), then text; ``{"text": ""}`` ends the input. Buffered
+text is spoken as the schedule, ``try_trigger_generation`` or ``flush`` release it; after the end of input every
+buffered word is spoken, ``{"isFinal": true}`` is sent and the server closes with 1000.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from aiohttp import web
+
+from ..keys import SETTINGS
+from .buffer import ScheduleError, TextBuffer, parse_schedule
+from .connection import Connection, StreamParams, WsError, parse_params, text_field, voice_settings_field
+from .lifecycle import run_socket
+from .speaker import Speaker
+
+# Smallest wait between inactivity checks; aiohttp treats a 0 timeout as "no timeout".
+MIN_WAIT_S = 0.05
+# While audio is being made, how often the timer is looked at again (the timer restarts when the audio ends).
+BUSY_POLL_S = 1.0
+
+
+def make_buffer(message: dict[str, Any], params: StreamParams) -> TextBuffer:
+    """A text buffer with the message's ``generation_config.chunk_length_schedule`` (or the default)."""
+    config = message.get("generation_config") or message.get("generator_config") or {}
+    if not isinstance(config, dict):
+        raise WsError("invalid_message", "Field 'generation_config' must be an object.")
+    try:
+        schedule = parse_schedule(config.get("chunk_length_schedule"))
+    except ScheduleError as err:
+        raise WsError("invalid_message", str(err)) from err
+    return TextBuffer(schedule, auto_mode=params.auto_mode)
+
+
+def checked_text(conn: Connection, message: dict[str, Any]) -> str:
+    """The message's text, refused when longer than ZSYNTH_MAX_TEXT_CHARS."""
+    text = text_field(message)
+    limit = conn.request.app[SETTINGS].max_text_chars
+    if len(text) > limit:
+        raise WsError("max_character_limit_exceeded", f"A message's text may hold at most {limit} characters.")
+    return text
+
+
+def inactivity_error(params: StreamParams) -> WsError:
+    """The upstream wording of the inactivity error."""
+    return WsError(
+        "input_timeout_exceeded",
+        f"Have not received a new text input within the timeout of {params.inactivity_s:.1f} seconds. Streaming "
+        "input terminated. Please make sure to either feed the input in the timely manner, or to send the end of "
+        'input text (empty string "") when done.',
+    )
+
+
+async def _serve(conn: Connection, speakers: list[Speaker]) -> None:
+    params = parse_params(conn.request)
+    first = await conn.first_message()
+    await conn.authenticate(first)
+    buffer = make_buffer(first, params)
+
+    async def finished(_: Speaker) -> None:
+        await conn.send({"isFinal": True})
+        await conn.close(1000)
+
+    speaker = Speaker(conn, params, voice_settings_field(first), None, multi=False, on_done=finished)
+    speakers.append(speaker)
+    message: dict[str, Any] | None = first
+    while True:
+        if message is not None and not speaker.ended:
+            text = checked_text(conn, message)
+            if text == "" and message is not first:
+                for segment in buffer.drain():
+                    speaker.speak(segment)
+                speaker.end()
+            else:
+                flush = bool(message.get("flush"))
+                for segment in buffer.add(text, try_trigger=bool(message.get("try_trigger_generation")), flush=flush):
+                    speaker.speak(segment)
+        # While audio is still to come (or after the end of input) the client owes us nothing.
+        idle = time.monotonic() - conn.last_activity
+        waiting = speaker.busy or speaker.ended
+        if not waiting and idle >= params.inactivity_s:
+            raise inactivity_error(params)
+        timeout = min(params.inactivity_s, BUSY_POLL_S) if waiting else max(MIN_WAIT_S, params.inactivity_s - idle)
+        try:
+            message = await conn.receive(timeout)
+        except TimeoutError:
+            message = None
+            continue
+        if message is None:
+            return
+
+
+async def stream_input(request: web.Request) -> web.WebSocketResponse:
+    """The stream-input socket."""
+    return await run_socket(request, "stream-input", _serve)
