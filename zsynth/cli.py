@@ -1,4 +1,4 @@
-"""The ``zsynth`` command: ``serve`` (one front), ``worker`` (one worker), ``dev`` (everything on one box), ``keys``."""
+"""The ``zsynth`` command: ``serve`` (one front), ``avatar``, ``demo``, ``worker``, ``dev`` (everything on one box), ``keys``."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ def _parser() -> argparse.ArgumentParser:
     worker = sub.add_parser("worker", help="run one worker process (one engine slot)")
     worker.add_argument("--worker-id", help="overrides ZSYNTH_WORKER_ID")
     worker.add_argument("--check", action="store_true", help="exit 0 if this worker's heartbeat is fresh, else 1")
+    sub.add_parser("avatar", help="run the avatar streaming server (WebRTC, port ZSYNTH_AVATAR_PORT)")
     dev = sub.add_parser("dev", help="redis-server (if none answers), one front and workers on this box")
     dev.add_argument("--workers", type=int, default=1, help="number of worker processes (default 1)")
     from .keyadmin import add_parser
@@ -40,6 +41,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         from .app import run
 
         run(settings)
+    elif args.command == "avatar":
+        setup_logging(settings, "avatar")
+        from .avatar.app import run_avatar
+
+        run_avatar(settings)
     elif args.command == "worker":
         if args.check:
             from workers.main import check

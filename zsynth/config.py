@@ -89,6 +89,21 @@ def _cache_ttl(raw: str) -> float:
     return value
 
 
+def _ice_servers(raw: str) -> tuple[str, ...]:
+    urls = _parse_list(raw)
+    for url in urls:
+        if not url.startswith(("stun:", "stuns:", "turn:", "turns:")):
+            raise ValueError(f"{url!r} is not a stun:, stuns:, turn: or turns: URL")
+    return urls
+
+
+def _video_size(raw: str) -> int:
+    size = int(raw)
+    if not 128 <= size <= 1080 or size % 2:
+        raise ValueError("expected an even number of pixels from 128 to 1080")
+    return size
+
+
 def _optional_str(raw: str) -> str | None:
     return raw.strip() or None
 
@@ -159,6 +174,19 @@ class Settings:
     # ?inactivity_timeout=), and how long a new socket may take to send its first message.
     ws_inactivity_timeout_s: float = _env("WS_INACTIVITY_TIMEOUT", _positive_float, default=20.0)
     ws_first_message_timeout_s: float = _env("WS_FIRST_MESSAGE_TIMEOUT", _positive_float, default=10.0)
+    # Avatar server (``zsynth avatar``): port, live sessions per box, timeouts, ICE and the default voice.
+    avatar_port: int = _env("AVATAR_PORT", _parse_port, default=8100)
+    avatar_max_sessions: int = _env("AVATAR_MAX_SESSIONS", _positive_int, default=4)
+    # A session with no command and no speech for this long ends (HeyGen's activity_idle_timeout default).
+    avatar_idle_timeout_s: float = _env("AVATAR_IDLE_TIMEOUT", _positive_float, default=120.0)
+    # A peer connection that is not connected this long after /connect is closed.
+    avatar_connect_timeout_s: float = _env("AVATAR_CONNECT_TIMEOUT", _positive_float, default=20.0)
+    # STUN/TURN URLs offered to aiortc; none by default (a STUN lookup stalls offline hosts for seconds).
+    avatar_ice_servers: tuple[str, ...] = _env("AVATAR_ICE_SERVERS", _ice_servers, default=())
+    avatar_ice_username: str | None = _env("AVATAR_ICE_USERNAME", _optional_str, default=None)
+    avatar_ice_credential: str | None = _env("AVATAR_ICE_CREDENTIAL", _optional_str, default=None)
+    avatar_voice_id: str = _env("AVATAR_VOICE_ID", default="21m00Tcm4TlvDq8ikWAM")
+    avatar_size: int = _env("AVATAR_SIZE", _video_size, default=512)
     log_level: str = _env("LOG_LEVEL", default="INFO")
     log_json: bool = _env("LOG_JSON", _parse_bool, default=False)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import weakref
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from aiohttp import web
 from redis.asyncio import Redis
@@ -14,6 +14,10 @@ from .dispatch import Dispatcher
 from .metrics import Metrics
 from .voices import VoiceCatalog
 from .voices.mirror import VoiceMirror
+
+if TYPE_CHECKING:
+    from .avatar.renderers import AvatarRenderer
+    from .avatar.sessions import SessionRegistry
 
 SETTINGS: Final = web.AppKey("settings", Settings)
 REDIS: Final = web.AppKey("redis", Redis)
@@ -28,3 +32,7 @@ WS_REGISTRY: Final = web.AppKey("ws_registry", weakref.WeakSet[web.WebSocketResp
 # Per-request values.
 REQUEST_ID: Final = web.RequestKey("request_id", str)
 CREDENTIAL: Final = web.RequestKey("credential", Credential)
+
+# The avatar server (zsynth.avatar); its types are imported for type checking only, to keep imports acyclic.
+AVATAR_SESSIONS: Final[web.AppKey[SessionRegistry]] = web.AppKey("avatar_sessions")
+AVATARS: Final[web.AppKey[dict[str, AvatarRenderer]]] = web.AppKey("avatars")

@@ -1,0 +1,96 @@
+"""A loopback WebRTC viewer standing in for the browser: it offers, receives the avatar's tracks and records them."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass, field
+
+import aioice.ice
+import numpy as np
+from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
+
+# Rows and columns of the mouth in a 512 x 512 frame (see zsynth.avatar.renderers.cpu).
+MOUTH_BOX = (slice(294, 371), slice(189, 323))
+
+
+def loopback_host_addresses(use_ipv4: bool = True, use_ipv6: bool = True) -> list[str]:
+    """aioice never offers 127.0.0.1 on its own; on a loopback-only test both peers must use it."""
+    return ["127.0.0.1"]
+
+
+def patch_loopback_ice() -> None:
+    """Make aioice gather loopback host candidates (call once per process, before any peer connection)."""
+    aioice.ice.get_host_addresses = loopback_host_addresses  # type: ignore[assignment]
+
+
+@dataclass
+class Viewer:
+    """Receives audio (48 kHz mono int16 per 20 ms frame) and video (mouth crops) with their arrival times."""
+
+    pc: RTCPeerConnection = field(default_factory=lambda: RTCPeerConnection(RTCConfiguration(iceServers=[])))
+    audio: list[tuple[float, np.ndarray]] = field(default_factory=list)
+    video: list[tuple[float, np.ndarray]] = field(default_factory=list)
+    video_size: tuple[int, int] | None = None
+    readers: list[asyncio.Task] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.pc.on("track", self._on_track)
+
+    async def offer(self) -> dict[str, str]:
+        """The browser's offer: receive one audio and one video track."""
+        self.pc.addTransceiver("audio", direction="recvonly")
+        self.pc.addTransceiver("video", direction="recvonly")
+        await self.pc.setLocalDescription(await self.pc.createOffer())
+        return {"sdp": self.pc.localDescription.sdp, "type": "offer"}
+
+    async def accept(self, answer: dict[str, str]) -> None:
+        """Apply the server's answer."""
+        await self.pc.setRemoteDescription(RTCSessionDescription(sdp=answer["sdp"], type=answer["type"]))
+
+    def _on_track(self, track: MediaStreamTrack) -> None:
+        self.readers.append(asyncio.create_task(self._read(track)))
+
+    async def _read(self, track: MediaStreamTrack) -> None:
+        with contextlib.suppress(MediaStreamError):
+            while True:
+                frame = await track.recv()
+                now = time.monotonic()
+                if track.kind == "audio":
+                    pcm = frame.to_ndarray().reshape(-1)
+                    channels = len(frame.layout.channels)
+                    self.audio.append((now, pcm[::channels].astype(np.int16)))
+                else:
+                    image = frame.to_ndarray(format="rgb24")
+                    self.video_size = (image.shape[1], image.shape[0])
+                    self.video.append((now, image[MOUTH_BOX].astype(np.float32).mean(axis=2)))
+
+    async def wait_connected(self, timeout: float = 30.0) -> None:
+        """Until ICE and DTLS are up."""
+        deadline = time.monotonic() + timeout
+        while self.pc.connectionState != "connected":
+            assert time.monotonic() < deadline, f"peer stayed {self.pc.connectionState}"
+            await asyncio.sleep(0.05)
+
+    def audio_between(self, start: float, end: float) -> np.ndarray:
+        """Received samples (float -1..1) that arrived between two monotonic times."""
+        parts = [pcm for t, pcm in self.audio if start <= t <= end]
+        if not parts:
+            return np.zeros(0, dtype=np.float32)
+        return np.concatenate(parts).astype(np.float32) / 32768.0
+
+    def mouth_motion(self, start: float, end: float) -> float:
+        """Mean absolute change of the mouth region between consecutive frames in a time window."""
+        crops = [c for t, c in self.video if start <= t <= end]
+        if len(crops) < 2:
+            return 0.0
+        return float(np.mean([np.abs(a - b).mean() for a, b in zip(crops, crops[1:], strict=False)]))
+
+    async def close(self) -> None:
+        """Close the peer connection and wait for the readers to stop."""
+        await self.pc.close()
+        for task in self.readers:
+            task.cancel()
+        await asyncio.gather(*self.readers, return_exceptions=True)

@@ -1,0 +1,196 @@
+"""Avatar server auth: full keys in either header, session tokens in the query, expiry, scope on management routes.
+
+The keys table that really mints session tokens belongs to the auth core; here a small in-memory stand-in for it
+(``TokenAuthenticator``) mints and checks tokens so the avatar routes' own rules are exercised end to end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+
+import aiohttp
+import pytest
+
+from zsynth.auth import TEMP_PREFIX, Authenticator, AuthError, Credential, fingerprint
+from zsynth.avatar.app import create_avatar_app
+from zsynth.keys import AVATAR_SESSIONS
+
+from .avatar_peer import Viewer, patch_loopback_ice
+from .conftest import make_settings
+
+KEY = "avatar-full-key"
+
+
+class TokenAuthenticator(Authenticator):
+    """Static full keys plus in-memory session tokens (a stand-in for the keys table)."""
+
+    def __init__(self, keys: tuple[str, ...]) -> None:
+        super().__init__(keys)
+        self.tokens: dict[str, float] = {}
+
+    async def mint_token(self, ttl_seconds: int, scope: str = "tts") -> tuple[str, int]:
+        token = TEMP_PREFIX + secrets.token_urlsafe(18)
+        expires_at = int(time.time()) + ttl_seconds
+        self.tokens[token] = expires_at
+        return token, expires_at
+
+    async def verify(self, secret: str | None) -> Credential:
+        if secret and secret.startswith(TEMP_PREFIX):
+            expires_at = self.tokens.get(secret)
+            if expires_at is None or expires_at <= time.time():
+                raise AuthError("invalid_api_key", "The session token is invalid or has expired.")
+            return Credential("ephemeral", fingerprint(secret), expires_at=expires_at, scope="tts")
+        return await super().verify(secret)
+
+
+@pytest.fixture(autouse=True)
+def loopback_ice() -> None:
+    patch_loopback_ice()
+
+
+@pytest.fixture
+def tokens() -> TokenAuthenticator:
+    return TokenAuthenticator((KEY,))
+
+
+@pytest.fixture
+async def server(aiohttp_client, redis_url, data_dir, tokens):
+    return await aiohttp_client(create_avatar_app(make_settings(redis_url, data_dir, api_keys=(KEY,)), tokens))
+
+
+async def mint(client, ttl: int | None = None) -> dict:
+    resp = await client.post(
+        "/v1/streaming.create_token", json={} if ttl is None else {"ttl_seconds": ttl}, headers={"X-Api-Key": KEY}
+    )
+    assert resp.status == 200, await resp.text()
+    return (await resp.json())["data"]
+
+
+async def assert_auth_error(resp: aiohttp.ClientResponse, code: str) -> None:
+    assert resp.status == 401, await resp.text()
+    body = await resp.json()
+    assert set(body) == {"code", "message"} and body["code"] == code and body["message"]
+
+
+async def test_create_token_takes_a_full_key_in_either_header(server) -> None:
+    resp = await server.post("/v1/streaming.create_token", headers={"X-Api-Key": KEY})
+    assert resp.status == 200
+    data = (await resp.json())["data"]
+    assert data["token"].startswith("zsk_temp_") and data["scope"] == "tts"
+    assert abs(data["expires_at"] - (time.time() + 300)) < 5
+    resp = await server.post(
+        "/v1/streaming.create_token", json={"ttl_seconds": 5}, headers={"Authorization": f"Bearer {KEY}"}
+    )
+    assert abs((await resp.json())["data"]["expires_at"] - (time.time() + 30)) < 5  # clamped up to 30 s
+    assert abs((await mint(server, 100000))["expires_at"] - (time.time() + 600)) < 5  # clamped down to 600 s
+    resp = await server.post("/v1/streaming.create_token", json={"ttl_seconds": "long"}, headers={"X-Api-Key": KEY})
+    assert resp.status == 400 and (await resp.json())["code"] == "invalid_parameters"
+    await assert_auth_error(await server.post("/v1/streaming.create_token"), "missing_api_key")
+    await assert_auth_error(
+        await server.post("/v1/streaming.create_token", headers={"X-Api-Key": "wrong"}), "invalid_api_key"
+    )
+    token = (await mint(server))["token"]
+    await assert_auth_error(
+        await server.post("/v1/streaming.create_token", headers={"Authorization": f"Bearer {token}"}),
+        "insufficient_scope",
+    )
+
+
+async def test_token_minting_without_a_keys_table_is_not_supported(aiohttp_client, redis_url, data_dir) -> None:
+    client = await aiohttp_client(create_avatar_app(make_settings(redis_url, data_dir, api_keys=(KEY,))))
+    resp = await client.post("/v1/streaming.create_token", json={"ttl_seconds": 60}, headers={"X-Api-Key": KEY})
+    assert resp.status == 501
+    body = await resp.json()
+    assert body["code"] == "not_supported" and "ZSYNTH_API_KEYS_TABLE" in body["message"]
+
+
+async def test_session_token_drives_a_stream_but_not_management(server, tokens) -> None:
+    token = (await mint(server))["token"]
+    viewer = Viewer()
+    resp = await server.post(f"/connect?session_token={token}", json=await viewer.offer())
+    assert resp.status == 200, await resp.text()
+    session_id = (await resp.json())["session_id"]
+
+    for method, path in (
+        ("GET", "/v1/avatars"),
+        ("GET", "/v1/sessions"),
+        ("GET", f"/v1/sessions/{session_id}"),
+        ("DELETE", f"/v1/sessions/{session_id}"),
+    ):
+        await assert_auth_error(await server.request(method, f"{path}?session_token={token}"), "insufficient_scope")
+        resp = await server.request(method, path, headers={"Authorization": f"Bearer {token}"})
+        await assert_auth_error(resp, "insufficient_scope")
+
+    # Another token cannot take over this session's control socket; its own token can.
+    other = (await mint(server))["token"]
+    resp = await server.get(f"/control/{session_id}?session_token={other}")
+    assert resp.status == 404 and (await resp.json())["code"] == "session_not_found"
+    ws = await server.ws_connect(f"/control/{session_id}?session_token={token}")
+    event = await ws.receive_json(timeout=30)
+    assert event["type"] == "session.state" and event["session_id"] == session_id
+
+    tokens.tokens[token] = time.time() - 1  # the token expires: new requests with it are refused
+    await assert_auth_error(
+        await server.post(f"/connect?session_token={token}", json=await Viewer().offer()), "invalid_api_key"
+    )
+    await ws.close()
+    await viewer.close()
+    deadline = time.monotonic() + 15
+    while session_id in server.app[AVATAR_SESSIONS].sessions:  # closing the control socket ends the session
+        assert time.monotonic() < deadline, "the session outlived its control socket"
+        await asyncio.sleep(0.05)
+
+
+async def test_connect_and_control_refuse_bad_credentials(server, tokens) -> None:
+    offer = await Viewer().offer()
+    await assert_auth_error(await server.post("/connect", json=offer), "missing_api_key")
+    await assert_auth_error(await server.post("/connect", json=offer, headers={"X-Api-Key": "nope"}), "invalid_api_key")
+    await assert_auth_error(
+        await server.post("/connect", json=offer, headers={"Authorization": "Bearer nope"}), "invalid_api_key"
+    )
+    # A full key never travels in a URL.
+    await assert_auth_error(await server.post(f"/connect?session_token={KEY}", json=offer), "invalid_api_key")
+    await assert_auth_error(await server.post("/connect?session_token=zsk_temp_forged", json=offer), "invalid_api_key")
+    await assert_auth_error(await server.get("/control/abc"), "missing_api_key")
+    await assert_auth_error(await server.get("/control/abc?session_token=zsk_temp_forged"), "invalid_api_key")
+    with pytest.raises(aiohttp.WSServerHandshakeError) as err:
+        await server.ws_connect("/control/abc", headers={"X-Api-Key": "nope"})
+    assert err.value.status == 401
+    assert (await server.get("/healthz")).status == 200  # health needs no key
+
+
+async def test_management_with_a_full_key(server) -> None:
+    for headers in ({"X-Api-Key": KEY}, {"Authorization": f"Bearer {KEY}"}):
+        resp = await server.get("/v1/avatars", headers=headers)
+        assert resp.status == 200
+        avatars = (await resp.json())["data"]
+        assert {a["avatar_id"] for a in avatars} == {"ada", "theo"}
+        assert all(a["width"] == a["height"] == 512 and a["fps"] == 25 for a in avatars)
+    resp = await server.delete("/v1/sessions/unknown", headers={"X-Api-Key": KEY})
+    assert resp.status == 404 and (await resp.json())["code"] == "session_not_found"
+    await assert_auth_error(await server.get("/v1/sessions"), "missing_api_key")
+
+
+async def test_open_server_needs_no_key(aiohttp_client, redis_url, data_dir) -> None:
+    client = await aiohttp_client(create_avatar_app(make_settings(redis_url, data_dir)))
+    assert (await client.get("/v1/avatars")).status == 200
+    viewer = Viewer()
+    resp = await client.post("/connect", json=await viewer.offer())
+    assert resp.status == 200
+    session_id = (await resp.json())["session_id"]
+    assert (await client.delete(f"/v1/sessions/{session_id}")).status == 200
+    await viewer.close()
+
+
+async def test_browsers_on_other_origins_may_call(server) -> None:
+    origin = {"Origin": "https://app.example"}
+    resp = await server.options(
+        "/connect",
+        headers={**origin, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "content-type"},
+    )
+    assert resp.status == 204 and resp.headers["Access-Control-Allow-Origin"] == "*"
+    assert "POST" in resp.headers["Access-Control-Allow-Methods"]
+    resp = await server.post("/connect?session_token=zsk_temp_forged", json={}, headers=origin)
+    assert resp.status == 401 and resp.headers["Access-Control-Allow-Origin"] == "*"  # errors are readable too

@@ -1,0 +1,275 @@
+"""The avatar server end to end: a loopback WebRTC viewer, the control socket, real Piper workers behind Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import aiohttp
+import numpy as np
+import pytest
+
+from zsynth.avatar.app import create_avatar_app
+from zsynth.keys import AVATAR_SESSIONS
+
+from .avatar_peer import Viewer, patch_loopback_ice
+from .conftest import make_settings
+from .helpers import assert_speech
+
+KEY = "avatar-full-key"
+HEADERS = {"X-Api-Key": KEY}
+TEXT = "Hello there, I am the zsynth avatar and I am speaking to you right now."
+LONG_TEXT = " ".join(["This is a long sentence that keeps the avatar talking for quite a while."] * 6)
+
+
+@pytest.fixture(autouse=True)
+def loopback_ice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both peers gather 127.0.0.1 host candidates (aioice skips loopback otherwise)."""
+    patch_loopback_ice()
+
+
+def avatar_settings(redis_url: str, data_dir: Path, **overrides: object):
+    return make_settings(redis_url, data_dir, **{"api_keys": (KEY,), "avatar_connect_timeout_s": 30.0, **overrides})
+
+
+@pytest.fixture
+async def avatar(aiohttp_client, redis_url, data_dir, shared_workers):
+    """The avatar server on loopback, speaking through the shared Piper workers."""
+    return await aiohttp_client(create_avatar_app(avatar_settings(redis_url, data_dir)))
+
+
+class Control:
+    """The control socket, with the events it received and when."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        self.ws = ws
+        self.events: list[tuple[float, dict]] = []
+
+    async def next(self, kind: str, timeout: float = 60.0) -> dict:
+        """Read until an event of ``kind`` (events read on the way are kept)."""
+        for _, event in self.events:
+            if event["type"] == kind and not event.get("_seen"):
+                event["_seen"] = True
+                return event
+        deadline = time.monotonic() + timeout
+        while True:
+            msg = await self.ws.receive(timeout=max(0.1, deadline - time.monotonic()))
+            assert msg.type == aiohttp.WSMsgType.TEXT, f"socket ended ({msg.type}) waiting for {kind}: {self.events}"
+            event = msg.json()
+            self.events.append((time.monotonic(), event))
+            if event["type"] == kind:
+                event["_seen"] = True
+                return event
+
+    def arrival(self, kind: str) -> float:
+        return next(t for t, e in self.events if e["type"] == kind)
+
+
+async def open_session(client, viewer: Viewer, headers=HEADERS, **body) -> tuple[str, Control]:
+    """Signal through /connect, attach the control socket and wait for session.ready."""
+    resp = await client.post("/connect", json={**(await viewer.offer()), **body}, headers=headers)
+    assert resp.status == 200, await resp.text()
+    answer = await resp.json()
+    assert answer["type"] == "answer" and answer["control_url"] == f"/control/{answer['session_id']}"
+    await viewer.accept(answer)
+    ws = await client.ws_connect(answer["control_url"], headers=headers)
+    control = Control(ws)
+    await viewer.wait_connected()
+    ready = await control.next("session.ready")
+    assert ready["session_id"] == answer["session_id"]
+    return answer["session_id"], control
+
+
+async def wait_until(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+def leftover_tasks(baseline: set[asyncio.Task]) -> set[asyncio.Task]:
+    return {t for t in asyncio.all_tasks() if t not in baseline and t is not asyncio.current_task() and not t.done()}
+
+
+async def test_speak_streams_speech_and_lips_then_stop_tears_down(avatar) -> None:
+    baseline = set(asyncio.all_tasks())
+    viewer = Viewer()
+    session_id, control = await open_session(avatar, viewer)
+    await wait_until(lambda: len(viewer.audio) > 25 and len(viewer.video) > 10, 30, "audio and video frames")
+    assert viewer.video_size == (512, 512)
+    quiet_from = time.monotonic()
+    await asyncio.sleep(1.0)
+    quiet_to = time.monotonic()
+
+    await control.ws.send_json({"type": "speak", "text": TEXT, "id": "greeting"})
+    accepted = await control.next("speak.accepted")
+    assert accepted["id"] == "greeting"
+    start = await control.next("avatar.start_talking")
+    stop = await control.next("avatar.stop_talking")
+    assert start["task_id"] == stop["task_id"] == accepted["task_id"]
+    assert stop["interrupted"] is False and stop["id"] == "greeting"
+    await asyncio.sleep(0.5)  # the last frames cross the jitter buffer
+
+    spoken = viewer.audio_between(control.arrival("avatar.start_talking"), control.arrival("avatar.stop_talking") + 0.3)
+    duration = assert_speech(spoken, 48000, TEXT)
+    assert abs(duration * 1000 - stop["duration_ms"]) < 1500, (duration, stop)
+    silence = viewer.audio_between(quiet_from, quiet_to)
+    assert silence.size and float(np.abs(silence).max()) < 0.01, "the idle stream should be silent"
+    talking_motion = viewer.mouth_motion(
+        control.arrival("avatar.start_talking"), control.arrival("avatar.stop_talking")
+    )
+    assert talking_motion > 3 * viewer.mouth_motion(quiet_from, quiet_to) + 0.5, "the mouth should move with speech"
+
+    await control.ws.send_json({"type": "stop"})
+    closed = await control.next("session.state")
+    while closed.get("state") != "closed":
+        closed = await control.next("session.state")
+    assert closed["reason"] == "stopped"
+    msg = await control.ws.receive(timeout=10)
+    assert msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
+    await viewer.close()
+    assert session_id not in avatar.app[AVATAR_SESSIONS].sessions
+    await wait_until(lambda: not leftover_tasks(baseline), 15, "session tasks to end")
+
+
+async def test_interrupt_silences_the_stream(avatar) -> None:
+    viewer = Viewer()
+    _, control = await open_session(avatar, viewer)
+    await control.ws.send_json({"type": "speak", "text": LONG_TEXT, "id": "long"})
+    await control.ws.send_json({"type": "speak", "text": TEXT, "id": "queued"})
+    await control.next("avatar.start_talking")
+    await asyncio.sleep(1.0)
+    await control.ws.send_json({"type": "interrupt"})
+    sent = time.monotonic()
+    stop = await control.next("avatar.stop_talking")
+    assert stop["interrupted"] is True and stop["id"] == "long"
+    assert 0 < stop["duration_ms"] < 10000
+    cancelled = await control.next("speak.cancelled")
+    assert cancelled["id"] == "queued"
+    await asyncio.sleep(1.5)
+    # Loose bound for a busy machine; scripts/bench-avatar measures the real latency.
+    after = viewer.audio_between(sent + 0.6, time.monotonic())
+    assert after.size > 48000 // 2 and float(np.abs(after).max()) < 0.01, "speech went on after the interrupt"
+    before = viewer.audio_between(control.arrival("avatar.start_talking"), sent)
+    assert float(np.sqrt(np.mean(before**2))) > 0.02, "there was speech before the interrupt"
+    # The session stays usable: the next task speaks.
+    await control.ws.send_json({"type": "speak", "text": "And now a short one.", "id": "next"})
+    assert (await control.next("avatar.start_talking"))["id"] == "next"
+    assert (await control.next("avatar.stop_talking"))["interrupted"] is False
+    await control.ws.close()
+    await viewer.close()
+
+
+async def test_idle_session_ends_and_keep_alive_defers_it(aiohttp_client, redis_url, data_dir, shared_workers) -> None:
+    client = await aiohttp_client(create_avatar_app(avatar_settings(redis_url, data_dir, avatar_idle_timeout_s=2.0)))
+    baseline = set(asyncio.all_tasks())
+    viewer = Viewer()
+    session_id, control = await open_session(client, viewer)
+    for _ in range(3):  # keep-alives every second hold the session past its 2 s timeout
+        await asyncio.sleep(1.0)
+        await control.ws.send_json({"type": "keep_alive"})
+        await control.next("pong")
+    assert session_id in client.app[AVATAR_SESSIONS].sessions
+    event = await control.next("session.state", timeout=30)
+    while event.get("state") != "closed":
+        event = await control.next("session.state", timeout=30)
+    assert event["reason"] == "idle_timeout"
+    msg = await control.ws.receive(timeout=10)
+    assert msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
+    assert session_id not in client.app[AVATAR_SESSIONS].sessions
+    await wait_until(lambda: viewer.pc.connectionState == "closed", 15, "the viewer to see the peer close")
+    await viewer.close()
+    await wait_until(lambda: not leftover_tasks(baseline), 15, "session tasks to end")
+
+
+async def test_session_limit_and_management_close(aiohttp_client, redis_url, data_dir, shared_workers) -> None:
+    client = await aiohttp_client(create_avatar_app(avatar_settings(redis_url, data_dir, avatar_max_sessions=1)))
+    first = Viewer()
+    session_id, control = await open_session(client, first, headers={"Authorization": f"Bearer {KEY}"})
+
+    second = Viewer()
+    resp = await client.post("/connect", json=await second.offer(), headers=HEADERS)
+    assert resp.status == 503
+    body = await resp.json()
+    assert body["code"] == "capacity" and "limit of 1" in body["message"]
+    await second.close()
+
+    await wait_until(lambda: bool(first.video), 30, "the first video frame")
+    listed = await (await client.get("/v1/sessions", headers=HEADERS)).json()
+    assert listed["limit"] == 1 and [s["session_id"] for s in listed["data"]] == [session_id]
+    assert listed["data"][0]["control_attached"] is True and listed["data"][0]["video_frames_sent"] > 0
+    resp = await client.delete(f"/v1/sessions/{session_id}", headers=HEADERS)
+    assert resp.status == 200 and (await resp.json())["data"]["closed"] is True
+    event = await control.next("session.state")
+    while event.get("state") != "closed":
+        event = await control.next("session.state")
+    assert event["reason"] == "closed_by_api"
+    assert (await (await client.get("/v1/sessions", headers=HEADERS)).json())["data"] == []
+    await first.close()
+
+    third = Viewer()
+    session_id, control = await open_session(client, third)  # the slot is free again
+    await control.ws.close()
+    await third.close()
+    await wait_until(lambda: not client.app[AVATAR_SESSIONS].sessions, 15, "the session to close with its socket")
+
+
+async def test_control_errors_and_bad_offers(avatar) -> None:
+    resp = await avatar.post("/connect", json={"sdp": "v=0\r\n", "type": "offer"}, headers=HEADERS)
+    assert resp.status == 400 and (await resp.json())["code"] == "invalid_sdp"
+    resp = await avatar.post("/connect", data="not json", headers=HEADERS)
+    assert resp.status == 400 and (await resp.json())["code"] == "invalid_json"
+    viewer = Viewer()
+    resp = await avatar.post("/connect", json={**(await viewer.offer()), "avatar_id": "nobody"}, headers=HEADERS)
+    assert resp.status == 404 and (await resp.json())["code"] == "avatar_not_found"
+    resp = await avatar.get("/control/0123456789abcdef", headers=HEADERS)
+    assert resp.status == 404 and (await resp.json())["code"] == "session_not_found"
+
+    session_id, control = await open_session(avatar, viewer, avatar_id="theo")
+    resp = await avatar.get(f"/control/{session_id}", headers=HEADERS)
+    assert resp.status == 409 and (await resp.json())["code"] == "already_attached"
+    await control.ws.send_str("{not json")
+    assert (await control.next("error"))["code"] == "invalid_message"
+    await control.ws.send_json({"type": "dance"})
+    assert (await control.next("error"))["code"] == "unknown_command"
+    await control.ws.send_json({"type": "speak", "text": "  "})
+    assert (await control.next("error"))["code"] == "invalid_text"
+    await control.ws.close()
+    await viewer.close()
+    await wait_until(lambda: not avatar.app[AVATAR_SESSIONS].sessions, 15, "the session to close with its socket")
+
+
+async def test_a_peer_that_never_connects_is_dropped(aiohttp_client, redis_url, data_dir) -> None:
+    settings = avatar_settings(redis_url, data_dir, avatar_connect_timeout_s=1.0)
+    client = await aiohttp_client(create_avatar_app(settings))
+    baseline = set(asyncio.all_tasks())
+    viewer = Viewer()
+    resp = await client.post("/connect", json=await viewer.offer(), headers=HEADERS)  # the answer is never applied
+    assert resp.status == 200
+    session = client.app[AVATAR_SESSIONS].sessions[(await resp.json())["session_id"]]
+    await wait_until(lambda: not client.app[AVATAR_SESSIONS].sessions, 20, "the connect timeout")
+    assert session.close_reason == "connect_timeout"
+    assert session.audio.readyState == session.video.readyState == "ended"
+    await viewer.close()
+    await wait_until(lambda: not leftover_tasks(baseline), 15, "session tasks to end")
+
+
+async def test_speech_that_never_comes_is_reported(aiohttp_client, private_redis_url, data_dir) -> None:
+    # No worker serves this database: the job's first-chunk deadline passes.
+    settings = avatar_settings(private_redis_url, data_dir, first_chunk_timeout_s=1.0)
+    client = await aiohttp_client(create_avatar_app(settings))
+    viewer = Viewer()
+    resp = await client.post("/connect", json=await viewer.offer(), headers=HEADERS)
+    answer = await resp.json()
+    await viewer.accept(answer)
+    control = Control(await client.ws_connect(answer["control_url"], headers=HEADERS))
+    await control.ws.send_json({"type": "speak", "text": "Is anybody there?", "id": "lonely"})
+    accepted = await control.next("speak.accepted")
+    error = await control.next("error")
+    assert error["code"] == "timeout" and error["task_id"] == accepted["task_id"] and error["id"] == "lonely"
+    await control.ws.send_json({"type": "ping"})
+    await control.next("pong")
+    assert not [e for _, e in control.events if e["type"].startswith("avatar.")], "a failed task never talks"
+    await control.ws.close()
+    await viewer.close()

@@ -1,0 +1,66 @@
+"""Who may call which avatar route: full keys everywhere, session tokens only on the stream routes.
+
+Full keys come in a header (``X-Api-Key`` or ``Authorization: Bearer``). Browsers cannot set headers on a
+WebSocket, so a session token may also come as the ``session_token`` query parameter; a full key never does,
+because URLs end up in logs and browser history.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from aiohttp import web
+
+from ..auth import AuthError, Credential
+from ..keys import AUTHENTICATOR, CREDENTIAL
+from .errors import AvatarError
+
+TTL_MIN: Final = 30
+TTL_MAX: Final = 600
+TTL_DEFAULT: Final = 300
+
+
+def clamp_ttl(ttl_seconds: int) -> int:
+    """Session-token lifetime clamped to the spec's 30-600 s."""
+    return max(TTL_MIN, min(TTL_MAX, ttl_seconds))
+
+
+def _header_secret(request: web.Request) -> str | None:
+    key = request.headers.get("X-Api-Key")
+    if key:
+        return key.strip()
+    auth = request.headers.get("Authorization", "")
+    scheme, _, value = auth.partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip()
+    return None
+
+
+def auth_error(err: AuthError) -> AvatarError:
+    """An auth-core refusal in this server's envelope."""
+    return AvatarError(err.http_status, err.status, err.message)
+
+
+async def authorize(request: web.Request, *, stream_route: bool) -> Credential:
+    """Resolve the caller's credential; session tokens pass only where ``stream_route`` is true."""
+    authenticator = request.app[AUTHENTICATOR]
+    secret = _header_secret(request)
+    from_query = False
+    if secret is None and "session_token" in request.query:
+        secret, from_query = request.query["session_token"].strip(), True
+    try:
+        credential = await authenticator.verify(secret)
+    except AuthError as err:
+        if err.status == "missing_api_key":
+            raise AvatarError(
+                401, "missing_api_key", "No API key was sent: use 'X-Api-Key: <key>' or 'Authorization: Bearer <key>'."
+            ) from err
+        raise auth_error(err) from err
+    if from_query and credential.kind == "full":
+        raise AvatarError(
+            401, "invalid_api_key", "Query parameter 'session_token' takes a session token; send full keys in a header."
+        )
+    if not credential.is_full and not stream_route:
+        raise AvatarError(401, "insufficient_scope", "A session token cannot call this route; use a full API key.")
+    request[CREDENTIAL] = credential
+    return credential

@@ -1,0 +1,16 @@
+"""Avatar renderers: the interface (base) and the built-in CPU renderer."""
+
+from __future__ import annotations
+
+from .base import AvatarInfo, AvatarRenderer, FrameCue, RenderStream
+from .cpu import CpuFaceRenderer, FaceStyle, builtin_avatars
+
+__all__ = [
+    "AvatarInfo",
+    "AvatarRenderer",
+    "CpuFaceRenderer",
+    "FaceStyle",
+    "FrameCue",
+    "RenderStream",
+    "builtin_avatars",
+]

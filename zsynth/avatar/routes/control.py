@@ -1,0 +1,99 @@
+"""The control WebSocket, ``GET /control/{session_id}``: speak, interrupt, keep alive and stop one session.
+
+Client to server, JSON text messages with a ``type``:
+``{"type": "speak", "text": ..., "id"?: ..., "voice_id"?: ...}``, ``{"type": "interrupt"}``,
+``{"type": "keep_alive"}`` (or ``ping``), ``{"type": "stop"}``.
+Server to client: ``session.state``, ``session.ready``, ``speak.accepted``, ``avatar.start_talking``,
+``avatar.stop_talking`` (``duration_ms``, ``interrupted``), ``speak.cancelled``, ``pong``, ``error`` (``code``,
+``message``); each carries a ``seq``. Closing the socket ends the session.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+from ...keys import AVATAR_SESSIONS, SETTINGS
+from ..access import authorize
+from ..errors import AvatarError
+from ..session import AvatarSession
+
+logger = logging.getLogger(__name__)
+
+
+def _client_id(message: dict[str, Any]) -> str | None:
+    value = message.get("id")
+    return None if value is None else str(value)[:128]
+
+
+def _speak(session: AvatarSession, message: dict[str, Any], max_chars: int) -> None:
+    text, voice_id = message.get("text"), message.get("voice_id")
+    if not isinstance(text, str) or not text.strip():
+        session.emit("error", code="invalid_text", message="'text' must be a non-empty string.", id=_client_id(message))
+    elif len(text) > max_chars:
+        session.emit("error", code="text_too_long", message=f"'text' exceeds {max_chars} characters.")
+    elif voice_id is not None and (not isinstance(voice_id, str) or not voice_id.strip()):
+        session.emit("error", code="invalid_voice_id", message="'voice_id' must be a non-empty string.")
+    else:
+        session.speak(text, _client_id(message), voice_id)
+
+
+async def handle_message(session: AvatarSession, raw: str, max_chars: int) -> bool:
+    """Apply one command; False when the session should end."""
+    session.touch()
+    try:
+        message = json.loads(raw)
+    except json.JSONDecodeError:
+        message = None
+    if not isinstance(message, dict) or not isinstance(message.get("type"), str):
+        session.emit("error", code="invalid_message", message="Send JSON objects with a string 'type'.")
+        return True
+    kind = message["type"]
+    if kind == "speak":
+        _speak(session, message, max_chars)
+    elif kind == "interrupt":
+        count = session.interrupt()
+        logger.info("session %s: interrupt (%d tasks)", session.session_id, count)
+    elif kind in ("keep_alive", "ping"):
+        session.emit("pong")
+    elif kind == "stop":
+        return False
+    else:
+        session.emit("error", code="unknown_command", message=f"Unknown command type '{kind[:40]}'.")
+    return True
+
+
+async def control(request: web.Request) -> web.WebSocketResponse:
+    """Attach the control socket to a session and serve its commands until either side closes."""
+    credential = await authorize(request, stream_route=True)
+    session = request.app[AVATAR_SESSIONS].get(request.match_info["session_id"])
+    if not credential.is_full and credential.fingerprint != session.owner:
+        # A session token drives only the session it created; say "not found" rather than reveal others.
+        raise AvatarError(404, "session_not_found", f"No live session with id '{session.session_id}'.")
+    if session.ws is not None:
+        raise AvatarError(409, "already_attached", "This session already has a control socket.")
+    ws = web.WebSocketResponse(heartbeat=30.0, max_msg_size=256 * 1024)
+    await ws.prepare(request)
+    session.attach(ws)
+    reason = "control_closed"
+    max_chars = request.app[SETTINGS].max_text_chars
+    try:
+        async for msg in ws:
+            if msg.type == WSMsgType.TEXT:
+                if not await handle_message(session, msg.data, max_chars):
+                    reason = "stopped"
+                    break
+            elif msg.type == WSMsgType.BINARY:
+                session.emit("error", code="invalid_message", message="Binary messages are not supported.")
+    finally:
+        # Shielded inside close(): a dropped connection cancels this handler, never the teardown.
+        await session.close(reason)
+    return ws
+
+
+def setup(app: web.Application) -> None:
+    """Register the control socket."""
+    app.router.add_get("/control/{session_id}", control)

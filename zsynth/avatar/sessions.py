@@ -1,0 +1,56 @@
+"""The box's live avatar sessions: creation under the per-box limit, lookup, and closing them all."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+
+from ..config import Settings
+from ..dispatch import Dispatcher
+from .errors import AvatarError
+from .renderers.base import AvatarRenderer
+from .session import AvatarSession
+
+logger = logging.getLogger(__name__)
+
+
+class SessionRegistry:
+    """Live sessions by id; at most ``settings.avatar_max_sessions`` at once."""
+
+    def __init__(self, settings: Settings, dispatcher: Dispatcher) -> None:
+        self.settings = settings
+        self.dispatcher = dispatcher
+        self.sessions: dict[str, AvatarSession] = {}
+
+    def create(self, renderer: AvatarRenderer, voice_id: str, owner: str) -> AvatarSession:
+        """A new session, counted against the limit at once (before signalling awaits anything)."""
+        limit = self.settings.avatar_max_sessions
+        if len(self.sessions) >= limit:
+            raise AvatarError(
+                503,
+                "capacity",
+                f"This server already runs its limit of {limit} live avatar sessions; try again later.",
+                {"Retry-After": "5"},
+            )
+        session_id = secrets.token_hex(12)
+        session = AvatarSession(
+            session_id, self.settings, self.dispatcher, renderer, voice_id, owner, on_closed=self._forget
+        )
+        self.sessions[session_id] = session
+        logger.info("session %s: created (avatar %s, %d live)", session_id, renderer.info.avatar_id, len(self.sessions))
+        return session
+
+    def get(self, session_id: str) -> AvatarSession:
+        """The live session with this id, or a 404 error."""
+        session = self.sessions.get(session_id)
+        if session is None or session.closing:
+            raise AvatarError(404, "session_not_found", f"No live session with id '{session_id}'.")
+        return session
+
+    def _forget(self, session: AvatarSession) -> None:
+        self.sessions.pop(session.session_id, None)
+
+    async def close_all(self, reason: str) -> None:
+        """Close every session (server shutdown)."""
+        await asyncio.gather(*(s.close(reason) for s in list(self.sessions.values())), return_exceptions=True)
