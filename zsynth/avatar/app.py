@@ -11,7 +11,8 @@ from aiohttp import web
 from ..app import dispatcher, redis_client, request_id_middleware
 from ..auth import Authenticator
 from ..config import Settings
-from ..keys import AUTHENTICATOR, AVATAR_SESSIONS, AVATARS, DISPATCHER, SETTINGS
+from ..keys import AUTHENTICATOR, AVATAR_SESSIONS, AVATARS, DISPATCHER, METRICS, SETTINGS
+from ..metrics import Metrics
 from .cors import cors_middleware
 from .errors import avatar_error_middleware
 from .renderers import AvatarRenderer, builtin_avatars
@@ -23,8 +24,9 @@ logger = logging.getLogger(__name__)
 
 def _authenticator_ctx(auth: Authenticator | None) -> Callable[[web.Application], AsyncIterator[None]]:
     async def authenticator(app: web.Application) -> AsyncIterator[None]:
-        """The auth core shared with the speech API."""
-        app[AUTHENTICATOR] = auth or Authenticator(app[SETTINGS].static_keys)
+        """The auth core shared with the speech API: static keys and the keys table (needed to mint tokens)."""
+        app[AUTHENTICATOR] = auth or Authenticator.from_settings(app[SETTINGS])
+        await app[AUTHENTICATOR].start()
         yield
         await app[AUTHENTICATOR].close()
 
@@ -45,6 +47,7 @@ def create_avatar_app(settings: Settings, auth: Authenticator | None = None) -> 
         middlewares=[cors_middleware, request_id_middleware, avatar_error_middleware], client_max_size=1024 * 1024
     )
     app[SETTINGS] = settings
+    app[METRICS] = Metrics()  # the shared dispatcher records job outcomes; this server does not serve /metrics
     avatars: dict[str, AvatarRenderer] = dict(builtin_avatars(settings.avatar_size))
     app[AVATARS] = avatars
     app.cleanup_ctx.extend([redis_client, dispatcher, _authenticator_ctx(auth), sessions])
