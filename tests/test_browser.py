@@ -208,6 +208,24 @@ def test_realtime_highlights_advance(page: tuple[Any, Received]) -> None:
     received.assert_no_full_key(pg)
 
 
+def test_realtime_live_typing(page: tuple[Any, Received]) -> None:
+    pg, received = page
+    pg.check("#live")
+    pg.click("#realtime")
+    pg.wait_for_function("document.getElementById('realtime').textContent === 'Finish'", timeout=30_000)
+    typed = "Typed live, word by word, and spoken while the words keep coming."
+    pg.keyboard.type(typed, delay=25)
+    pg.keyboard.press("Enter")
+    pg.wait_for_function("window.demoStats.realtime.ended || window.demoStats.realtime.error", timeout=60_000)
+    realtime = stats(pg, "realtime")
+    assert realtime["error"] is None
+    assert pg.inner_text("#spoken").strip() == typed
+    trace = [count for _, count in realtime["trace"]]
+    assert trace == sorted(trace) and len(set(trace)) >= 3, trace
+    assert realtime["highlighted"] >= 0.9 * len(typed.replace(" ", ""))
+    received.assert_no_full_key(pg)
+
+
 def test_clone_goes_through_the_backend(page: tuple[Any, Received]) -> None:
     pg, received = page
     pg.click("#tab-clone")

@@ -1,8 +1,9 @@
 """``zsynth dev``: the whole stack on one box for a newcomer, stopped cleanly by Ctrl-C.
 
 Starts a local ``redis-server`` when nothing answers at ZSYNTH_REDIS_URL (persistence off, loopback only), then
-one front, the requested number of workers, the avatar server and the demo page as child processes. When any child dies, or on Ctrl-C/SIGTERM, every
-child is stopped (SIGTERM, then SIGKILL after a grace period).
+one front, the requested number of workers, the avatar server and the demo page as child processes. When any child
+dies, or on Ctrl-C/SIGTERM, every child is stopped (SIGTERM, then SIGKILL after a grace period). With no keys
+configured the servers are open (fine on loopback) and the demo page calls them without a token.
 """
 
 from __future__ import annotations

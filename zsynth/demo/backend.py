@@ -122,7 +122,7 @@ class DemoBackend:
             session["mode"] = "open"
             session["note"] = (
                 "No full key is configured (ZSYNTH_API_KEY), so this page calls the servers without a token: "
-                "that works while they are open (no keys, loopback only, as `zsynth dev` runs them)."
+                "that works while they are open (no keys configured, on loopback, as zsynth dev runs them)."
             )
             session["speech"] = {"token": None}
             session["avatar"] = {"token": None}

@@ -16,7 +16,7 @@ const stats = {
 };
 window.demoStats = stats;
 
-const state = { session: null, loadedAt: 0, ctx: null, player: null, ws: null, run: 0, avatar: null };
+const state = { session: null, loadedAt: 0, ctx: null, player: null, ws: null, run: 0, avatar: null, live: null };
 
 // ---- session and tokens ----------------------------------------------------------------------------------------
 
@@ -186,6 +186,7 @@ function meters(counters) {
 }
 
 function stopAll() {
+  endLive();
   state.run += 1;
   if (state.player) state.player.stop();
   if (state.ws && state.ws.readyState <= 1) state.ws.close(1000);
@@ -239,16 +240,22 @@ async function speak() {
 
 // ---- Realtime: the stream-input WebSocket, with highlighted characters -----------------------------------------
 
-function renderSpoken(text) {
+// Show text in the spoken box, one span per character; ``spans`` grows as live text is typed.
+function appendSpoken(spans, text) {
   const box = $("spoken");
-  box.className = "spoken";
-  const spans = [...text].map((ch) => {
+  for (const ch of text) {
     const span = document.createElement("span");
     span.textContent = ch;
-    return span;
-  });
-  box.replaceChildren(...spans);
-  return spans;
+    box.append(span);
+    spans.push(span);
+  }
+}
+
+function clearSpoken() {
+  const box = $("spoken");
+  box.className = "spoken";
+  box.replaceChildren();
+  return [];
 }
 
 // Text in pieces of a few words, as an LLM would stream it.
@@ -260,6 +267,8 @@ function pieces(text) {
 }
 
 async function realtime() {
+  if (state.live) return finishLive();
+  const live = $("live").checked;
   stopAll();
   const run = state.run;
   const counters = Object.assign(stats.realtime, { bytes: 0, frames: 0, alignedChars: 0, highlighted: 0, trace: [],
@@ -268,8 +277,9 @@ async function realtime() {
     const ctx = await audioContext();
     const s = await session();
     const text = $("text").value.replace(/\s+/g, " ").trim();
-    if (!text) throw new Error("Type something to say first.");
-    const spans = renderSpoken(text);
+    if (!text && !live) throw new Error("Type something to say first.");
+    const spans = clearSpoken();
+    if (!live) appendSpoken(spans, text);
     const player = (state.player = new PcmPlayer(ctx, counters));
     const marks = [];             // [AudioContext time, span index] in the order spoken
     let cursor = 0;               // next span an alignment character may match
@@ -337,6 +347,7 @@ async function realtime() {
     });
     ws.onopen = async () => {
       ws.send(JSON.stringify({ text: " ", generation_config: { chunk_length_schedule: [50, 90, 120, 160] } }));
+      if (live) return startLive(ws, spans, run);
       for (const piece of pieces(text)) {
         if (run !== state.run || ws.readyState !== 1) return;
         ws.send(JSON.stringify({ text: piece, try_trigger_generation: true }));
@@ -345,7 +356,11 @@ async function realtime() {
       if (ws.readyState === 1) ws.send(JSON.stringify({ text: "" }));
       status("text sent, speaking…");
     };
-    await closed;
+    try {
+      await closed;
+    } finally {
+      endLive();
+    }
     counters.done = true;
     await player.drained();
     if (run === state.run) {
@@ -356,6 +371,62 @@ async function realtime() {
     counters.error = String(err.message || err);
     status(counters.error, true);
   }
+}
+
+// Live mode: the text box is sent word by word while it is typed; Realtime again (or Enter) ends the input.
+function startLive(ws, spans, run) {
+  const box = $("text");
+  box.value = "";
+  box.focus();
+  let sent = 0;
+  const sendTyped = (all) => {
+    if (run !== state.run || ws.readyState !== 1) return;
+    const value = box.value;
+    const end = all ? value.length : Math.max(value.lastIndexOf(" "), value.lastIndexOf("\n")) + 1;
+    if (end <= sent) return;
+    const piece = value.slice(sent, end).replace(/\s+/g, " ");
+    sent = end;
+    if (!piece.trim()) return;
+    appendSpoken(spans, piece);
+    ws.send(JSON.stringify({ text: piece.endsWith(" ") ? piece : piece + " ", try_trigger_generation: true }));
+  };
+  const onKey = (event) => {
+    if (event.key === "Enter" && !event.shiftKey) {
+      event.preventDefault();
+      finishLive();
+    }
+  };
+  const onInput = () => sendTyped(false);
+  box.addEventListener("input", onInput);
+  box.addEventListener("keydown", onKey);
+  const keepAlive = setInterval(() => ws.readyState === 1 && ws.send(JSON.stringify({ text: " " })), 10000);
+  state.live = {
+    finish: () => {
+      sendTyped(true);
+      if (ws.readyState === 1) ws.send(JSON.stringify({ text: "" }));
+    },
+    detach: () => {
+      clearInterval(keepAlive);
+      box.removeEventListener("input", onInput);
+      box.removeEventListener("keydown", onKey);
+    },
+  };
+  $("realtime").textContent = "Finish";
+  status("live: type, each word is sent as you go; Enter or Finish ends the input");
+}
+
+function finishLive() {
+  if (!state.live) return;
+  state.live.finish();
+  endLive();
+  status("text sent, speaking…");
+}
+
+function endLive() {
+  if (!state.live) return;
+  state.live.detach();
+  state.live = null;
+  $("realtime").textContent = "Realtime";
 }
 
 // ---- Clone: upload through the demo backend (cloning needs a full key) ----------------------------------------
