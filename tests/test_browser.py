@@ -11,11 +11,9 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-import shutil
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +42,9 @@ FULL_KEY = "zsk_live_demo" + secrets.token_urlsafe(24)
 SCREENSHOT = ROOT / "docs" / "demo.png"
 
 pytestmark = [
-    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed (scripts/install --test)"),
+    pytest.mark.skipif(
+        not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed (scripts/install --test)"
+    ),
     pytest.mark.timeout(180),
 ]
 sync_api = pytest.importorskip("playwright.sync_api")
@@ -75,9 +75,7 @@ def zsynth_process(command: str, port: int, env: dict[str, str]) -> Iterator[str
 
 
 @pytest.fixture(scope="module")
-def demo_url(
-    redis_url: str, data_dir: Path, shared_workers: list[WorkerProcess], keys_table: str
-) -> Iterator[str]:
+def demo_url(redis_url: str, data_dir: Path, shared_workers: list[WorkerProcess], keys_table: str) -> Iterator[str]:
     """Speech front (static key + keys table), avatar server and demo server; yields the demo's URL."""
     ports = {"ZSYNTH_PORT": free_port(), "ZSYNTH_AVATAR_PORT": free_port(), "ZSYNTH_DEMO_PORT": free_port()}
     env = {

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterable
+from collections.abc import AsyncIterable, Awaitable
 from typing import Any, Final
 
 import aiohttp
@@ -46,6 +46,23 @@ def _error_message(body: Any, status: int) -> str:
         if isinstance(body.get("message"), str):
             return str(body["message"])
     return f"HTTP {status}"
+
+
+async def _outcome(name: str, minting: Awaitable[dict[str, Any]]) -> dict[str, Any]:
+    """A minted token, or ``{"token": None, "error": ...}`` saying why there is none."""
+    try:
+        return await minting
+    except UpstreamError as err:
+        logger.warning("demo: minting the %s token failed: %s", name, err)
+        return {"token": None, "error": str(err)}
+
+
+async def _or_empty(listing: Awaitable[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    try:
+        return await listing
+    except UpstreamError as err:
+        logger.warning("demo: listing avatars failed: %s", err)
+        return []
 
 
 class DemoBackend:
@@ -101,7 +118,8 @@ class DemoBackend:
     async def avatars(self) -> list[dict[str, Any]]:
         """The avatars on offer (a full-key route, so the backend asks on the page's behalf)."""
         try:
-            async with self.http.get(f"{self.avatar_url}/v1/avatars", headers=self._headers(), timeout=_TIMEOUT) as resp:
+            url = f"{self.avatar_url}/v1/avatars"
+            async with self.http.get(url, headers=self._headers(), timeout=_TIMEOUT) as resp:
                 body = await resp.json(content_type=None)
                 if resp.status != 200 or not isinstance(body, dict):
                     raise UpstreamError(_error_message(body, resp.status))
@@ -110,14 +128,9 @@ class DemoBackend:
         return [{"avatar_id": a.get("avatar_id"), "name": a.get("name")} for a in body.get("data") or []]
 
     async def page_session(self, page: URL) -> dict[str, Any]:
-        """What one page load receives: base URLs and its own tokens (never the full key)."""
+        """What one page load receives: base URLs, the avatars and its own tokens (never the full key)."""
         api_url, avatar_url = self.page_urls(page)
         session: dict[str, Any] = {"api_url": api_url, "avatar_url": avatar_url, "ttl_seconds": TOKEN_TTL_S}
-        try:
-            session["avatars"] = await self.avatars()
-        except UpstreamError as err:
-            logger.warning("demo: listing avatars failed: %s", err)
-            session["avatars"] = []
         if not self.has_key:
             session["mode"] = "open"
             session["note"] = (
@@ -126,17 +139,13 @@ class DemoBackend:
             )
             session["speech"] = {"token": None}
             session["avatar"] = {"token": None}
+            session["avatars"] = await _or_empty(self.avatars())
             return session
         session["mode"] = "token"
-        speech, avatar = await asyncio.gather(self.speech_token(), self.avatar_token(), return_exceptions=True)
-        for name, result in (("speech", speech), ("avatar", avatar)):
-            if isinstance(result, UpstreamError):
-                logger.warning("demo: minting the %s token failed: %s", name, result)
-                session[name] = {"token": None, "error": str(result)}
-            elif isinstance(result, BaseException):
-                raise result
-            else:
-                session[name] = result
+        speech, avatar, avatars = await asyncio.gather(
+            _outcome("speech", self.speech_token()), _outcome("avatar", self.avatar_token()), _or_empty(self.avatars())
+        )
+        session.update(speech=speech, avatar=avatar, avatars=avatars)
         return session
 
     async def clone(self, body: AsyncIterable[bytes], content_type: str) -> tuple[int, bytes]:
