@@ -107,10 +107,11 @@ def front_main(redis_url: str, port: int) -> None:
     gc_started = [0.0]
 
     def on_gc(phase: str, info: dict[str, int]) -> None:
+        # CPU time of the collection itself (wall time would include the OS preempting it on a busy box).
         if phase == "start":
-            gc_started[0] = time.perf_counter()
+            gc_started[0] = time.thread_time()
         else:
-            gc_pauses.append(time.perf_counter() - gc_started[0])
+            gc_pauses.append(time.thread_time() - gc_started[0])
 
     gc.callbacks.append(on_gc)
 
@@ -187,6 +188,24 @@ async def socket_latency(base: str, session: aiohttp.ClientSession, reps: int) -
     return times[1:]  # the first one warms the path
 
 
+async def worker_times(redis_url: str) -> list[float]:
+    """Seconds each latency segment spent in the worker (claim to done: the engine plus encoding and publishing)."""
+    from redis.asyncio import Redis
+
+    from zsynth import protocol
+
+    redis = Redis.from_url(redis_url)
+    times = []
+    try:
+        async for key in redis.scan_iter(protocol.job_key("*")):
+            record = {k.decode(): v.decode() for k, v in (await redis.hgetall(key)).items()}
+            if record.get("state") == "done" and record.get("chars") == str(len(SENTENCE)):
+                times.append(float(record["finished_at"]) - float(record["started_at"]))
+    finally:
+        await redis.aclose()
+    return times
+
+
 async def speaker(base: str, session: aiohttp.ClientSession) -> tuple[float, float]:
     """One speaking socket: its time to first audio and to isFinal."""
     url = f"{base}/v1/text-to-speech/bench/stream-input?output_format=mp3_44100_128"
@@ -207,8 +226,12 @@ async def speaker(base: str, session: aiohttp.ClientSession) -> tuple[float, flo
 
 
 async def load(base: str, session: aiohttp.ClientSession, idle: int, speaking: int, pid: int) -> dict[str, Any]:
-    async with session.get(f"{base}/_bench/stats") as resp:
+    # Control: the same measurement on the front doing nothing, to tell the box's own scheduling noise apart.
+    async with session.get(f"{base}/_bench/stats?reset=1") as resp:
         before = (await resp.json())["rss_mib"]
+    await asyncio.sleep(5.0)
+    async with session.get(f"{base}/_bench/stats") as resp:
+        control = await resp.json()
     url = f"{base}/v1/text-to-speech/bench/stream-input?inactivity_timeout=180"
     sockets = []
     opened = time.perf_counter()
@@ -232,13 +255,14 @@ async def load(base: str, session: aiohttp.ClientSession, idle: int, speaking: i
         "idle_rss": idle_rss,
         "opened_s": opened,
         "stall": stall,
+        "control": control,
         "alive": alive,
         "first": [r[0] for r in results],
         "total": [r[1] for r in results],
     }
 
 
-async def run_client(port: int, pid: int, args: argparse.Namespace) -> None:
+async def run_client(port: int, pid: int, redis_url: str, args: argparse.Namespace) -> None:
     base = f"http://127.0.0.1:{port}"
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector) as session:
@@ -247,6 +271,12 @@ async def run_client(port: int, pid: int, args: argparse.Namespace) -> None:
         print(
             f"socket flush -> first audio frame: p50 {pct(latency, 0.5) * 1000:.0f} ms, "
             f"p95 {pct(latency, 0.95) * 1000:.0f} ms (n={len(latency)})"
+        )
+        in_worker = await worker_times(redis_url)
+        print(
+            f"same segments inside the worker (claim -> done, one sentence = one chunk): "
+            f"p50 {pct(in_worker, 0.5) * 1000:.0f} ms, p95 {pct(in_worker, 0.95) * 1000:.0f} ms (n={len(in_worker)}); "
+            f"front + Redis + socket add p50 {(pct(latency, 0.5) - pct(in_worker, 0.5)) * 1000:.0f} ms"
         )
         result = await load(base, session, args.idle, args.speaking, pid)
     per_socket_kib = (result["idle_rss"] - result["before"]) * 1024 / max(1, args.idle)
@@ -259,8 +289,13 @@ async def run_client(port: int, pid: int, args: argparse.Namespace) -> None:
         f"event-loop stalls while {args.speaking} sockets spoke next to {args.idle} idle ones: "
         f"max {stall['max_ms']:.1f} ms, p99 {stall['p99_ms']:.1f} ms over {stall['samples']} samples "
         f"(target < 50 ms: {'met' if stall['max_ms'] < 50 else 'NOT met'}); longest stall spent computing on the "
-        f"loop's thread: {stall['busy_max_ms']:.1f} ms; longest GC pause {stall['gc_max_ms']:.1f} ms "
+        f"loop's thread: {stall['busy_max_ms']:.1f} ms; longest GC (CPU) {stall['gc_max_ms']:.1f} ms "
         f"({stall['gc_runs']} collections); front RSS {stall['rss_mib']:.1f} MiB"
+    )
+    control = result["control"]
+    print(
+        f"control, the same front idle for 5 s: max stall {control['max_ms']:.1f} ms, p99 {control['p99_ms']:.1f} ms "
+        f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)"
     )
     first, total = result["first"], result["total"]
     print(
@@ -297,7 +332,7 @@ def main() -> None:
         try:
             time.sleep(1.0)
             assert front.pid is not None
-            asyncio.run(run_client(port, front.pid, args))
+            asyncio.run(run_client(port, front.pid, redis_url, args))
         finally:
             front.terminate()
             front.join(5)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import weakref
 from collections.abc import Awaitable, Callable
@@ -61,7 +62,19 @@ async def close_all(app: web.Application) -> None:
     )
 
 
+async def freeze_startup_heap(app: web.Application) -> None:
+    """Keep the start-up heap (modules, numpy, codecs) out of later garbage collections.
+
+    A full collection walks every tracked object; with the front's imports that alone costs tens of ms of event
+    loop, a stall every speaking socket would hear. Frozen objects are skipped, so collections only walk what
+    requests and sockets create.
+    """
+    gc.collect()
+    gc.freeze()
+
+
 def setup_registry(app: web.Application) -> None:
     """Create the registry now (on_startup may be too late for tests building the app) and close it on shutdown."""
     app[WS_REGISTRY] = weakref.WeakSet[web.WebSocketResponse]()
+    app.on_startup.append(freeze_startup_heap)
     app.on_shutdown.append(close_all)

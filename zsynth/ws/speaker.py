@@ -62,7 +62,6 @@ class Speaker:
         self.pending = 0  # segments accepted and not yet fully sent
         self.ended = False
         self.last_activity = time.monotonic()
-        self.first_audio_at: float | None = None
         self._chars_sent = False
         self._finisher: asyncio.Task[Any] | None = None  # the task sending the last frames and the close
         self._segments: asyncio.Queue[str | None] = asyncio.Queue()
@@ -217,8 +216,6 @@ class Speaker:
             }
             if self.multi:
                 payload["contextId"] = self.context_id
-            if self.first_audio_at is None and part:
-                self.first_audio_at = time.monotonic()
             await self.conn.send(payload)
         self.conn.touch()
         self.touch()
