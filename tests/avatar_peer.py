@@ -88,6 +88,28 @@ class Viewer:
             return 0.0
         return float(np.mean([np.abs(a - b).mean() for a, b in zip(crops, crops[1:], strict=False)]))
 
+    def lip_sync(self, start: float, end: float) -> tuple[float, float]:
+        """(lag in ms, correlation) that best lines up mouth opening with loudness in a time window.
+
+        The mouth's opening is its share of dark (open-mouth) pixels; a positive lag means the sound arrives after
+        the picture showing it.
+        """
+        video = [(t, float((crop < 80).mean())) for t, crop in self.video if start <= t <= end]
+        audio_t = np.array([t for t, _ in self.audio])
+        audio_rms = np.array([float(np.sqrt(np.mean(pcm.astype(np.float32) ** 2))) for _, pcm in self.audio])
+        video_t = np.array([t for t, _ in video])
+        mouth = np.array([m for _, m in video])
+        best = (0.0, -1.0)
+        if len(video) < 10 or mouth.std() == 0:
+            return best
+        for lag_ms in range(-400, 401, 20):
+            loud = audio_rms[np.searchsorted(audio_t, video_t + lag_ms / 1000).clip(0, len(audio_t) - 1)]
+            if loud.std() > 0:
+                corr = float(np.corrcoef(mouth, loud)[0, 1])
+                if corr > best[1]:
+                    best = (float(lag_ms), corr)
+        return best
+
     async def close(self) -> None:
         """Close the peer connection and wait for the readers to stop."""
         await self.pc.close()

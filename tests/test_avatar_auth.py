@@ -11,13 +11,14 @@ import secrets
 import time
 
 import aiohttp
+import aioice.ice
 import pytest
 
 from zsynth.auth import TEMP_PREFIX, Authenticator, AuthError, Credential, fingerprint
 from zsynth.avatar.app import create_avatar_app
 from zsynth.keys import AVATAR_SESSIONS
 
-from .avatar_peer import Viewer, patch_loopback_ice
+from .avatar_peer import Viewer, loopback_host_addresses
 from .conftest import make_settings
 
 KEY = "avatar-full-key"
@@ -46,8 +47,9 @@ class TokenAuthenticator(Authenticator):
 
 
 @pytest.fixture(autouse=True)
-def loopback_ice() -> None:
-    patch_loopback_ice()
+def loopback_ice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both peers gather 127.0.0.1 host candidates (aioice skips loopback otherwise)."""
+    monkeypatch.setattr(aioice.ice, "get_host_addresses", loopback_host_addresses)
 
 
 @pytest.fixture

@@ -7,13 +7,14 @@ import time
 from pathlib import Path
 
 import aiohttp
+import aioice.ice
 import numpy as np
 import pytest
 
 from zsynth.avatar.app import create_avatar_app
 from zsynth.keys import AVATAR_SESSIONS
 
-from .avatar_peer import Viewer, patch_loopback_ice
+from .avatar_peer import Viewer, loopback_host_addresses
 from .conftest import make_settings
 from .helpers import assert_speech
 
@@ -26,7 +27,7 @@ LONG_TEXT = " ".join(["This is a long sentence that keeps the avatar talking for
 @pytest.fixture(autouse=True)
 def loopback_ice(monkeypatch: pytest.MonkeyPatch) -> None:
     """Both peers gather 127.0.0.1 host candidates (aioice skips loopback otherwise)."""
-    patch_loopback_ice()
+    monkeypatch.setattr(aioice.ice, "get_host_addresses", loopback_host_addresses)
 
 
 def avatar_settings(redis_url: str, data_dir: Path, **overrides: object):
@@ -120,6 +121,8 @@ async def test_speak_streams_speech_and_lips_then_stop_tears_down(avatar) -> Non
         control.arrival("avatar.start_talking"), control.arrival("avatar.stop_talking")
     )
     assert talking_motion > 3 * viewer.mouth_motion(quiet_from, quiet_to) + 0.5, "the mouth should move with speech"
+    lag_ms, corr = viewer.lip_sync(control.arrival("avatar.start_talking"), control.arrival("avatar.stop_talking"))
+    assert corr > 0.2 and abs(lag_ms) <= 240, f"lips and sound apart: best lag {lag_ms} ms, correlation {corr:.2f}"
 
     await control.ws.send_json({"type": "stop"})
     closed = await control.next("session.state")

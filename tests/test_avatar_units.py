@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from av import VideoFrame
 
 from zsynth.avatar.access import clamp_ttl
 from zsynth.avatar.media import SAMPLES_PER_FRAME, AudioSlot, Timeline
@@ -15,6 +16,11 @@ from zsynth.config import Settings, SettingsError
 from zsynth.protocol import Event
 
 SILENT = np.zeros(1920, dtype=np.int16)
+
+
+def rgb(stream, cue: FrameCue) -> np.ndarray:
+    """A rendered frame as RGB, the way a viewer decodes it."""
+    return VideoFrame.from_ndarray(stream.render_sync(cue), format="yuv420p").to_ndarray(format="rgb24")
 
 
 def tone(samples: int, peak: int = 12000) -> np.ndarray:
@@ -79,18 +85,18 @@ def test_cpu_face_moves_its_mouth_blinks_and_differs_per_avatar() -> None:
     shapes = {}
     for viseme in VISEMES:
         stream.open = 0.0
-        frame = stream.render_sync(FrameCue(1, 0.0, True, viseme, 1.0, SILENT))
+        frame = rgb(stream, FrameCue(1, 0.0, True, viseme, 1.0, SILENT))
         assert frame.shape == (512, 512, 3) and frame.dtype == np.uint8
         shapes[viseme] = frame[mouth].copy()
     assert len({s.tobytes() for s in shapes.values()}) == len(VISEMES), "every viseme has its own mouth"
     assert np.abs(shapes["D"].astype(int) - shapes["X"]).mean() > 5
     # Idle for ten seconds: the eyes close at least once and the mouth stays at rest.
     eyes = (slice(200, 240), slice(160, 352))
-    idle = [stream.render_sync(FrameCue(i, i / 25, False, "X", 0.0, SILENT)) for i in range(250)]
+    idle = [stream.render_sync(FrameCue(i, i / 25, False, "X", 0.0, SILENT))[:512] for i in range(250)]  # Y plane
     eye_states = {f[eyes].tobytes() for f in idle}
     assert len(eye_states) >= 2, "no blink in ten seconds"
-    ada = avatars["ada"].open_stream(1).render_sync(FrameCue(0, 0, False, "X", 0, SILENT))
-    theo = avatars["theo"].open_stream(1).render_sync(FrameCue(0, 0, False, "X", 0, SILENT))
+    ada = rgb(avatars["ada"].open_stream(1), FrameCue(0, 0, False, "X", 0, SILENT))
+    theo = rgb(avatars["theo"].open_stream(1), FrameCue(0, 0, False, "X", 0, SILENT))
     assert np.abs(ada.astype(int) - theo).mean() > 10
 
 

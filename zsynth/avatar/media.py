@@ -153,8 +153,7 @@ class AvatarVideoTrack(MediaStreamTrack):
             await asyncio.sleep(wait)
         if self.readyState != "live":
             raise MediaStreamError
-        image = await self.stream.render(self.cue(self._index))
-        frame = VideoFrame.from_ndarray(image, format="rgb24")
+        frame = await self.stream.render(self.cue(self._index))
         frame.time_base = Fraction(1, VIDEO_CLOCK)
         frame.pts = self._index * (VIDEO_CLOCK // VIDEO_FPS)
         self._index += 1

@@ -1,7 +1,7 @@
 """The renderer interface: what the session gives a renderer for each video frame, and what it gets back.
 
 A renderer owns one avatar's look. Each live session opens its own :class:`RenderStream` (blink timers, smoothing,
-model state) and asks it for one RGB frame per video tick. The cue carries both the derived mouth cues (viseme,
+model state) and asks it for one frame per video tick. The cue carries both the derived mouth cues (viseme,
 openness) and the raw 40 ms of speech the frame shows, so an audio-driven lip-sync model (a GPU renderer) can plug
 in behind the same interface and ignore the cues.
 """
@@ -13,8 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-
-Frame = npt.NDArray[np.uint8]  # height x width x 3, RGB
+from av import VideoFrame
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +57,8 @@ class RenderStream(ABC):
     """One session's renderer state."""
 
     @abstractmethod
-    async def render(self, cue: FrameCue) -> Frame:
-        """The RGB frame for ``cue``; called once per video tick, in order."""
+    async def render(self, cue: FrameCue) -> VideoFrame:
+        """The picture for ``cue`` (yuv420p or rgb24; the track stamps it); called once per video tick, in order."""
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook: a CPU stream holds nothing to release
         """Release per-session resources (a GPU renderer frees its slot here)."""
