@@ -11,13 +11,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
@@ -25,7 +22,7 @@ import aiohttp
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.helpers import WorkerProcess, free_port, redis_server, wait_for  # noqa: E402
+from tests.helpers import WorkerProcess, front_process, redis_server  # noqa: E402
 
 TEXT = "The first sentence is short. The second sentence is a little longer, so the job has more than one chunk."
 SAT_TEXT = "Throughput is measured with texts of several sentences. Each one keeps a worker busy. That is the point."
@@ -59,31 +56,6 @@ def engine_first_chunk(requests: int, threads: int) -> tuple[list[float], float]
         assert first is not None
         firsts.append(first)
     return firsts, busy / audio
-
-
-@contextlib.contextmanager
-def front(redis_url: str, data_dir: str) -> Iterator[str]:
-    """Run `zsynth serve` on a free port; yield its base URL."""
-    port = free_port()
-    env = dict(os.environ, ZSYNTH_REDIS_URL=redis_url, ZSYNTH_PORT=str(port), ZSYNTH_DATA_DIR=data_dir)
-    env["ZSYNTH_LOG_LEVEL"] = "WARNING"
-    proc = subprocess.Popen([sys.executable, "-m", "zsynth", "serve"], env=env, cwd=ROOT)
-    base = f"http://127.0.0.1:{port}"
-
-    def up() -> bool:
-        import urllib.request
-
-        with contextlib.suppress(OSError):
-            with urllib.request.urlopen(base + "/healthz", timeout=0.5) as resp:
-                return bool(resp.status == 200)
-        return False
-
-    try:
-        wait_for(up, 30, "front")
-        yield base
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 async def first_bytes(base: str, requests: int) -> list[float]:
@@ -147,7 +119,7 @@ def main() -> None:
         workers = [WorkerProcess(redis_url, "bench-0", Path(data_dir), ZSYNTH_ENGINE_THREADS=str(args.threads))]
         workers[0].wait_ready()
         try:
-            with front(redis_url, data_dir) as base:
+            with front_process(redis_url, Path(data_dir), ZSYNTH_LOG_LEVEL="WARNING") as (_, base):
                 asyncio.run(first_bytes(base, 3))  # warm the front's connections
                 e2e = asyncio.run(first_bytes(base, n))
                 print(

@@ -120,6 +120,24 @@ def _s3_prefix(raw: str) -> str:
     return prefix + "/" if prefix else ""
 
 
+def _optional_path(raw: str) -> Path | None:
+    return Path(raw.strip()).expanduser() if raw.strip() else None
+
+
+def _turbo_device(raw: str) -> str:
+    value = raw.strip().lower()
+    if value not in ("cuda", "cpu"):
+        raise ValueError("expected cuda (the GPU CUDA_VISIBLE_DEVICES gives the worker) or cpu (tests only)")
+    return value
+
+
+def _min_tokens(raw: str) -> int:
+    value = int(raw)
+    if value < 8:
+        raise ValueError("expected a whole number of at least 8 (speech tokens; 25 make a second)")
+    return value
+
+
 # Each field's metadata names its environment variable (without the prefix) and its parser.
 def _env(name: str, parse: Callable[[str], Any] = str, **kwargs: Any) -> Any:
     return field(metadata={"env": name, "parse": parse}, **kwargs)
@@ -199,6 +217,19 @@ class Settings:
     demo_port: int = _env("DEMO_PORT", _parse_port, default=8200)
     demo_api_url: str | None = _env("DEMO_API_URL", _http_url, default=None)
     demo_avatar_url: str | None = _env("DEMO_AVATAR_URL", _http_url, default=None)
+    # GPU engine (ZSYNTH_ENGINE=turbo): the checkpoint directory an operator downloaded once (no default: required).
+    turbo_checkpoint: Path | None = _env("TURBO_CHECKPOINT", _optional_path, default=None)
+    # cuda in production; cpu only when asked for explicitly (tests, benchmarks of the random-weight checkpoint).
+    turbo_device: str = _env("TURBO_DEVICE", _turbo_device, default="cuda")
+    # Cloned voices whose conditioning stays on the device (least recently used ones are dropped; disk keeps all).
+    turbo_voice_cache: int = _env("TURBO_VOICE_CACHE", _positive_int, default=64)
+    # Most speech tokens per text piece (25 a second; the model's own cap is 1000 = 40 s).
+    turbo_max_tokens: int = _env("TURBO_MAX_TOKENS", _min_tokens, default=1000)
+    # Speech tokens in the first streamed chunk of a piece, then in each later one (25 make a second).
+    turbo_first_chunk_tokens: int = _env("TURBO_FIRST_CHUNK_TOKENS", _min_tokens, default=12)
+    turbo_chunk_tokens: int = _env("TURBO_CHUNK_TOKENS", _min_tokens, default=40)
+    # Perth watermark on every chunk (the upstream generate() always applies it).
+    turbo_watermark: bool = _env("TURBO_WATERMARK", _parse_bool, default=True)
     log_level: str = _env("LOG_LEVEL", default="INFO")
     log_json: bool = _env("LOG_JSON", _parse_bool, default=False)
 

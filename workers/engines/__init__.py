@@ -24,4 +24,8 @@ def load_engine(settings: Settings) -> Engine:
         from .simulated import SimulatedEngine
 
         return SimulatedEngine(settings.sim_chunk_hold_s, settings.sim_chunk_audio_s)
+    if settings.engine == "turbo":
+        from .turbo import TurboEngine
+
+        return TurboEngine(settings)
     raise ValueError(f"ZSYNTH_ENGINE={settings.engine!r} is not available in this build")

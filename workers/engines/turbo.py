@@ -1,0 +1,232 @@
+"""The GPU engine: Chatterbox-Turbo (``chatterbox-tts``), one model per worker process, one job at a time.
+
+Weights come from ``ZSYNTH_TURBO_CHECKPOINT`` (a directory downloaded once) through the package's own
+``ChatterboxTurboTTS.from_local``, on the GPU that ``CUDA_VISIBLE_DEVICES`` gives the worker; ``cpu`` only when
+``ZSYNTH_TURBO_DEVICE=cpu`` asks for it. The model keeps per-request state on the instance (``conds``, the global
+torch RNG), so this engine never uses ``generate()``: it passes each voice's conditioning explicitly and streams
+inside each text piece (see :mod:`.turbo_stream`).
+
+Voice settings on this engine:
+
+* ``stability`` (0-1) sets T3's sampling temperature: 1.2 - 0.8 * stability (0.5 gives the upstream 0.8; 1.0 is
+  the steadiest delivery at 0.4, 0.0 the most varied at 1.2). top_k 1000, top_p 0.95, repetition penalty 1.2.
+* ``speed`` (0.7-1.2) stretches the mel frames before the vocoder (pitch kept, duration divided by speed).
+* ``similarity_boost``, ``style`` and ``use_speaker_boost`` are accepted and have no effect (Turbo ignores CFG
+  and exaggeration).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+
+from zsynth.config import Settings
+from zsynth.text import split_sentences
+
+from .base import EngineChunk, VoiceSpec
+from .turbo_ckpt import BUILTIN_CONDS, WEIGHT_FILES, backbone, backbone_config, is_random, missing_files
+from .turbo_compat import TurboUnavailable, apply_workarounds, require_packages
+from .turbo_voices import ConditioningCache
+
+logger = logging.getLogger(__name__)
+
+PIECE_MAX_CHARS: Final = 300  # longer inputs degrade (chatterbox #424, #385); the official demo caps at 300
+DOWNLOAD_HINT: Final = (
+    "download the weights once, e.g. `huggingface-cli download ResembleAI/chatterbox-turbo --local-dir "
+    "/srv/zsynth/chatterbox-turbo`, and set ZSYNTH_TURBO_CHECKPOINT to that directory"
+)
+_TAG: Final = re.compile(r"\[[a-z ]{2,24}\]")
+_VOICE_ID: Final = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+_KEEP: Final = "\u2060"  # word joiner: keeps a two-word tag such as [clear throat] in one piece
+
+
+def _clamp(value: Any, low: float, high: float, default: float) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return default
+    return min(high, max(low, number))
+
+
+def text_pieces(text: str, max_chars: int = PIECE_MAX_CHARS) -> list[str]:
+    """Sentences packed into pieces of at most ``max_chars``, never cutting a word or a [tag]."""
+    protected = _TAG.sub(lambda m: m.group(0).replace(" ", _KEEP), text)
+    pieces: list[str] = []
+    for sentence in split_sentences(protected, max_chars):
+        if pieces and len(pieces[-1]) + 1 + len(sentence) <= max_chars:
+            pieces[-1] = f"{pieces[-1]} {sentence}"
+        else:
+            pieces.append(sentence)
+    return [piece.replace(_KEEP, " ") for piece in pieces]
+
+
+def _check_checkpoint(ckpt: Path | None) -> Path:
+    if ckpt is None:
+        raise TurboUnavailable(f"ZSYNTH_ENGINE=turbo needs ZSYNTH_TURBO_CHECKPOINT: {DOWNLOAD_HINT}")
+    if not ckpt.is_dir():
+        raise TurboUnavailable(f"ZSYNTH_TURBO_CHECKPOINT={ckpt} is not a directory: {DOWNLOAD_HINT}")
+    missing = missing_files(ckpt) + ([] if (ckpt / BUILTIN_CONDS).is_file() else [BUILTIN_CONDS])
+    if missing:
+        raise TurboUnavailable(
+            f"ZSYNTH_TURBO_CHECKPOINT={ckpt} lacks {', '.join(missing)}; it must hold the full "
+            f"ResembleAI/chatterbox-turbo file set: {DOWNLOAD_HINT}"
+        )
+    return ckpt
+
+
+def _pick_device(requested: str) -> str:
+    import torch
+
+    if requested == "cpu":
+        return "cpu"
+    if not torch.cuda.is_available():
+        build = "a CPU-only torch build" if torch.version.cuda is None else f"torch built for CUDA {torch.version.cuda}"
+        raise TurboUnavailable(
+            f"ZSYNTH_ENGINE=turbo found no CUDA device ({build}, CUDA_VISIBLE_DEVICES="
+            f"{os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}): run the worker on a GPU host "
+            "installed with ./scripts/install-gpu, one worker per GPU; ZSYNTH_TURBO_DEVICE=cpu is for tests only"
+        )
+    return "cuda"
+
+
+class TurboEngine:
+    """Chatterbox-Turbo: 24 kHz mono, zero-shot voices from a reference clip."""
+
+    name = "turbo"
+    sample_rate = 24000
+
+    def __init__(self, settings: Settings) -> None:
+        require_packages()
+        ckpt = _check_checkpoint(settings.turbo_checkpoint)
+        apply_workarounds()
+        import torch
+        from chatterbox.tts_turbo import ChatterboxTurboTTS, Conditionals
+
+        self.device = _pick_device(settings.turbo_device)
+        if self.device == "cpu":
+            torch.set_num_threads(settings.engine_threads)
+        self.settings = settings
+        self.random_weights = is_random(ckpt)
+        started = time.monotonic()
+        with backbone(backbone_config(ckpt / "t3_turbo_v1.safetensors")), warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # diffusers' LoRACompatibleLinear deprecation, per layer
+            self.model = ChatterboxTurboTTS.from_local(str(ckpt), self.device)
+        self.builtin = self.model.conds
+        self._conditionals = Conditionals
+        from .turbo_voices import checkpoint_fingerprint
+
+        self.voices = ConditioningCache(
+            build=self._build_conds,
+            load=lambda path: Conditionals.load(path, map_location=self.device).to(self.device),
+            model_id=checkpoint_fingerprint(ckpt, WEIGHT_FILES),
+            capacity=settings.turbo_voice_cache,
+        )
+        self.watermarker = self.model.watermarker if settings.turbo_watermark else None
+        where = torch.cuda.get_device_name() if self.device == "cuda" else "cpu"
+        logger.info(
+            "turbo engine loaded from %s on %s in %.1fs%s",
+            ckpt,
+            where,
+            time.monotonic() - started,
+            f" (RANDOM {self.random_weights} weights)" if self.random_weights else "",
+        )
+
+    # ----- voices ----------------------------------------------------------------------------------------------
+
+    def _build_conds(self, clip: Path) -> Any:
+        """Run the package's conditioning on a clip without leaving it on the instance (engine thread only)."""
+        import torch
+
+        before = self.model.conds
+        try:
+            with torch.inference_mode():  # keeps CAMPPlus's autograd graph out of the cached tensors
+                self.model.prepare_conditionals(str(clip), norm_loudness=True)
+            return self.model.conds
+        finally:
+            self.model.conds = before
+
+    def voice_dir(self, voice: VoiceSpec) -> Path | None:
+        """The directory of a cloned voice, or None for the built-in voice (every id without one)."""
+        if voice.path:
+            return Path(voice.path)
+        if _VOICE_ID.match(voice.voice_id):
+            candidate = self.settings.voices_dir / voice.voice_id
+            if candidate.is_dir():
+                return candidate
+        return None
+
+    def conditioning(self, voice: VoiceSpec) -> Any:
+        """The voice's conditionals on the device (cached); the checkpoint's own voice when it is not cloned."""
+        voice_dir = self.voice_dir(voice)
+        if voice_dir is None:
+            return self.builtin
+        return self.voices.get(voice_dir, voice.meta)
+
+    # ----- synthesis -------------------------------------------------------------------------------------------
+
+    def warm_up(self) -> None:
+        """Run one short piece end to end (kernels, allocator, tokenizer); the worker is ready only after it."""
+        started = time.monotonic()
+        samples = 0
+        for chunk in self.synthesize("Warming up.", VoiceSpec("warmup"), {}, lambda: False, seed=0, max_tokens=40):
+            samples += len(chunk.pcm)
+        logger.info("turbo warm-up: %d samples in %.2fs", samples, time.monotonic() - started)
+
+    def synthesize(
+        self,
+        text: str,
+        voice: VoiceSpec,
+        settings: Mapping[str, Any],
+        should_stop: Callable[[], bool],
+        seed: int | None = None,
+        max_tokens: int | None = None,
+    ) -> Iterator[EngineChunk]:
+        """Yield audio piece by piece, several chunks per piece as speech tokens arrive."""
+        import torch
+        from chatterbox.tts_turbo import punc_norm
+
+        from .turbo_stream import PieceDecoder, Sampling, fresh_t3_cond, iter_speech_tokens
+
+        conds = self.conditioning(voice)
+        stability = _clamp(settings.get("stability"), 0.0, 1.0, 0.5)
+        sampling = Sampling(temperature=1.2 - 0.8 * stability)
+        speed = _clamp(settings.get("speed"), 0.7, 1.2, 1.0)
+        cap = max_tokens or self.settings.turbo_max_tokens
+        if seed is not None:
+            torch.manual_seed(seed % (2**63))  # the global RNG: meaningful because jobs never overlap here
+        for index, piece in enumerate(text_pieces(text)):
+            if should_stop():
+                return
+            ids = self.model.tokenizer(punc_norm(piece), return_tensors="pt", truncation=True).input_ids
+            decoder = PieceDecoder(self.model.s3gen, conds.gen, cap, speed)
+            first = True
+            tokens = iter_speech_tokens(
+                self.model.t3, fresh_t3_cond(conds.t3), ids.to(self.device), sampling, cap, should_stop
+            )
+            for token in tokens:
+                if token >= 6561:
+                    continue
+                decoder.tokens.append(token)
+                want = self.settings.turbo_first_chunk_tokens if first else self.settings.turbo_chunk_tokens
+                if decoder.ready(want):
+                    yield self._chunk(decoder.flush(final=False), piece if first else "", index, False)
+                    first = False
+            if should_stop():
+                return
+            end = self._chunk(decoder.flush(final=True), piece if first else "", index, True)
+            end.extra["tokens"] = len(decoder.tokens)
+            yield end
+
+    def _chunk(self, pcm: np.ndarray, text: str, index: int, last: bool) -> EngineChunk:
+        """Wrap a piece of audio; chunks carry their piece's text on the first one only."""
+        if self.watermarker is not None and len(pcm):
+            pcm = np.asarray(self.watermarker.apply_watermark(pcm, sample_rate=self.sample_rate), dtype=np.float32)
+        return EngineChunk(pcm=pcm, text=text, extra={"piece": index, "piece_end": last})
