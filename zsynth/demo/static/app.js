@@ -218,7 +218,11 @@ async function speak() {
     const reader = resp.body.getReader();
     for (;;) {
       const { value, done } = await reader.read();
-      if (done || run !== state.run) break;
+      if (done) break;
+      if (run !== state.run) {
+        reader.cancel().catch(() => {});  // stopped: the server cancels the job when the stream closes
+        break;
+      }
       if (counters.firstAudioMs == null) counters.firstAudioMs = performance.now() - began;
       counters.bytes += value.length;
       counters.chunks += 1;
