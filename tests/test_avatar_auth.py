@@ -1,49 +1,27 @@
 """Avatar server auth: full keys in either header, session tokens in the query, expiry, scope on management routes.
 
-The keys table that really mints session tokens belongs to the auth core; here a small in-memory stand-in for it
-(``TokenAuthenticator``) mints and checks tokens so the avatar routes' own rules are exercised end to end.
+Session tokens are minted and checked by the shared auth core against the real keys table (moto's server mode on
+loopback); its clock is one the test moves, so expiry is tested without sleeping.
 """
 
 from __future__ import annotations
 
 import asyncio
-import secrets
 import time
 
 import aiohttp
 import aioice.ice
 import pytest
 
-from zsynth.auth import TEMP_PREFIX, Authenticator, AuthError, Credential, fingerprint
+from zsynth.auth import Authenticator
 from zsynth.avatar.app import create_avatar_app
 from zsynth.keys import AVATAR_SESSIONS
 
 from .avatar_peer import Viewer, loopback_host_addresses
 from .conftest import make_settings
+from .helpers import FakeClock
 
 KEY = "avatar-full-key"
-
-
-class TokenAuthenticator(Authenticator):
-    """Static full keys plus in-memory session tokens (a stand-in for the keys table)."""
-
-    def __init__(self, keys: tuple[str, ...]) -> None:
-        super().__init__(keys)
-        self.tokens: dict[str, float] = {}
-
-    async def mint_token(self, ttl_seconds: int, scope: str = "tts") -> tuple[str, int]:
-        token = TEMP_PREFIX + secrets.token_urlsafe(18)
-        expires_at = int(time.time()) + ttl_seconds
-        self.tokens[token] = expires_at
-        return token, expires_at
-
-    async def verify(self, secret: str | None) -> Credential:
-        if secret and secret.startswith(TEMP_PREFIX):
-            expires_at = self.tokens.get(secret)
-            if expires_at is None or expires_at <= time.time():
-                raise AuthError("invalid_api_key", "The session token is invalid or has expired.")
-            return Credential("ephemeral", fingerprint(secret), expires_at=expires_at, scope="tts")
-        return await super().verify(secret)
 
 
 @pytest.fixture(autouse=True)
@@ -53,13 +31,18 @@ def loopback_ice(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def tokens() -> TokenAuthenticator:
-    return TokenAuthenticator((KEY,))
+def table_settings(redis_url, data_dir, keys_table):
+    return make_settings(redis_url, data_dir, api_keys=(KEY,), api_keys_table=keys_table)
 
 
 @pytest.fixture
-async def server(aiohttp_client, redis_url, data_dir, tokens):
-    return await aiohttp_client(create_avatar_app(make_settings(redis_url, data_dir, api_keys=(KEY,)), tokens))
+def tokens(table_settings) -> Authenticator:
+    return Authenticator.from_settings(table_settings, clock=FakeClock())
+
+
+@pytest.fixture
+async def server(aiohttp_client, table_settings, tokens):
+    return await aiohttp_client(create_avatar_app(table_settings, tokens))
 
 
 async def mint(client, ttl: int | None = None) -> dict:
@@ -133,7 +116,7 @@ async def test_session_token_drives_a_stream_but_not_management(server, tokens) 
     event = await ws.receive_json(timeout=30)
     assert event["type"] == "session.state" and event["session_id"] == session_id
 
-    tokens.tokens[token] = time.time() - 1  # the token expires: new requests with it are refused
+    tokens.clock.advance(301)  # the token expires: new requests with it are refused
     await assert_auth_error(
         await server.post(f"/connect?session_token={token}", json=await Viewer().offer()), "invalid_api_key"
     )

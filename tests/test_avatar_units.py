@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from av import VideoFrame
 
-from zsynth.avatar.access import clamp_ttl
+from zsynth.auth import clamp_ttl
 from zsynth.avatar.media import SAMPLES_PER_FRAME, AudioSlot, Timeline
 from zsynth.avatar.renderers import FrameCue, builtin_avatars
 from zsynth.avatar.session import ice_configuration

@@ -7,7 +7,7 @@ per run; everything is slow on a CPU, so each test does as few synthesis calls a
 
 from __future__ import annotations
 
-import json
+import io
 import time
 from pathlib import Path
 
@@ -17,6 +17,7 @@ import soundfile as sf
 
 from zsynth.app import create_app
 from zsynth.config import Settings
+from zsynth.voices.store import VoiceStore
 
 from .conftest import make_settings
 from .helpers import WorkerProcess, decode_audio
@@ -56,17 +57,17 @@ def turbo_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def turbo_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The data directory shared by the turbo worker and the in-process engine (voices live in it)."""
     data = tmp_path_factory.mktemp("turbo-data")
-    make_voice(data / "voices" / "custom-a", 6.2, 120.0, seed=1)
-    make_voice(data / "voices" / "custom-b", 6.5, 220.0, seed=2)
+    make_voice(data / "voices" / "custom-aaaa", 6.2, 120.0, seed=1)
+    make_voice(data / "voices" / "custom-bbbb", 6.5, 220.0, seed=2)
     return data
 
 
 def make_voice(voice_dir: Path, seconds: float, pitch_hz: float, seed: int) -> Path:
-    """A cloned voice as the voice store keeps it: a reference clip and its metadata."""
-    voice_dir.mkdir(parents=True, exist_ok=True)
-    sf.write(str(voice_dir / "reference.wav"), reference_clip(seconds, pitch_hz=pitch_hz, seed=seed), 24000)
-    (voice_dir / "meta.json").write_text(json.dumps({"name": voice_dir.name, "reference": "reference.wav"}))
-    return voice_dir
+    """A cloned voice written by the real voice store: a reference clip and its metadata, renamed into place."""
+    buf = io.BytesIO()
+    sf.write(buf, reference_clip(seconds, pitch_hz=pitch_hz, seed=seed), 24000, format="WAV")
+    meta = {"voice_id": voice_dir.name, "name": voice_dir.name, "reference": "reference.wav", "created_at_unix": 0}
+    return VoiceStore(voice_dir.parent).install(meta, buf.getvalue()).path
 
 
 def turbo_settings(ckpt: Path | None, data: Path, **overrides: object) -> Settings:
@@ -130,8 +131,8 @@ def test_clip_of_five_seconds_or_less_is_refused_before_the_model(engine: TurboE
 
 
 def test_conditioning_is_built_once_without_autograd_saved_and_reloaded(engine: TurboEngine, tmp_path: Path):
-    voice_dir = make_voice(tmp_path / "custom-c", 6.2, 180.0, seed=4)
-    voice = VoiceSpec("custom-c", path=str(voice_dir))
+    voice_dir = make_voice(tmp_path / "custom-cccc", 6.2, 180.0, seed=4)
+    voice = VoiceSpec("custom-cccc", path=str(voice_dir))
     built_before = engine.voices.built
     conds = engine.conditioning(voice)
     assert engine.voices.built == built_before + 1
@@ -175,10 +176,10 @@ def test_long_text_streams_several_chunks_per_piece_in_order_without_clicks(engi
 
 
 def test_seeded_requests_are_repeatable_and_voices_do_not_leak(engine: TurboEngine, turbo_data: Path):
-    make_voice(turbo_data / "voices" / "custom-x", 6.2, 130.0, seed=5)
-    other_dir = make_voice(turbo_data / "voices" / "custom-y", 6.2, 240.0, seed=6)
-    voice_a = VoiceSpec("custom-x")  # found in ZSYNTH_DATA_DIR/voices, as the worker passes it today
-    voice_b = VoiceSpec("custom-y", path=str(other_dir))
+    make_voice(turbo_data / "voices" / "custom-xxxx", 6.2, 130.0, seed=5)
+    other_dir = make_voice(turbo_data / "voices" / "custom-yyyy", 6.2, 240.0, seed=6)
+    voice_a = VoiceSpec("custom-xxxx")  # found in ZSYNTH_DATA_DIR/voices, as the worker passes it today
+    voice_b = VoiceSpec("custom-yyyy", path=str(other_dir))
     first = joined(run(engine, "Short one.", voice_a))
     other = joined(run(engine, "Short one.", voice_b))
     again = joined(run(engine, "Short one.", voice_a))
@@ -213,12 +214,12 @@ async def test_worker_serves_cloned_voices_over_http(
             assert resp.headers["x-voice-id"] == voice_id
             return await resp.read()
 
-        first_a = await speak("custom-a")
-        saved = turbo_data / "voices" / "custom-a" / CONDS_FILE
+        first_a = await speak("custom-aaaa")
+        saved = turbo_data / "voices" / "custom-aaaa" / CONDS_FILE
         assert saved.is_file()
         saved_at = saved.stat().st_mtime_ns
-        first_b = await speak("custom-b")
-        second_a = await speak("custom-a")
+        first_b = await speak("custom-bbbb")
+        second_a = await speak("custom-aaaa")
     finally:
         worker.stop()
 
@@ -233,6 +234,6 @@ async def test_worker_serves_cloned_voices_over_http(
     # Another process (this one) reuses the conditioning the worker saved, and makes the same audio from it.
     loaded_before = engine.voices.loaded
     built_before = engine.voices.built
-    here = joined(run(engine, TEXT, VoiceSpec("custom-a"), seed=11))
+    here = joined(run(engine, TEXT, VoiceSpec("custom-aaaa"), seed=11))
     assert engine.voices.loaded == loaded_before + 1 and engine.voices.built == built_before
     np.testing.assert_allclose(np.clip(here, -1, 1), samples, atol=2.5 / 32768)

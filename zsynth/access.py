@@ -16,9 +16,9 @@ from .keys import AUTHENTICATOR, CREDENTIAL, METRICS, REQUEST_ID, SETTINGS
 
 logger = logging.getLogger(__name__)
 
-# Probes answer without a key, so load balancers and orchestrators need none.
+# Probes answer without a key, so load balancers and orchestrators need none; the API's description is public too.
 # /metrics is not public: it needs a full key whenever keys are configured (ephemeral tokens are refused).
-PUBLIC_PATHS: Final = frozenset({"/healthz", "/readyz"})
+PUBLIC_PATHS: Final = frozenset({"/healthz", "/readyz", "/openapi.json"})
 REALTIME_SUFFIXES: Final = ("/stream-input", "/multi-stream-input")
 # A full key must never reach a browser, so the route that needs one is not offered to browsers at all.
 NO_CORS_PATHS: Final = frozenset({"/v1/tokens/ephemeral"})

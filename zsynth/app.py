@@ -6,7 +6,8 @@ import asyncio
 import logging
 import signal
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any
 
 from aiohttp import web
 from redis.asyncio import Redis
@@ -67,43 +68,44 @@ def create_app(settings: Settings) -> web.Application:
     return app
 
 
-async def serve(settings: Settings) -> None:
-    """Serve until SIGTERM/SIGINT, then drain.
+async def serve_app(app: web.Application, settings: Settings, port: int, name: str) -> None:
+    """Serve ``app`` until SIGTERM/SIGINT, then drain; shared by the front and the avatar server.
 
     Drain order: stop accepting connections, run the shutdown hooks (open WebSockets are closed with 1001 "going
     away"), let running HTTP streams finish for up to ZSYNTH_DRAIN_TIMEOUT seconds, then cancel what is left.
+    systemd (``Type=notify``) hears READY once the socket listens and STOPPING when the drain starts.
     """
-    runner = web.AppRunner(
-        create_app(settings),
-        handler_cancellation=True,
-        access_log=None,
-        shutdown_timeout=settings.drain_timeout_s,
-    )
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=settings.drain_timeout_s)
     await runner.setup()
-    site = web.TCPSite(runner, settings.host, settings.port, reuse_port=settings.reuse_port)
+    site = web.TCPSite(runner, settings.host, port, reuse_port=settings.reuse_port)
     await site.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    logger.info("front listening on http://%s:%d", settings.host, settings.port)
-    notify("READY=1\nSTATUS=front serving")
+    logger.info("%s listening on http://%s:%d", name, settings.host, port)
+    notify(f"READY=1\nSTATUS={name} serving")
     await stop.wait()
-    logger.info("front draining: no new connections; open streams get %gs to finish", settings.drain_timeout_s)
+    logger.info("%s draining: no new connections; open streams get %gs to finish", name, settings.drain_timeout_s)
     notify("STOPPING=1")
     await runner.cleanup()
-    logger.info("front stopped")
+    logger.info("%s stopped", name)
 
 
-def run(settings: Settings) -> None:
-    """Blocking entry: run the front on uvloop when available."""
+def run_forever(main: Coroutine[Any, Any, None]) -> None:
+    """Run a server coroutine on uvloop when available; a bad voice pin exits with its message, no traceback."""
     try:
         try:
             import uvloop
 
-            uvloop.run(serve(settings))
+            uvloop.run(main)
         except ImportError:
-            asyncio.run(serve(settings))
+            asyncio.run(main)
     except VoiceConfigError as err:
         # Already logged as critical by the voices start-up; exit without a traceback.
         raise SystemExit(f"zsynth: {err}") from err
+
+
+def run(settings: Settings) -> None:
+    """Blocking entry of ``zsynth serve``."""
+    run_forever(serve_app(create_app(settings), settings, settings.port, "front"))

@@ -1,4 +1,5 @@
-"""The ``zsynth`` command: ``serve``, ``avatar``, ``demo``, ``worker``, ``dev`` (everything on one box), ``keys``."""
+"""The ``zsynth`` command: ``serve`` (one front), ``worker`` (one worker), ``avatar`` (the avatar server),
+``demo`` (the demo page), ``dev`` (everything on one box), ``keys`` (the keys table)."""
 
 from __future__ import annotations
 

@@ -195,6 +195,19 @@ class Settings:
     # Tries per mirror operation before it waits for the next start; delays double from the base.
     voices_mirror_attempts: int = _env("VOICES_MIRROR_ATTEMPTS", _positive_int, default=5)
     voices_mirror_retry_s: float = _env("VOICES_MIRROR_RETRY", _positive_float, default=1.0)
+    # GPU engine (ZSYNTH_ENGINE=turbo): the checkpoint directory an operator downloaded once (no default: required).
+    turbo_checkpoint: Path | None = _env("TURBO_CHECKPOINT", _optional_path, default=None)
+    # cuda in production; cpu only when asked for explicitly (tests, benchmarks of the random-weight checkpoint).
+    turbo_device: str = _env("TURBO_DEVICE", _turbo_device, default="cuda")
+    # Cloned voices whose conditioning stays on the device (least recently used ones are dropped; disk keeps all).
+    turbo_voice_cache: int = _env("TURBO_VOICE_CACHE", _positive_int, default=64)
+    # Most speech tokens per text piece (25 a second; the model's own cap is 1000 = 40 s).
+    turbo_max_tokens: int = _env("TURBO_MAX_TOKENS", _min_tokens, default=1000)
+    # Speech tokens in the first streamed chunk of a piece, then in each later one (25 make a second).
+    turbo_first_chunk_tokens: int = _env("TURBO_FIRST_CHUNK_TOKENS", _min_tokens, default=12)
+    turbo_chunk_tokens: int = _env("TURBO_CHUNK_TOKENS", _min_tokens, default=40)
+    # Perth watermark on every chunk (the upstream generate() always applies it).
+    turbo_watermark: bool = _env("TURBO_WATERMARK", _parse_bool, default=True)
     # Realtime WebSockets: default idle time before a socket is ended (a client may ask for 1-180 s with
     # ?inactivity_timeout=), and how long a new socket may take to send its first message.
     ws_inactivity_timeout_s: float = _env("WS_INACTIVITY_TIMEOUT", _positive_float, default=20.0)
@@ -217,19 +230,6 @@ class Settings:
     demo_port: int = _env("DEMO_PORT", _parse_port, default=8200)
     demo_api_url: str | None = _env("DEMO_API_URL", _http_url, default=None)
     demo_avatar_url: str | None = _env("DEMO_AVATAR_URL", _http_url, default=None)
-    # GPU engine (ZSYNTH_ENGINE=turbo): the checkpoint directory an operator downloaded once (no default: required).
-    turbo_checkpoint: Path | None = _env("TURBO_CHECKPOINT", _optional_path, default=None)
-    # cuda in production; cpu only when asked for explicitly (tests, benchmarks of the random-weight checkpoint).
-    turbo_device: str = _env("TURBO_DEVICE", _turbo_device, default="cuda")
-    # Cloned voices whose conditioning stays on the device (least recently used ones are dropped; disk keeps all).
-    turbo_voice_cache: int = _env("TURBO_VOICE_CACHE", _positive_int, default=64)
-    # Most speech tokens per text piece (25 a second; the model's own cap is 1000 = 40 s).
-    turbo_max_tokens: int = _env("TURBO_MAX_TOKENS", _min_tokens, default=1000)
-    # Speech tokens in the first streamed chunk of a piece, then in each later one (25 make a second).
-    turbo_first_chunk_tokens: int = _env("TURBO_FIRST_CHUNK_TOKENS", _min_tokens, default=12)
-    turbo_chunk_tokens: int = _env("TURBO_CHUNK_TOKENS", _min_tokens, default=40)
-    # Perth watermark on every chunk (the upstream generate() always applies it).
-    turbo_watermark: bool = _env("TURBO_WATERMARK", _parse_bool, default=True)
     log_level: str = _env("LOG_LEVEL", default="INFO")
     log_json: bool = _env("LOG_JSON", _parse_bool, default=False)
 

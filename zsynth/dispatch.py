@@ -179,12 +179,16 @@ class Dispatcher:
         try:
             await self._pubsub.subscribe(channel)
             await asyncio.wait_for(confirmed, 5.0)
-            end = "head" if job.priority == "realtime" else "tail"  # realtime segments are claimed first
-            pushed = await self._push(keys=[protocol.QUEUE], args=[job.to_json(), self.settings.max_queue, end])
-        except (RedisError, OSError, TimeoutError) as err:
+            # Realtime segments go ahead of batch jobs (see protocol.PUSH_BOUNDED_LUA).
+            pushed = await self._push(
+                keys=[protocol.QUEUE], args=[job.to_json(), self.settings.max_queue, job.priority]
+            )
+        except (RedisError, OSError, TimeoutError, AttributeError) as err:
+            # AttributeError: redis-py's pub/sub can race its own reconnect (a writer gone mid-command) while Redis
+            # is down; for the client it is the same outage.
             self._confirm.pop(channel, None)
             await self.release(job.job_id)
-            logger.warning("job %s not queued: redis unavailable (%s)", job.job_id, err)
+            logger.warning("job %s not queued: redis unavailable (%r)", job.job_id, err)
             raise JobFailed("redis_unavailable", "The job queue is unavailable; retry shortly.") from err
         except BaseException:
             self._confirm.pop(channel, None)

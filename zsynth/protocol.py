@@ -4,9 +4,9 @@ Flow of one job:
 
 1. The front SUBSCRIBEs to :func:`events_channel` *before* it pushes the job, because pub/sub drops messages
    nobody listens to.
-2. The front pushes the job JSON on :data:`QUEUE`: batch jobs at the tail (LPUSH), realtime jobs behind the
-   realtime jobs already waiting at the head (:data:`PUSH_REALTIME`), so realtime segments are claimed before
-   batch jobs, and among themselves first come, first served.
+2. The front pushes the job JSON on :data:`QUEUE` with :data:`PUSH_BOUNDED_LUA` (which also bounds the queue):
+   batch jobs at the tail, realtime jobs behind the realtime jobs already waiting at the head, so realtime segments
+   are claimed before batch jobs, and among themselves first come, first served.
 3. A worker claims with ``BLMOVE QUEUE processing_key(worker) RIGHT LEFT``: atomic, one job at a time, and a dead
    worker's job stays visible in its in-flight list.
 4. The worker publishes ``chunk`` events with sequence numbers, then exactly one terminal event (``done`` or
@@ -33,21 +33,6 @@ VOICE_MIRROR_FAILURES: Final = PREFIX + "voices:mirror_failures"  # counter: S3 
 
 Priority = Literal["realtime", "batch"]
 
-# Lua for the realtime push (KEYS[1] = QUEUE, ARGV[1] = job JSON). Workers take from the right, where the realtime
-# jobs wait; the script walks in from the right past them and inserts the new job right after the first batch job
-# it meets (or at the far left when there is none). A plain RPUSH would serve realtime jobs last in, first out,
-# letting a socket's lookahead segment starve another socket's current one.
-PUSH_REALTIME: Final = """
-local n = redis.call('LLEN', KEYS[1])
-for i = -1, -n, -1 do
-  local item = redis.call('LINDEX', KEYS[1], i)
-  local ok, job = pcall(cjson.decode, item)
-  if not ok or type(job) ~= 'table' or job['priority'] ~= 'realtime' then
-    return redis.call('LINSERT', KEYS[1], 'AFTER', item, ARGV[1])
-  end
-end
-return redis.call('LPUSH', KEYS[1], ARGV[1])
-"""
 EventKind = Literal["chunk", "done", "error"]
 
 
@@ -86,19 +71,23 @@ MAX_ATTEMPTS: Final = 2
 # the front accepts it whatever it has counted so far.
 ANY_SEQ: Final = -1
 
-# Push a job unless the queue already holds ARGV[2] jobs: check and push are one atomic step. A realtime job
-# ("head") goes behind the realtime jobs already waiting at the head, as in PUSH_REALTIME (first come, first served).
-# KEYS[1]=queue  ARGV[1]=job json  ARGV[2]=max queued  ARGV[3]="head" (realtime) or "tail" (batch)
+# Push a job unless the queue already holds ARGV[2] jobs: check and push are one atomic step. Batch jobs go to the
+# far (left) end. Workers take from the right, where realtime jobs wait: a realtime job walks in from the right past
+# the realtime jobs already waiting and is inserted right after the first batch job it meets (or at the far left when
+# there is none), so realtime goes ahead of batch and stays first come, first served among itself. (A plain RPUSH
+# would serve realtime jobs last in, first out.)
+# KEYS[1]=queue  ARGV[1]=job json  ARGV[2]=max queued  ARGV[3]="realtime" or "batch"
 PUSH_BOUNDED_LUA: Final = """
 local n = redis.call('LLEN', KEYS[1])
 if n >= tonumber(ARGV[2]) then return 0 end
-if ARGV[3] ~= 'head' then redis.call('LPUSH', KEYS[1], ARGV[1]) return 1 end
-for i = -1, -n, -1 do
-  local item = redis.call('LINDEX', KEYS[1], i)
-  local ok, job = pcall(cjson.decode, item)
-  if not ok or type(job) ~= 'table' or job['priority'] ~= 'realtime' then
-    redis.call('LINSERT', KEYS[1], 'AFTER', item, ARGV[1])
-    return 1
+if ARGV[3] == 'realtime' then
+  for i = -1, -n, -1 do
+    local item = redis.call('LINDEX', KEYS[1], i)
+    local ok, job = pcall(cjson.decode, item)
+    if not ok or type(job) ~= 'table' or job['priority'] ~= 'realtime' then
+      redis.call('LINSERT', KEYS[1], 'AFTER', item, ARGV[1])
+      return 1
+    end
   end
 end
 redis.call('LPUSH', KEYS[1], ARGV[1])

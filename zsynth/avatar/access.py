@@ -7,22 +7,11 @@ because URLs end up in logs and browser history.
 
 from __future__ import annotations
 
-from typing import Final
-
 from aiohttp import web
 
 from ..auth import AuthError, Credential
 from ..keys import AUTHENTICATOR, CREDENTIAL
 from .errors import AvatarError
-
-TTL_MIN: Final = 30
-TTL_MAX: Final = 600
-TTL_DEFAULT: Final = 300
-
-
-def clamp_ttl(ttl_seconds: int) -> int:
-    """Session-token lifetime clamped to the spec's 30-600 s."""
-    return max(TTL_MIN, min(TTL_MAX, ttl_seconds))
 
 
 def _header_secret(request: web.Request) -> str | None:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from ..app import dispatcher, redis_client, request_id_middleware
+from ..access import authenticator_ctx
+from ..app import dispatcher, redis_client, request_id_middleware, run_forever, serve_app
 from ..auth import Authenticator
 from ..config import Settings
 from ..keys import AUTHENTICATOR, AVATAR_SESSIONS, AVATARS, DISPATCHER, METRICS, SETTINGS
@@ -22,21 +22,11 @@ from .sessions import SessionRegistry
 logger = logging.getLogger(__name__)
 
 
-def _authenticator_ctx(auth: Authenticator | None) -> Callable[[web.Application], AsyncIterator[None]]:
-    async def authenticator(app: web.Application) -> AsyncIterator[None]:
-        """The auth core shared with the speech API: static keys and the keys table (needed to mint tokens)."""
-        app[AUTHENTICATOR] = auth or Authenticator.from_settings(app[SETTINGS])
-        await app[AUTHENTICATOR].start()
-        yield
-        await app[AUTHENTICATOR].close()
-
-    return authenticator
-
-
 async def sessions(app: web.Application) -> AsyncIterator[None]:
     """The live-session registry; every session is closed before Redis and the dispatcher go."""
     registry = SessionRegistry(app[SETTINGS], app[DISPATCHER])
     app[AVATAR_SESSIONS] = registry
+    app[METRICS].avatar_sessions.set_function(lambda: len(registry.sessions))
     yield
     await registry.close_all("shutting_down")
 
@@ -47,28 +37,16 @@ def create_avatar_app(settings: Settings, auth: Authenticator | None = None) -> 
         middlewares=[cors_middleware, request_id_middleware, avatar_error_middleware], client_max_size=1024 * 1024
     )
     app[SETTINGS] = settings
-    app[METRICS] = Metrics()  # the shared dispatcher records job outcomes; this server does not serve /metrics
+    app[METRICS] = Metrics()
     avatars: dict[str, AvatarRenderer] = dict(builtin_avatars(settings.avatar_size))
     app[AVATARS] = avatars
-    app.cleanup_ctx.extend([redis_client, dispatcher, _authenticator_ctx(auth), sessions])
+    if auth is not None:
+        app[AUTHENTICATOR] = auth  # authenticator_ctx uses a preset one (tests inject a clock this way)
+    app.cleanup_ctx.extend([redis_client, dispatcher, authenticator_ctx, sessions])
     setup_routes(app)
     return app
 
 
 def run_avatar(settings: Settings) -> None:
-    """Serve the avatar server on settings.host:settings.avatar_port until SIGINT/SIGTERM."""
-    try:
-        import uvloop
-
-        asyncio.set_event_loop(uvloop.new_event_loop())
-    except ImportError:
-        pass
-    logger.info("avatar server listening on http://%s:%d", settings.host, settings.avatar_port)
-    web.run_app(
-        create_avatar_app(settings),
-        host=settings.host,
-        port=settings.avatar_port,
-        print=None,
-        handler_cancellation=True,
-        access_log=None,
-    )
+    """Serve the avatar server on settings.host:settings.avatar_port until SIGINT/SIGTERM, then drain."""
+    run_forever(serve_app(create_avatar_app(settings), settings, settings.avatar_port, "avatar server"))

@@ -5,12 +5,13 @@ from __future__ import annotations
 from aiohttp import web
 
 from .. import ws
-from . import health, metrics, models, timestamps, tokens, tts, user, voices
+from . import document, health, metrics, models, timestamps, tokens, tts, user, voices
 
 
 def setup_routes(app: web.Application) -> None:
     """Register every route of the speech API."""
     health.setup(app)
+    document.setup(app)
     metrics.setup(app)
     tts.setup(app)
     tokens.setup(app)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import logging
 
 from aiohttp import web
 
 from ..auth import AuthError, clamp_ttl
 from ..errors import ApiError
+from ..jsonbody import BadJson, loads
 from ..keys import AUTHENTICATOR, CREDENTIAL, REQUEST_ID
 
 logger = logging.getLogger(__name__)
@@ -23,8 +23,9 @@ async def mint(request: web.Request) -> web.Response:
         raw = await request.read()
         if raw.strip():
             try:
-                body = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError) as err:
+                # Fix (hostile input): json.loads let deep nesting and 5000-digit numbers through as 500s.
+                body = loads(raw)
+            except BadJson as err:
                 raise ApiError(400, "invalid_json", _BAD_BODY) from err
     if not isinstance(body, dict):
         raise ApiError(400, "invalid_json", _BAD_BODY)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import logging
+import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +14,7 @@ from aiohttp.client_exceptions import ClientConnectionResetError
 from ..audio import OutputFormat, OutputFormatError, parse_output_format
 from ..dispatch import JobFailed, JobStream
 from ..errors import ApiError
+from ..jsonbody import BadJson, read_json
 from ..keys import DISPATCHER, REQUEST_ID, SETTINGS, VOICES
 from ..protocol import Job
 
@@ -29,6 +31,10 @@ _UNAVAILABLE = {
     "deadline_exceeded",
     "redis_unavailable",
 }
+
+_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+# voice_settings fields that must be numbers when present.
+_NUMERIC_SETTINGS = ("stability", "similarity_boost", "style", "speed")
 
 
 @dataclass(slots=True)
@@ -51,8 +57,9 @@ async def parse_tts_request(request: web.Request, route: str) -> TtsRequest:
     except OutputFormatError as err:
         raise ApiError(400, "invalid_output_format", str(err), param="output_format") from err
     try:
-        body = await request.json(loads=json.loads)
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        # Fix (hostile input): request.json() let deep nesting, 5000-digit numbers and bogus charsets through as 500s.
+        body = await read_json(request)
+    except BadJson as err:
         raise ApiError(400, "invalid_json", "The request body must be a JSON object with a 'text' field.") from err
     if not isinstance(body, dict):
         raise ApiError(400, "invalid_json", "The request body must be a JSON object with a 'text' field.")
@@ -72,13 +79,50 @@ async def parse_tts_request(request: web.Request, route: str) -> TtsRequest:
     model_id = body.get("model_id")
     if model_id is not None and not isinstance(model_id, str):
         raise ApiError(422, "invalid_parameters", "Field 'model_id' must be a string.", param="model_id")
-    voice_settings = body.get("voice_settings") or {}
-    if not isinstance(voice_settings, dict):
-        raise ApiError(422, "invalid_parameters", "Field 'voice_settings' must be an object.", param="voice_settings")
+    voice_settings = check_voice_settings(body.get("voice_settings"))
     seed = body.get("seed")
+    if isinstance(seed, float) and seed.is_integer():
+        # Fix (fuzzing): 42.0 is an integer in JSON Schema (and to JavaScript clients); accept it as 42.
+        seed = int(seed)
     if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= 4294967295):
         raise ApiError(422, "invalid_parameters", "Field 'seed' must be an integer 0..4294967295.", param="seed")
     return TtsRequest(voice_id, text, fmt, model_id, voice_settings, seed)
+
+
+def check_voice_settings(raw: object) -> dict[str, Any]:
+    """The request's voice settings; known fields must have their documented types (null means "default").
+
+    Fix (fuzzing): these went to the worker unchecked, so {"speed": {}} was accepted and a 400-digit integer
+    made the engine's float() raise OverflowError mid-job (a 500).
+    """
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ApiError(422, "invalid_parameters", "Field 'voice_settings' must be an object.", param="voice_settings")
+    for name in _NUMERIC_SETTINGS:
+        value = raw.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or not _finite(value):
+            raise ApiError(
+                422, "invalid_parameters", f"voice_settings.{name} must be a number.", param=f"voice_settings.{name}"
+            )
+    boost = raw.get("use_speaker_boost")
+    if boost is not None and not isinstance(boost, bool):
+        raise ApiError(
+            422,
+            "invalid_parameters",
+            "voice_settings.use_speaker_boost must be true or false.",
+            param="voice_settings.use_speaker_boost",
+        )
+    return raw
+
+
+def _finite(value: float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int too large for a float
+        return False
 
 
 def job_failure(err: JobFailed) -> ApiError:
@@ -100,7 +144,9 @@ def audio_headers(request: web.Request, tts: TtsRequest, job: Job) -> dict[str, 
         "x-voice-id": job.voice_id,
     }
     if tts.model_id:
-        headers["x-model-id"] = tts.model_id
+        # Fix (fuzzing): a model_id with a control character (e.g. a newline) made aiohttp refuse to write the
+        # headers ("header injection"), which dropped the connection on convert and answered 500 on stream.
+        headers["x-model-id"] = _CONTROL_CHARS.sub("", tts.model_id)
     return headers
 
 

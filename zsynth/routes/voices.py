@@ -9,16 +9,17 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import json
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from aiohttp import BodyPartReader, web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from .. import protocol
 from ..errors import ApiError
+from ..jsonbody import BadJson, loads
 from ..keys import REDIS, REQUEST_ID, SETTINGS, VOICE_MIRROR, VOICES
 from ..voices import DEFAULT_SETTINGS, StoredVoice, VoiceCatalog, VoiceConfigError, VoiceStore
 from ..voices.catalog import clone_object, new_clone_meta
@@ -221,7 +222,16 @@ async def read_upload(request: web.Request) -> Upload:
         )
     clip_limit = request.app[SETTINGS].voice_clip_max_bytes
     too_large = ApiError(400, "clip_too_large", f"A file is larger than the limit of {clip_limit} bytes. {ADVICE}")
+    # Fix (hostile input): aiohttp's client_max_size does not apply to request.multipart(), so endless small fields
+    # were read without bound. The whole body now counts against ZSYNTH_MAX_BODY_BYTES, as JSON bodies do.
+    body_limit = request.app[SETTINGS].max_body_bytes
+    body_too_large = ApiError(
+        413, "request_too_large", f"The request body is larger than the limit of {body_limit} bytes."
+    )
+    if request.content_length is not None and request.content_length > body_limit:
+        raise body_too_large
     upload = Upload()
+    total = 0
     try:
         reader = await request.multipart()
         while (part := await reader.next()) is not None:
@@ -235,9 +245,16 @@ async def read_upload(request: web.Request) -> Upload:
                 upload.files.append((part.filename or f"clip-{len(upload.files) + 1}", data))
             else:
                 overflow = ApiError(400, "invalid_parameters", f"Field {name!r} is too long.", param=name)
-                upload.fields[name] = (await _read_part(part, MAX_FIELD_BYTES, overflow)).decode("utf-8", "replace")
-    except ValueError as err:
-        raise ApiError(400, "invalid_multipart", f"The multipart body could not be read: {err}") from err
+                data = await _read_part(part, MAX_FIELD_BYTES, overflow)
+                upload.fields[name] = data.decode("utf-8", "replace")
+            total += len(data)
+            if total > body_limit:
+                raise body_too_large
+    except (ValueError, HttpProcessingError) as err:
+        # Fix (fuzzing): a part header aiohttp rejects (a control character in a field name) raises InvalidHeader,
+        # an HttpProcessingError, which used to end as a 500.
+        message = getattr(err, "message", None) or str(err)
+        raise ApiError(400, "invalid_multipart", f"The multipart body could not be read: {message}") from err
     return upload
 
 
@@ -246,8 +263,9 @@ def _labels(raw: str | None) -> dict[str, str]:
     if raw is None or raw.strip() in ("", "null"):
         return {}
     try:
-        value = json.loads(raw)
-    except json.JSONDecodeError as err:
+        # Fix (hostile input): json.loads let deep nesting and 5000-digit numbers through as 500s.
+        value = loads(raw)
+    except BadJson as err:
         raise ApiError(422, "invalid_parameters", "labels must be a JSON object of strings.", param="labels") from err
     if value is None:
         return {}

@@ -13,7 +13,7 @@ from typing import Any, Final
 from aiohttp import WSMsgType, web
 
 from ..audio import OutputFormat, OutputFormatError, parse_output_format
-from ..auth import Authenticator, AuthError, Credential
+from ..auth import AuthError, Credential, secret_from_message, secret_from_request
 from ..keys import AUTHENTICATOR, REQUEST_ID, SETTINGS
 
 logger = logging.getLogger(__name__)
@@ -99,35 +99,6 @@ def parse_params(request: web.Request) -> StreamParams:
         seed=seed,
         enable_logging=_query_bool(request, "enable_logging", True),
     )
-
-
-def _bearer(value: str | None) -> str | None:
-    """The secret inside ``Bearer <secret>`` (or the bare value); None when empty."""
-    if not value:
-        return None
-    value = value.strip()
-    if value[:7].lower() == "bearer ":
-        value = value[7:].strip()
-    return value or None
-
-
-# Stand-ins for zsynth.auth.secret_from_request / secret_from_message until the auth branch is merged.
-def _secret_from_request(request: web.Request) -> str | None:
-    """A credential sent before the upgrade: ``xi-api-key``, ``Authorization: Bearer`` or ``?authorization=``."""
-    return (
-        _bearer(request.headers.get("xi-api-key"))
-        or _bearer(request.headers.get("Authorization"))
-        or _bearer(request.query.get("authorization"))
-    )
-
-
-def _secret_from_message(message: dict[str, Any]) -> str | None:
-    """A credential in the first message: ``authorization``, ``xi_api_key`` or ``xi-api-key``."""
-    for name in ("authorization", "xi_api_key", "xi-api-key"):
-        value = message.get(name)
-        if isinstance(value, str) and (secret := _bearer(value)):
-            return secret
-    return None
 
 
 class Connection:
@@ -220,18 +191,12 @@ class Connection:
 
     async def authenticate(self, first: dict[str, Any]) -> Credential:
         """Verify the credential from the upgrade request or the first message; WsError when refused."""
-        secret = _secret_from_request(self.request) or _secret_from_message(first)
+        secret = secret_from_request(self.request) or secret_from_message(first)
         try:
-            self.credential = await _authenticator(self.request.app).verify(secret)
+            self.credential = await self.request.app[AUTHENTICATOR].verify(secret)
         except AuthError as err:
             raise WsError(err.status, err.message) from err
         return self.credential
-
-
-def _authenticator(app: web.Application) -> Authenticator:
-    """The app's authenticator; a static-keys one when the app does not carry one (before the auth merge)."""
-    found = app.get(AUTHENTICATOR)
-    return found if found is not None else Authenticator(app[SETTINGS].static_keys)
 
 
 def text_field(message: dict[str, Any]) -> str:

@@ -11,7 +11,7 @@ from typing import Final
 
 from aiohttp import WSCloseCode, web
 
-from ..keys import WS_REGISTRY
+from ..keys import METRICS, WS_REGISTRY
 from .connection import MAX_CLIENT_MESSAGE_BYTES, Connection, WsError
 from .speaker import Speaker, cancel_all
 
@@ -75,6 +75,9 @@ async def freeze_startup_heap(app: web.Application) -> None:
 
 def setup_registry(app: web.Application) -> None:
     """Create the registry now (on_startup may be too late for tests building the app) and close it on shutdown."""
-    app[WS_REGISTRY] = weakref.WeakSet[web.WebSocketResponse]()
+    registry = weakref.WeakSet[web.WebSocketResponse]()
+    app[WS_REGISTRY] = registry
+    if METRICS in app:
+        app[METRICS].realtime_sockets.set_function(lambda: len(registry))
     app.on_startup.append(freeze_startup_heap)
     app.on_shutdown.append(close_all)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from ...keys import METRICS
+from ...metrics import CONTENT_TYPE
+from ..access import authorize
 from . import connect, control, manage, tokens
 
 
@@ -12,9 +15,16 @@ async def healthz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
 
 
+async def metrics(request: web.Request) -> web.Response:
+    """Prometheus metrics of this avatar server (live sessions, jobs, time to first audio); full key only."""
+    await authorize(request, stream_route=False)
+    return web.Response(body=request.app[METRICS].render(), headers={"Content-Type": CONTENT_TYPE})
+
+
 def setup_routes(app: web.Application) -> None:
     """Register every route of the avatar server."""
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/metrics", metrics)
     tokens.setup(app)
     connect.setup(app)
     control.setup(app)

@@ -7,9 +7,9 @@ from typing import Any
 
 from aiohttp import web
 
-from ...auth import AuthError
+from ...auth import AuthError, clamp_ttl
 from ...keys import AUTHENTICATOR
-from ..access import TTL_DEFAULT, auth_error, authorize, clamp_ttl
+from ..access import auth_error, authorize
 from ..errors import AvatarError
 
 
@@ -33,13 +33,14 @@ async def create_token(request: web.Request) -> web.Response:
     """Mint a session token (scope ``tts``) living ``ttl_seconds``, clamped to 30-600 s."""
     await authorize(request, stream_route=False)
     body = await read_json_object(request, required=False)
-    ttl = body.get("ttl_seconds", TTL_DEFAULT)
-    if ttl is None:
-        ttl = TTL_DEFAULT
-    if not isinstance(ttl, int) or isinstance(ttl, bool):
-        raise AvatarError(400, "invalid_parameters", "Field 'ttl_seconds' must be an integer number of seconds.")
     try:
-        token, expires_at = await request.app[AUTHENTICATOR].mint_token(clamp_ttl(ttl), scope="tts")
+        ttl = clamp_ttl(body.get("ttl_seconds"))  # the speech API's rule: default 300, clamped to 30-600
+    except ValueError as err:
+        raise AvatarError(
+            400, "invalid_parameters", "Field 'ttl_seconds' must be an integer number of seconds."
+        ) from err
+    try:
+        token, expires_at = await request.app[AUTHENTICATOR].mint_token(ttl, scope="tts")
     except AuthError as err:
         raise auth_error(err) from err
     return web.json_response({"data": {"token": token, "expires_at": int(expires_at), "scope": "tts"}})

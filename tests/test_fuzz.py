@@ -1,0 +1,89 @@
+"""Schemathesis against the OpenAPI document, every operation, on a real front process with the shared workers.
+
+Bounded for a 2-core box: a few examples per operation, short texts (ZSYNTH_MAX_TEXT_CHARS of the fuzzed front).
+Checks: no 5xx, and status codes, media types, headers and JSON bodies conform to the document.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, Phase, settings
+from schemathesis.specs.openapi.checks import positive_data_acceptance
+
+from zsynth.config import Settings
+from zsynth.openapi import build_document
+
+from .helpers import ROOT, free_port, wait_for
+
+KEY = "fuzz-key-0123456789"
+# Examples per operation: 18 operations, so the run stays around a minute on two busy cores.
+EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "12"))
+
+MAX_TEXT = 200
+schema = schemathesis.openapi.from_dict(build_document("speech", Settings(max_text_chars=MAX_TEXT)))
+# Operations whose inputs have a validity the schema cannot state: a clip must be real speech, a page token must
+# come from an earlier page. Schema-valid requests may get a 4xx there; every other check still runs.
+SEMANTIC_INPUTS = {("POST", "/voices"), ("POST", "/v1/voices/add"), ("GET", "/v2/voices")}
+
+
+@contextlib.contextmanager
+def front_process(redis_url: str, data_dir: Path, **env: str) -> Iterator[str]:
+    """A real ``zsynth serve`` on a free loopback port; yields its base URL."""
+    port = free_port()
+    full_env = dict(os.environ, ZSYNTH_REDIS_URL=redis_url, ZSYNTH_PORT=str(port), ZSYNTH_DATA_DIR=str(data_dir))
+    full_env.update(env)
+    proc = subprocess.Popen([sys.executable, "-m", "zsynth", "serve"], env=full_env, cwd=ROOT)
+
+    def up() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"front exited with {proc.returncode}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+        return False
+
+    try:
+        wait_for(up, 30, "front")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def fuzz_front(redis_url: str, data_dir: Path, shared_workers, keys_table: str) -> Iterator[str]:
+    """One front with a key and the keys table (so tokens mint) for the whole run; short texts keep it quick."""
+    env = {
+        "ZSYNTH_API_KEY": KEY,
+        "ZSYNTH_API_KEYS_TABLE": keys_table,
+        "ZSYNTH_MAX_TEXT_CHARS": str(MAX_TEXT),
+        "ZSYNTH_LOG_LEVEL": "WARNING",
+    }
+    with front_process(redis_url, data_dir, **env) as base:
+        yield base
+
+
+@pytest.mark.timeout(300)
+@schema.parametrize()
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    phases=[Phase.explicit, Phase.generate],
+    suppress_health_check=list(HealthCheck),
+)
+def test_fuzz(case, fuzz_front):
+    excluded = [positive_data_acceptance] if (case.method.upper(), case.path) in SEMANTIC_INPUTS else []
+    case.call_and_validate(base_url=fuzz_front, headers={"xi-api-key": KEY}, timeout=60, excluded_checks=excluded)

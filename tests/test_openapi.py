@@ -1,0 +1,198 @@
+"""The OpenAPI document: valid 3.1, exactly the routes the app registers, and real answers that match it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+import pytest
+from jsonschema import Draft202012Validator
+from openapi_spec_validator import validate
+
+from zsynth.access import REALTIME_SUFFIXES
+from zsynth.app import create_app
+from zsynth.keys import SETTINGS
+from zsynth.openapi import build_document
+
+from .conftest import make_settings
+from .voice_clips import reference_file
+
+DOC = build_document("speech")
+METHODS = ("get", "put", "post", "delete", "patch")
+# OpenAPI does not model WebSockets: the realtime routes stay out of the document.
+WEBSOCKET_SUFFIXES = REALTIME_SUFFIXES
+
+
+def documented() -> set[tuple[str, str]]:
+    """(METHOD, path template) of every documented operation."""
+    return {(method.upper(), path) for path, item in DOC["paths"].items() for method in item if method in METHODS}
+
+
+def registered(app) -> set[tuple[str, str]]:
+    """(METHOD, path template) of every HTTP route the app registers (no HEAD/OPTIONS, no WebSockets)."""
+    routes = set()
+    for route in app.router.routes():
+        resource = route.resource
+        if resource is None or route.method in ("HEAD", "OPTIONS"):
+            continue
+        if route.method == "GET" and resource.canonical.endswith(WEBSOCKET_SUFFIXES):
+            continue
+        routes.add((route.method, resource.canonical))
+    return routes
+
+
+def json_validator(schema: dict[str, Any]) -> Draft202012Validator:
+    """A validator of ``schema`` whose ``#/components/...`` references resolve against the document."""
+    return Draft202012Validator({"allOf": [schema], "components": DOC["components"]})
+
+
+class Checker:
+    """Checks real answers against the document and records which operations were exercised."""
+
+    def __init__(self) -> None:
+        self.seen: set[tuple[str, str]] = set()
+        self.statuses: set[tuple[str, str, int]] = set()
+
+    async def check(self, resp: aiohttp.ClientResponse, method: str, template: str) -> Any:
+        """Status documented, media type documented, JSON body valid; returns the parsed body (or bytes)."""
+        op = DOC["paths"][template][method.lower()]
+        status = str(resp.status)
+        assert status in op["responses"], f"{method} {template}: undocumented status {status}: {await resp.text()}"
+        documented_types = op["responses"][status].get("content", {})
+        assert resp.content_type in documented_types, f"{method} {template} {status}: {resp.content_type}"
+        self.seen.add((method.upper(), template))
+        self.statuses.add((method.upper(), template, resp.status))
+        if resp.content_type != "application/json":
+            body = await resp.read()
+            assert body, f"{method} {template}: empty {resp.content_type} body"
+            return body
+        body = await resp.json()
+        errors = sorted(json_validator(documented_types["application/json"]["schema"]).iter_errors(body), key=str)
+        assert not errors, f"{method} {template} {status}: {[e.message for e in errors[:5]]}"
+        if resp.status >= 400:
+            assert body["detail"]["request_id"] == resp.headers["request-id"]
+        return body
+
+    async def call(self, client, method: str, template: str, *, query: str = "", **kwargs: Any) -> Any:
+        """Call ``template`` with its path parameters filled from ``kwargs``; check and return the body."""
+        params = {k: kwargs.pop(k) for k in list(kwargs) if "{" + k + "}" in template}
+        url = template.format(**params) + query
+        async with client.request(method, url, **kwargs) as resp:
+            return resp.status, await self.check(resp, method, template)
+
+
+def test_document_is_valid_openapi_31():
+    assert DOC["openapi"].startswith("3.1")
+    validate(DOC)
+    # The avatar server's document is built the same way (its routes are added when that server is wired).
+    validate(build_document("avatar"))
+    with pytest.raises(ValueError):
+        build_document("nope")  # type: ignore[arg-type]
+
+
+def test_every_schema_is_a_valid_json_schema():
+    for schema in DOC["components"]["schemas"].values():
+        Draft202012Validator.check_schema(schema)  # raises, naming the fault
+
+
+def test_document_lists_exactly_the_registered_routes(settings):
+    app = create_app(settings)
+    assert registered(app) == documented()
+
+
+def test_operations_document_their_security_and_media_types():
+    public = {"/healthz", "/readyz", "/openapi.json"}
+    for path, item in DOC["paths"].items():
+        for method, op in item.items():
+            assert op["security"] == ([] if path in public else DOC["security"]), (method, path)
+            if path.startswith("/v1/text-to-speech/"):
+                assert {"audio/mpeg", "audio/pcm", "audio/ogg"} <= set(op["responses"]["200"]["content"])
+                formats = next(p for p in op["parameters"] if p["name"] == "output_format")["schema"]["enum"]
+                assert ("wav_44100" in formats) == (not path.endswith("/stream"))
+    assert set(DOC["components"]["securitySchemes"]) == {"ApiKeyHeader", "BearerAuth"}
+
+
+async def test_document_is_served_without_a_key(aiohttp_client, redis_url, data_dir, shared_workers):
+    settings = make_settings(redis_url, data_dir, api_key="secret-key", max_text_chars=321)
+    client = await aiohttp_client(create_app(settings))
+    async with client.get("/openapi.json") as resp:
+        assert resp.status == 200
+        served = await resp.json()
+    assert served == build_document("speech", settings)
+    assert served["components"]["schemas"]["TextToSpeechRequest"]["properties"]["text"]["maxLength"] == 321
+    async with client.get("/v1/models") as resp:
+        assert resp.status == 401
+
+
+def clone_form(name: str | None, clip: bytes | None) -> aiohttp.FormData:
+    form = aiohttp.FormData(default_to_multipart=True)
+    if name is not None:
+        form.add_field("name", name)
+    if clip is not None:
+        form.add_field("files", clip, filename="ref.wav", content_type="audio/wav")
+    return form
+
+
+async def test_real_answers_match_the_document(client):
+    """A sample of successful and failing calls on every route, each checked against the document."""
+    c = Checker()
+    assert (await c.call(client, "GET", "/healthz"))[0] == 200
+    assert (await c.call(client, "GET", "/readyz"))[0] == 200
+    assert (await c.call(client, "GET", "/openapi.json"))[1] == build_document("speech", client.app[SETTINGS])
+    assert (await c.call(client, "GET", "/metrics"))[0] == 200
+    assert (await c.call(client, "GET", "/v1/models"))[0] == 200
+    assert (await c.call(client, "GET", "/v1/user"))[0] == 200
+    assert (await c.call(client, "GET", "/v1/user/subscription"))[0] == 200
+    # Ephemeral tokens need a keys table: this open box answers 501 in the envelope.
+    assert (await c.call(client, "POST", "/v1/tokens/ephemeral", json={"ttl_seconds": 60}))[0] == 501
+    assert (await c.call(client, "POST", "/v1/tokens/ephemeral", data=b"[1, 2"))[0] == 400
+
+    voices = await c.call(client, "GET", "/v1/voices")
+    assert voices[1]["voices"][0]["voice_id"] == "joe"
+    status, page = await c.call(client, "GET", "/v2/voices", query="?page_size=1&sort=name&sort_direction=asc")
+    assert status == 200 and len(page["voices"]) == 1
+    assert (await c.call(client, "GET", "/v2/voices", query="?page_size=0"))[0] == 422
+    assert (await c.call(client, "GET", "/v2/voices", query="?next_page_token=%25%25"))[0] == 400
+    assert (await c.call(client, "GET", "/v1/voices/settings/default"))[0] == 200
+    assert (await c.call(client, "GET", "/v1/voices/{voice_id}", voice_id="joe"))[0] == 200
+    assert (await c.call(client, "GET", "/v1/voices/{voice_id}", voice_id="nobody"))[0] == 404
+    assert (await c.call(client, "GET", "/v1/voices/{voice_id}/settings", voice_id="joe"))[0] == 200
+    assert (await c.call(client, "GET", "/v1/voices/{voice_id}/settings", voice_id="nobody"))[0] == 404
+
+    tts = "/v1/text-to-speech/{voice_id}"
+    status, audio = await c.call(client, "POST", tts, voice_id="joe", json={"text": "Hello there."})
+    assert status == 200 and len(audio) > 1000
+    pcm = await c.call(client, "POST", tts, voice_id="joe", query="?output_format=pcm_16000", json={"text": "Hi."})
+    assert pcm[0] == 200
+    bad_format = await c.call(client, "POST", tts, voice_id="joe", query="?output_format=nope", json={"text": "x"})
+    assert bad_format[0] == 400
+    assert (await c.call(client, "POST", tts, voice_id="joe", json={"text": " "}))[0] == 422
+    assert (await c.call(client, "POST", tts, voice_id="joe", json={"text": "x", "seed": -1}))[0] == 422
+    stream = tts + "/stream"
+    assert (await c.call(client, "POST", stream, voice_id="joe", json={"text": "Streaming now."}))[0] == 200
+    assert (await c.call(client, "POST", stream, voice_id="joe", query="?output_format=wav_16000", json={}))[0] == 400
+    assert (await c.call(client, "POST", stream, voice_id="joe", data=b"{not json"))[0] == 400
+
+    clip = reference_file("wav")
+    assert (await c.call(client, "POST", "/voices", data=clone_form(None, clip)))[0] == 422
+    assert (await c.call(client, "POST", "/voices", json={"name": "x"}))[0] == 400
+    status, voice = await c.call(client, "POST", "/voices", data=clone_form("OpenAPI clone", clip))
+    assert status == 200 and voice["category"] == "cloned"
+    assert (await c.call(client, "DELETE", "/voices/{voice_id}", voice_id=voice["voice_id"]))[0] == 200
+    assert (await c.call(client, "DELETE", "/voices/{voice_id}", voice_id=voice["voice_id"]))[0] == 404
+    assert (await c.call(client, "POST", "/v1/voices/add", data=clone_form("x", b"not audio at all")))[0] == 400
+    status, added = await c.call(client, "POST", "/v1/voices/add", data=clone_form("OpenAPI add", clip))
+    assert status == 200
+    assert (await c.call(client, "DELETE", "/v1/voices/{voice_id}", voice_id=added["voice_id"]))[0] == 200
+    assert (await c.call(client, "DELETE", "/v1/voices/{voice_id}", voice_id="joe"))[0] == 400
+
+    assert c.seen == documented(), f"not exercised: {documented() - c.seen}"
+
+
+async def test_auth_failures_match_the_document(aiohttp_client, redis_url, data_dir, shared_workers):
+    client = await aiohttp_client(create_app(make_settings(redis_url, data_dir, api_key="secret-key")))
+    c = Checker()
+    assert (await c.call(client, "GET", "/v1/voices"))[0] == 401
+    assert (await c.call(client, "GET", "/metrics", headers={"xi-api-key": "wrong"}))[0] == 401
+    assert (await c.call(client, "GET", "/metrics", headers={"Authorization": "Bearer secret-key"}))[0] == 200
+    assert (await c.call(client, "POST", "/v1/tokens/ephemeral", headers={"xi-api-key": "secret-key"}))[0] == 501

@@ -1,0 +1,77 @@
+"""OpenAPI 3.1 documents of zsynth's HTTP servers, one small module per resource.
+
+Each resource module has ``SCHEMAS`` (its component schemas), ``paths()`` (its path items) and optionally
+``apply_settings(schemas, settings)`` (limits of this deployment). To document a new route, add it to its resource's
+module, or add a module and list it under its server in :data:`SERVERS`.
+WebSocket routes are outside OpenAPI and stay undocumented here.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+from types import ModuleType
+from typing import Any, Final, Literal
+
+from .. import __version__
+from ..config import Settings
+from . import components, health, metrics, models, tokens, tts, user, voices
+
+Kind = Literal["speech", "avatar"]
+
+#: The resource modules of each server's document. The avatar server's modules are listed here once it exists.
+SERVERS: Final[dict[str, tuple[ModuleType, ...]]] = {
+    "speech": (health, metrics, tts, tokens, voices, models, user),
+    "avatar": (),
+}
+
+_INFO: Final[dict[str, dict[str, str]]] = {
+    "speech": {
+        "title": "zsynth speech API",
+        "description": "Self-hosted, ElevenLabs-compatible text to speech. Errors always carry the envelope "
+        '{"detail": {"status", "code", "type", "message", "request_id"}}. The realtime WebSocket routes '
+        "(/v1/text-to-speech/{voice_id}/stream-input and /multi-stream-input) are not modelled by OpenAPI.",
+    },
+    "avatar": {
+        "title": "zsynth avatar streaming server",
+        "description": "Session tokens, connections and management of the avatar streaming server.",
+    },
+}
+
+
+def build_document(kind: Kind = "speech", settings: Settings | None = None) -> dict[str, Any]:
+    """A fresh OpenAPI 3.1 document of the ``kind`` server, with the limits of ``settings`` when given."""
+    try:
+        modules = SERVERS[kind]
+    except KeyError:
+        raise ValueError(f"unknown server kind {kind!r}") from None
+    paths: dict[str, Any] = {}
+    schemas: dict[str, Any] = dict(components.SCHEMAS)
+    for module in modules:
+        for path, item in module.paths().items():
+            # Two modules may share a path (different methods); a method documented twice is a bug.
+            clash = set(item) & set(paths.get(path, {}))
+            if clash:
+                raise ValueError(f"{path}: {sorted(clash)} documented twice")
+            paths.setdefault(path, {}).update(item)
+        schemas.update(copy.deepcopy(module.SCHEMAS))
+    document = {
+        "openapi": "3.1.0",
+        "info": {**_INFO[kind], "version": __version__},
+        "paths": paths,
+        "components": {"schemas": schemas, "securitySchemes": dict(components.SECURITY_SCHEMES)},
+        "security": components.AUTHENTICATED,
+    }
+    if settings is not None:
+        for module in modules:
+            if hook := getattr(module, "apply_settings", None):
+                hook(schemas, settings)
+    # A new dict each call: callers may change it without touching the module constants.
+    return copy.deepcopy(document)
+
+
+@functools.cache
+def document_bytes(kind: Kind, settings: Settings) -> bytes:
+    """The ``kind`` document for ``settings``, serialized once, as served at ``GET /openapi.json``."""
+    return json.dumps(build_document(kind, settings), separators=(",", ":")).encode()

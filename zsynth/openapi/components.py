@@ -1,0 +1,136 @@
+"""Shared pieces of the OpenAPI documents: component schemas, security schemes and response builders."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+JSON = "application/json"
+
+Schema = dict[str, Any]
+Operation = dict[str, Any]
+PathItems = dict[str, dict[str, Any]]
+
+SECURITY_SCHEMES: Final[dict[str, Schema]] = {
+    "ApiKeyHeader": {
+        "type": "apiKey",
+        "in": "header",
+        "name": "xi-api-key",
+        "description": "A full key (ZSYNTH_API_KEY(S) or a portal zsk_live_ key) or a zsk_temp_ token.",
+    },
+    "BearerAuth": {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "The same secret as 'Authorization: Bearer <key>'.",
+    },
+}
+
+#: Either header authenticates. Routes a token may not call still list both: the scope rule answers 403.
+AUTHENTICATED: Final[list[dict[str, list[str]]]] = [{"ApiKeyHeader": []}, {"BearerAuth": []}]
+#: Probes and the document itself need nothing.
+PUBLIC: Final[list[dict[str, list[str]]]] = []
+
+
+def ref(name: str) -> Schema:
+    """A reference to a component schema."""
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def nullable(schema: Schema) -> Schema:
+    """``schema`` or JSON null (OpenAPI 3.1 has no ``nullable``)."""
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+SCHEMAS: Final[dict[str, Schema]] = {
+    "ErrorDetail": {
+        "type": "object",
+        "description": "Both generations of ElevenLabs error fields: legacy 'status' and current 'code'/'type'.",
+        "required": ["status", "code", "type", "message", "request_id"],
+        "properties": {
+            "status": {"type": "string", "examples": ["voice_not_found"]},
+            "code": {"type": "string", "examples": ["voice_not_found"]},
+            "type": {"type": "string", "examples": ["not_found"]},
+            "message": {"type": "string"},
+            "request_id": {"type": "string"},
+            "param": {"type": "string", "description": "The request field at fault, when there is one."},
+        },
+        "additionalProperties": False,
+    },
+    "Error": {
+        "type": "object",
+        "description": "The error envelope of every failed request.",
+        "required": ["detail"],
+        "properties": {"detail": ref("ErrorDetail")},
+        "additionalProperties": False,
+    },
+}
+
+_ERROR_TEXT: Final = {
+    400: "Bad input: invalid JSON, a field out of range, an unsupported output_format or clip.",
+    401: "No key or an unknown/expired key (header WWW-Authenticate: Bearer).",
+    403: "The credential's scope does not cover this route (an ephemeral token on a full-key route).",
+    404: "No such resource.",
+    405: "The method is not allowed on this path.",
+    413: "The request body is larger than ZSYNTH_MAX_BODY_BYTES.",
+    422: "A field is missing or has the wrong type.",
+    429: "The job queue is full (system_busy); retry after Retry-After.",
+    500: "An internal error (never a traceback).",
+    501: "The feature needs a keys table (ZSYNTH_API_KEYS_TABLE).",
+    503: "Redis, the workers or the keys table are unavailable; retry after Retry-After.",
+}
+
+#: What every authenticated route may answer besides its own errors.
+AUTH_ERRORS: Final = (401, 403, 503)
+
+
+def error(status: int, text: str | None = None) -> Schema:
+    """A response carrying the error envelope."""
+    return {"description": text or _ERROR_TEXT[status], "content": {JSON: {"schema": ref("Error")}}}
+
+
+def json_body(description: str, schema: Schema, headers: dict[str, Schema] | None = None) -> Schema:
+    """A JSON response."""
+    response: Schema = {"description": description, "content": {JSON: {"schema": schema}}}
+    if headers:
+        response["headers"] = headers
+    return response
+
+
+def responses(ok: dict[int, Schema], *errors: int, authenticated: bool = True) -> dict[str, Schema]:
+    """The responses object: the successes given plus the listed errors (and the auth errors when authenticated)."""
+    codes = sorted(set(errors) | (set(AUTH_ERRORS) if authenticated else set()))
+    return {str(code): body for code, body in ok.items()} | {str(code): error(code) for code in codes}
+
+
+def operation(
+    op_id: str,
+    tag: str,
+    summary: str,
+    responses_: dict[str, Schema],
+    *,
+    authenticated: bool = True,
+    parameters: list[Schema] | None = None,
+    body: Schema | None = None,
+) -> Operation:
+    """One operation object."""
+    op: Operation = {
+        "operationId": op_id,
+        "tags": [tag],
+        "summary": summary,
+        "security": AUTHENTICATED if authenticated else PUBLIC,
+        "responses": responses_,
+    }
+    if parameters:
+        op["parameters"] = parameters
+    if body is not None:
+        op["requestBody"] = body
+    return op
+
+
+def path_param(name: str, description: str) -> Schema:
+    """A required string path parameter."""
+    return {"name": name, "in": "path", "required": True, "description": description, "schema": {"type": "string"}}
+
+
+def query_param(name: str, schema: Schema, description: str) -> Schema:
+    """An optional query parameter."""
+    return {"name": name, "in": "query", "required": False, "description": description, "schema": schema}
