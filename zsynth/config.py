@@ -212,6 +212,12 @@ class Settings:
     # ?inactivity_timeout=), and how long a new socket may take to send its first message.
     ws_inactivity_timeout_s: float = _env("WS_INACTIVITY_TIMEOUT", _positive_float, default=20.0)
     ws_first_message_timeout_s: float = _env("WS_FIRST_MESSAGE_TIMEOUT", _positive_float, default=10.0)
+    # Largest client message on a realtime socket (bigger ones close the socket with 1009, "message too big").
+    ws_max_message_bytes: int = _env("WS_MAX_MESSAGE_BYTES", _positive_int, default=1024 * 1024)
+    # Client messages per second one socket may send (bursts of twice that are allowed).
+    ws_max_messages_per_s: float = _env("WS_MAX_MESSAGES_PER_S", _positive_float, default=100.0)
+    # Open realtime sockets one credential may hold on one front (not applied when the API is open).
+    ws_max_sockets_per_credential: int = _env("WS_MAX_SOCKETS_PER_CREDENTIAL", _positive_int, default=100)
     # Avatar server (``zsynth avatar``): port, live sessions per box, timeouts, ICE and the default voice.
     avatar_port: int = _env("AVATAR_PORT", _parse_port, default=8100)
     avatar_max_sessions: int = _env("AVATAR_MAX_SESSIONS", _positive_int, default=4)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import weakref
 from typing import TYPE_CHECKING, Final
 
@@ -29,6 +30,8 @@ VOICES: Final = web.AppKey("voices", VoiceCatalog)
 VOICE_MIRROR: Final = web.AppKey("voice_mirror", VoiceMirror)  # present only when ZSYNTH_VOICES_BUCKET is set
 # Open realtime sockets, closed with GOING_AWAY when the front shuts down.
 WS_REGISTRY: Final = web.AppKey("ws_registry", weakref.WeakSet[web.WebSocketResponse])
+# Open realtime sockets per credential fingerprint on this front (ZSYNTH_WS_MAX_SOCKETS_PER_CREDENTIAL).
+WS_PER_CREDENTIAL: Final = web.AppKey("ws_per_credential", collections.Counter[str])
 
 # Per-request values.
 REQUEST_ID: Final = web.RequestKey("request_id", str)

@@ -14,7 +14,7 @@ from aiohttp import WSMsgType, web
 
 from ..audio import OutputFormat, OutputFormatError, parse_output_format
 from ..auth import AuthError, Credential, secret_from_message, secret_from_request
-from ..keys import AUTHENTICATOR, REQUEST_ID, SETTINGS
+from ..keys import AUTHENTICATOR, REQUEST_ID, SETTINGS, WS_PER_CREDENTIAL
 
 logger = logging.getLogger(__name__)
 
@@ -23,7 +23,6 @@ CLOSE_POLICY: Final = 1008
 # Close reasons travel in a control frame: 125 bytes minus the 2-byte code.
 MAX_REASON_BYTES: Final = 123
 # Clients send text; a message above this is refused by aiohttp with close 1009.
-MAX_CLIENT_MESSAGE_BYTES: Final = 1024 * 1024
 # Seconds a send may block on a client that stopped reading before the socket is dropped.
 SEND_TIMEOUT_S: Final = 10.0
 
@@ -112,6 +111,12 @@ class Connection:
         self.last_activity = time.monotonic()
         self._send_lock = asyncio.Lock()
         self.credential: Credential | None = None
+        self._counted: str | None = None  # the fingerprint this socket counts against, once authenticated
+        settings = request.app[SETTINGS]
+        # Token bucket for client messages: refills at the configured rate, holds a burst of twice that.
+        self._rate = settings.ws_max_messages_per_s
+        self._tokens = 2 * self._rate
+        self._refilled = time.monotonic()
 
     @property
     def closed(self) -> bool:
@@ -161,6 +166,7 @@ class Connection:
         while True:
             msg = await self.ws.receive(timeout=timeout)
             if msg.type is WSMsgType.TEXT:
+                self._spend_token()
                 try:
                     payload = json.loads(msg.data)
                 except json.JSONDecodeError as err:
@@ -173,6 +179,23 @@ class Connection:
                 raise WsError("invalid_message", "Messages must be JSON text frames, not binary ones.")
             if msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR):
                 return None
+
+    def _spend_token(self) -> None:
+        now = time.monotonic()
+        self._tokens = min(2 * self._rate, self._tokens + (now - self._refilled) * self._rate)
+        self._refilled = now
+        if self._tokens < 1:
+            raise WsError("rate_limit_exceeded", f"Too many messages: at most {self._rate:g} per second on one socket.")
+        self._tokens -= 1
+
+    def release(self) -> None:
+        """Stop counting this socket against its credential (called once, when it closes)."""
+        if self._counted is not None:
+            counts = self.request.app[WS_PER_CREDENTIAL]
+            counts[self._counted] -= 1
+            if counts[self._counted] <= 0:
+                del counts[self._counted]
+            self._counted = None
 
     async def first_message(self) -> dict[str, Any]:
         """The first message, within ZSYNTH_WS_FIRST_MESSAGE_TIMEOUT; WsError when it does not come."""
@@ -196,6 +219,16 @@ class Connection:
             self.credential = await self.request.app[AUTHENTICATOR].verify(secret)
         except AuthError as err:
             raise WsError(err.status, err.message) from err
+        if self.credential.kind != "open":
+            counts = self.request.app[WS_PER_CREDENTIAL]
+            limit = self.request.app[SETTINGS].ws_max_sockets_per_credential
+            if counts[self.credential.fingerprint] >= limit:
+                raise WsError(
+                    "too_many_concurrent_requests",
+                    f"This key already holds {limit} open realtime sockets on this server; close one first.",
+                )
+            counts[self.credential.fingerprint] += 1
+            self._counted = self.credential.fingerprint
         return self.credential
 
 

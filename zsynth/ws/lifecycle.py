@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import gc
 import logging
 import weakref
@@ -11,8 +12,8 @@ from typing import Final
 
 from aiohttp import WSCloseCode, web
 
-from ..keys import METRICS, WS_REGISTRY
-from .connection import MAX_CLIENT_MESSAGE_BYTES, Connection, WsError
+from ..keys import METRICS, SETTINGS, WS_PER_CREDENTIAL, WS_REGISTRY
+from .connection import Connection, WsError
 from .speaker import Speaker, cancel_all
 
 logger = logging.getLogger(__name__)
@@ -27,7 +28,8 @@ Body = Callable[[Connection, list[Speaker]], Awaitable[None]]
 
 async def run_socket(request: web.Request, kind: str, body: Body) -> web.WebSocketResponse:
     """Upgrade, run ``body``, and whatever happens cancel every job the socket still has in flight."""
-    ws = web.WebSocketResponse(heartbeat=HEARTBEAT_S, timeout=CLOSE_TIMEOUT_S, max_msg_size=MAX_CLIENT_MESSAGE_BYTES)
+    max_size = request.app[SETTINGS].ws_max_message_bytes
+    ws = web.WebSocketResponse(heartbeat=HEARTBEAT_S, timeout=CLOSE_TIMEOUT_S, max_msg_size=max_size)
     await ws.prepare(request)
     registry = request.app[WS_REGISTRY]
     registry.add(ws)
@@ -42,8 +44,11 @@ async def run_socket(request: web.Request, kind: str, body: Body) -> web.WebSock
         logger.info("socket %s: client went away", conn.socket_id)
     finally:
         # Runs on a client close, an error and handler cancellation alike: queued and running segments stop.
-        await cancel_all(speakers)
+        # Bookkeeping first, before any await: a cancelled handler may not get past the next one.
+        conn.release()
         registry.discard(ws)
+        # Shielded: the jobs must be cancelled on the workers even if this handler is cancelled again meanwhile.
+        await asyncio.shield(cancel_all(speakers))
         if not ws.closed:
             await conn.close(1000)
         logger.info("socket %s: closed (%s)", conn.socket_id, ws.close_code)
@@ -77,6 +82,7 @@ def setup_registry(app: web.Application) -> None:
     """Create the registry now (on_startup may be too late for tests building the app) and close it on shutdown."""
     registry = weakref.WeakSet[web.WebSocketResponse]()
     app[WS_REGISTRY] = registry
+    app[WS_PER_CREDENTIAL] = collections.Counter()
     if METRICS in app:
         app[METRICS].realtime_sockets.set_function(lambda: len(registry))
     app.on_startup.append(freeze_startup_heap)
