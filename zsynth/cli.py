@@ -1,5 +1,5 @@
 """The ``zsynth`` command: ``serve`` (one front), ``worker`` (one worker), ``avatar`` (the avatar server),
-``dev`` (everything on one box), ``keys`` (the keys table)."""
+``demo`` (the demo page), ``dev`` (everything on one box), ``keys`` (the keys table)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("--worker-id", help="overrides ZSYNTH_WORKER_ID")
     worker.add_argument("--check", action="store_true", help="exit 0 if this worker's heartbeat is fresh, else 1")
     sub.add_parser("avatar", help="run the avatar streaming server (WebRTC, port ZSYNTH_AVATAR_PORT)")
-    dev = sub.add_parser("dev", help="redis-server (if none answers), one front and workers on this box")
+    sub.add_parser("demo", help="serve the demo page and its token-minting backend (port ZSYNTH_DEMO_PORT)")
+    dev = sub.add_parser("dev", help="redis-server (if none answers), front, workers, avatar and demo on this box")
     dev.add_argument("--workers", type=int, default=1, help="number of worker processes (default 1)")
     from .keyadmin import add_parser
 
@@ -47,6 +48,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         from .avatar.app import run_avatar
 
         run_avatar(settings)
+    elif args.command == "demo":
+        setup_logging(settings, "demo")
+        from .demo.app import run_demo
+
+        run_demo(settings)
     elif args.command == "worker":
         if args.check:
             from workers.main import check

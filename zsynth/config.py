@@ -104,6 +104,13 @@ def _video_size(raw: str) -> int:
     return size
 
 
+def _http_url(raw: str) -> str | None:
+    url = raw.strip().rstrip("/")
+    if url and not url.startswith(("http://", "https://")):
+        raise ValueError("expected an http:// or https:// URL")
+    return url or None
+
+
 def _optional_str(raw: str) -> str | None:
     return raw.strip() or None
 
@@ -224,6 +231,11 @@ class Settings:
     avatar_ice_credential: str | None = _env("AVATAR_ICE_CREDENTIAL", _optional_str, default=None)
     avatar_voice_id: str = _env("AVATAR_VOICE_ID", default="21m00Tcm4TlvDq8ikWAM")
     avatar_size: int = _env("AVATAR_SIZE", _video_size, default=512)
+    # The demo page (``zsynth demo``): its port, and the base URLs of the speech API and the avatar server it uses
+    # (unset: this box's ZSYNTH_PORT / ZSYNTH_AVATAR_PORT, reached on the host name the page was opened with).
+    demo_port: int = _env("DEMO_PORT", _parse_port, default=8200)
+    demo_api_url: str | None = _env("DEMO_API_URL", _http_url, default=None)
+    demo_avatar_url: str | None = _env("DEMO_AVATAR_URL", _http_url, default=None)
     log_level: str = _env("LOG_LEVEL", default="INFO")
     log_json: bool = _env("LOG_JSON", _parse_bool, default=False)
 

@@ -1,8 +1,9 @@
 """``zsynth dev``: the whole stack on one box for a newcomer, stopped cleanly by Ctrl-C.
 
 Starts a local ``redis-server`` when nothing answers at ZSYNTH_REDIS_URL (persistence off, loopback only), then
-one front and the requested number of workers as child processes. When any child dies, or on Ctrl-C/SIGTERM, every
-child is stopped (SIGTERM, then SIGKILL after a grace period).
+one front, the requested number of workers, the avatar server and the demo page as child processes. When any child
+dies, or on Ctrl-C/SIGTERM, every child is stopped (SIGTERM, then SIGKILL after a grace period). With no keys
+configured the servers are open (fine on loopback) and the demo page calls them without a token.
 """
 
 from __future__ import annotations
@@ -91,9 +92,13 @@ def run_dev(settings: Settings, workers: int = 1) -> int:
         for index in range(workers):
             worker_env = dict(env, ZSYNTH_WORKER_ID=f"dev-{index}")
             children.append(subprocess.Popen([sys.executable, "-m", "zsynth", "worker"], env=worker_env))
-        children.append(subprocess.Popen([sys.executable, "-m", "zsynth", "serve"], env=env))
+        for command in ("serve", "avatar", "demo"):
+            children.append(subprocess.Popen([sys.executable, "-m", "zsynth", command], env=env))
+        host = settings.host if ":" not in settings.host else f"[{settings.host}]"
         print(
-            f"zsynth dev: API on http://{settings.host}:{settings.port} with {workers} worker(s); Ctrl-C stops all",
+            f"zsynth dev: API on http://{host}:{settings.port} with {workers} worker(s), avatar server on "
+            f"http://{host}:{settings.avatar_port}; open the demo at http://{host}:{settings.demo_port}/ "
+            "(Ctrl-C stops all)",
             file=sys.stderr,
         )
         while not stop:

@@ -19,6 +19,7 @@ from .voices.mirror import VoiceMirror
 if TYPE_CHECKING:
     from .avatar.renderers import AvatarRenderer
     from .avatar.sessions import SessionRegistry
+    from .demo.backend import DemoBackend
 
 SETTINGS: Final = web.AppKey("settings", Settings)
 REDIS: Final = web.AppKey("redis", Redis)
@@ -39,3 +40,6 @@ CREDENTIAL: Final = web.RequestKey("credential", Credential)
 # The avatar server (zsynth.avatar); its types are imported for type checking only, to keep imports acyclic.
 AVATAR_SESSIONS: Final[web.AppKey[SessionRegistry]] = web.AppKey("avatar_sessions")
 AVATARS: Final[web.AppKey[dict[str, AvatarRenderer]]] = web.AppKey("avatars")
+
+# The demo server (zsynth.demo): the backend that holds the full key and mints the page's tokens.
+DEMO_BACKEND: Final[web.AppKey[DemoBackend]] = web.AppKey("demo_backend")

@@ -1,0 +1,88 @@
+"""The demo server: the page, its static files, ``GET /demo/session`` (tokens per load) and the clone proxy."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Final
+
+import aiohttp
+from aiohttp import web
+
+from ..app import request_id_middleware
+from ..config import Settings
+from ..errors import ApiError, error_middleware
+from ..keys import DEMO_BACKEND, REQUEST_ID, SETTINGS
+from .backend import DemoBackend, UpstreamError
+
+logger = logging.getLogger(__name__)
+
+STATIC_DIR: Final = Path(__file__).resolve().parent / "static"
+# Tokens and pages must never be cached: every load gets its own.
+_NO_STORE: Final = {"Cache-Control": "no-store"}
+
+
+async def backend_ctx(app: web.Application) -> AsyncIterator[None]:
+    """One HTTP client for the demo's calls to the speech API and the avatar server."""
+    async with aiohttp.ClientSession() as http:
+        app[DEMO_BACKEND] = DemoBackend(app[SETTINGS], http)
+        yield
+
+
+async def index(request: web.Request) -> web.FileResponse:
+    """The page."""
+    return web.FileResponse(STATIC_DIR / "index.html", headers=_NO_STORE)
+
+
+async def session(request: web.Request) -> web.Response:
+    """Base URLs and freshly minted tokens for this page load."""
+    body = await request.app[DEMO_BACKEND].page_session(request.url)
+    logger.info("request %s: demo session handed out (mode %s)", request[REQUEST_ID], body["mode"])
+    return web.json_response(body, headers=_NO_STORE)
+
+
+async def clone(request: web.Request) -> web.Response:
+    """Forward a multipart clone upload (``name``, ``files``) to the speech API with the full key."""
+    settings = request.app[SETTINGS]
+    if not request.content_type.startswith("multipart/form-data"):
+        raise ApiError(400, "invalid_content_type", "Send the clip as multipart/form-data with 'name' and 'files'.")
+    if request.content_length is not None and request.content_length > settings.max_body_bytes:
+        raise ApiError(413, "request_too_large", f"The upload exceeds {settings.max_body_bytes} bytes.")
+    content_type = request.headers["Content-Type"]
+    try:
+        status, body = await request.app[DEMO_BACKEND].clone(request.content.iter_chunked(64 * 1024), content_type)
+    except UpstreamError as err:
+        raise ApiError(502, "upstream_unavailable", str(err)) from err
+    try:
+        parsed = json.loads(body)
+    except ValueError as err:
+        raise ApiError(502, "upstream_invalid", f"The speech API answered HTTP {status} without JSON.") from err
+    logger.info("request %s: clone upload forwarded (HTTP %d)", request[REQUEST_ID], status)
+    return web.json_response(parsed, status=status, headers=_NO_STORE)
+
+
+def create_demo_app(settings: Settings) -> web.Application:
+    """Build the demo server application for ``settings``."""
+    app = web.Application(middlewares=[request_id_middleware, error_middleware])
+    app[SETTINGS] = settings
+    app.cleanup_ctx.append(backend_ctx)
+    app.router.add_get("/", index)
+    app.router.add_get("/demo/session", session)
+    app.router.add_post("/demo/clone", clone)
+    app.router.add_static("/static/", STATIC_DIR, append_version=False)
+    return app
+
+
+def run_demo(settings: Settings) -> None:
+    """Serve the demo on settings.host:settings.demo_port until SIGINT/SIGTERM."""
+    try:
+        import uvloop
+
+        asyncio.set_event_loop(uvloop.new_event_loop())
+    except ImportError:
+        pass
+    logger.info("demo page on http://%s:%d/", settings.host, settings.demo_port)
+    web.run_app(create_demo_app(settings), host=settings.host, port=settings.demo_port, print=None, access_log=None)
