@@ -87,13 +87,14 @@ def _answers(port: int) -> bool:
     return False
 
 
-def busy_share(redis_url: str, job_ids: list[str], workers: int, start: float, end: float) -> float:
-    """Share of worker-seconds inside jobs between start and end (unix times)."""
+def busy_share(redis_url: str, workers: int, start: float, end: float) -> float:
+    """Share of worker-seconds inside jobs between start and end (unix times), from every job record."""
     client = redis.Redis.from_url(redis_url)
     busy = 0.0
+    keys = list(client.scan_iter(protocol.job_key("*"), count=1000))
     with client.pipeline(transaction=False) as pipe:
-        for job_id in job_ids:
-            pipe.hmget(protocol.job_key(job_id), ["started_at", "finished_at"])
+        for key in keys:
+            pipe.hmget(key, ["started_at", "finished_at"])
         for started, finished in pipe.execute():
             if started is None or finished is None:
                 continue
@@ -142,7 +143,7 @@ def run_one(args: argparse.Namespace, workers: int) -> dict[str, object]:
         cpu = {name: loadgen.proc_stats(pid)[0] - cpu_before[name][0] for name, pid in pids.items()}
         rss = {name: loadgen.proc_stats(pid)[1] / 2**20 for name, pid in pids.items()}
         margin = min(3.0, args.seconds / 5)
-        share = busy_share(redis_url, results.job_ids, workers, started + margin, ended - margin)
+        share = busy_share(redis_url, workers, started + margin, ended - margin)
         audio_s = results.audio_bytes / (24000 * 2)
         return {
             "workers": workers,
