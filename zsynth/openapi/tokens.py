@@ -31,7 +31,7 @@ SCHEMAS: Final[dict[str, Schema]] = {
 
 
 def paths() -> PathItems:
-    """The token route (full keys only; a token asking for a token gets 403)."""
+    """The token route (full keys only)."""
     body = {"required": False, "content": {JSON: {"schema": ref("TokenRequest")}}}
     ok = json_body("The new token (Cache-Control: no-store).", ref("TokenResponse"))
     return {

@@ -14,13 +14,12 @@ import logging
 from typing import Any
 
 from aiohttp import web
-from aiohttp.client_exceptions import ClientConnectionResetError
 
 from ..alignment import CharAlignment, join_chunks
 from ..dispatch import JobFailed, JobStream
 from ..keys import DISPATCHER, REQUEST_ID
 from ..protocol import Event, Job
-from .tts import TtsRequest, job_failure, parse_tts_request
+from .tts import TtsRequest, finish_stream, job_failure, parse_tts_request
 
 logger = logging.getLogger(__name__)
 
@@ -118,7 +117,8 @@ async def stream_with_timestamps(request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(headers=_headers(request, tts, job_stream.job, "application/json"))
         await response.prepare(request)
         timeline = _Timeline()
-        try:
+
+        async def write_all() -> None:
             event = first
             while event is not None:
                 part = timeline.add(event)
@@ -130,16 +130,8 @@ async def stream_with_timestamps(request: web.Request) -> web.StreamResponse:
                 }
                 await response.write((_json(line) + "\n").encode())
                 event = await anext(chunks, None)
-        except (ConnectionResetError, ClientConnectionResetError):
-            logger.info("job %s: client went away mid-stream", job_stream.job.job_id)
-            return response
-        except JobFailed as err:
-            logger.warning("job %s failed mid-stream: %s (%s)", job_stream.job.job_id, err.code, err.message)
-            if request.transport is not None:
-                request.transport.abort()
-            return response
-        await response.write_eof()
-        return response
+
+        return await finish_stream(request, response, job_stream, write_all())
 
 
 def setup(app: web.Application) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
@@ -209,21 +210,37 @@ async def stream(request: web.Request) -> web.StreamResponse:
             raise job_failure(err) from err
         response = web.StreamResponse(headers=audio_headers(request, tts, job_stream.job))
         await response.prepare(request)
-        try:
+
+        async def write_all() -> None:
             if first is not None:
                 await response.write(first.audio)
                 async for event in chunks:
                     await response.write(event.audio)
-        except (ConnectionResetError, ClientConnectionResetError):
-            logger.info("job %s: client went away mid-stream", job_stream.job.job_id)
-            return response
-        except JobFailed as err:
-            logger.warning("job %s failed mid-stream: %s (%s)", job_stream.job.job_id, err.code, err.message)
-            if request.transport is not None:
-                request.transport.abort()
-            return response
-        await response.write_eof()
+
+        return await finish_stream(request, response, job_stream, write_all())
+
+
+async def finish_stream(
+    request: web.Request, response: web.StreamResponse, job_stream: JobStream, writing: Awaitable[None]
+) -> web.StreamResponse:
+    """Await ``writing`` (the chunks of a prepared response), then end the response the way the outcome calls for.
+
+    A client that went away just ends it (the job is cancelled when the stream closes). A job that fails after the
+    status line was sent cuts the connection without the final chunk, which every HTTP client reports as an
+    incomplete transfer.
+    """
+    try:
+        await writing
+    except (ConnectionResetError, ClientConnectionResetError):
+        logger.info("job %s: client went away mid-stream", job_stream.job.job_id)
         return response
+    except JobFailed as err:
+        logger.warning("job %s failed mid-stream: %s (%s)", job_stream.job.job_id, err.code, err.message)
+        if request.transport is not None:
+            request.transport.abort()
+        return response
+    await response.write_eof()
+    return response
 
 
 def setup(app: web.Application) -> None:
