@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from ..audio import ALLOWED_OUTPUT_FORMATS, DEFAULT_OUTPUT_FORMAT
-from .components import JSON, PathItems, Schema, nullable, operation, path_param, query_param, ref, responses
-from .tts import AUDIO_HEADERS
+from .components import JSON, PathItems, Schema, nullable, ref
+from .tts import AUDIO_HEADERS, synthesis_operation
 
 SCHEMAS: Final[dict[str, Schema]] = {
     "CharacterAlignment": {
@@ -45,21 +44,7 @@ HEADERS: Final = {name: header for name, header in AUDIO_HEADERS.items() if name
 
 def _operation(route: str, op_id: str, summary: str, answer: str) -> dict[str, Schema]:
     ok = {"description": answer, "headers": HEADERS, "content": {JSON: {"schema": ref("AudioWithTimestamps")}}}
-    formats = {"enum": list(ALLOWED_OUTPUT_FORMATS[route]), "default": DEFAULT_OUTPUT_FORMAT}
-    body = {"required": True, "content": {JSON: {"schema": ref("TextToSpeechRequest")}}}
-    return {
-        "post": operation(
-            op_id,
-            "text-to-speech",
-            summary,
-            responses({200: ok}, 400, 413, 422, 429, 500),
-            parameters=[
-                path_param("voice_id", "A built-in or cloned voice; unknown ids are spoken by the swap-out voice."),
-                query_param("output_format", formats, "Codec, sample rate and bitrate of the audio."),
-            ],
-            body=body,
-        )
-    }
+    return synthesis_operation(route, op_id, summary, ok)
 
 
 def paths() -> PathItems:

@@ -60,8 +60,9 @@ def media_types(route: str) -> list[str]:
     return sorted(set(types))
 
 
-def _operation(route: str, op_id: str, summary: str) -> dict[str, Schema]:
-    audio = {
+def synthesis_operation(route: str, op_id: str, summary: str, ok: Schema | None = None) -> dict[str, Schema]:
+    """A POST synthesis route: its voice, output format and JSON body; ``ok`` (default: audio bytes) is its 200."""
+    audio = ok or {
         "description": "The audio, in the media type of output_format (mp3 unless asked otherwise).",
         "headers": AUDIO_HEADERS,
         "content": {media: {"schema": {}} for media in media_types(route)},
@@ -86,8 +87,10 @@ def _operation(route: str, op_id: str, summary: str) -> dict[str, Schema]:
 def paths() -> PathItems:
     """The HTTP text-to-speech routes (the WebSocket ones are outside OpenAPI)."""
     return {
-        "/v1/text-to-speech/{voice_id}": _operation("convert", "text_to_speech", "Synthesize; answer when complete."),
-        "/v1/text-to-speech/{voice_id}/stream": _operation(
+        "/v1/text-to-speech/{voice_id}": synthesis_operation(
+            "convert", "text_to_speech", "Synthesize; answer when complete."
+        ),
+        "/v1/text-to-speech/{voice_id}/stream": synthesis_operation(
             "stream", "text_to_speech_stream", "Synthesize; stream each chunk as soon as it is ready."
         ),
     }
