@@ -67,7 +67,9 @@ def stack(workers: int, hold: float, audio: float, data_dir: str) -> Iterator[tu
         client.close()
         wait_for(lambda: _answers(port), 30, "front")
         assert server.proc is not None
-        yield f"http://127.0.0.1:{port}", {"front": front.pid, "redis": server.proc.pid}, server.url
+        pids = {"front": front.pid, "redis": server.proc.pid}
+        pids.update({f"worker{index}": proc.pid for index, proc in enumerate(procs[1:])})
+        yield f"http://127.0.0.1:{port}", pids, server.url
     finally:
         for proc in procs:
             proc.terminate()
@@ -133,15 +135,18 @@ def run_one(args: argparse.Namespace, workers: int) -> dict[str, object]:
                 "pcm_24000",
                 "--text",
                 args.text,
-                *(f"--pid={name}={pid}" for name, pid in pids.items()),
+                *(f"--pid={name}={pid}" for name, pid in pids.items() if not name.startswith("worker")),
             ]
         )
         cpu_before = {name: loadgen.proc_stats(pid) for name, pid in pids.items()}
+        client_before = loadgen.proc_stats(os.getpid())[0]
         started = time.time()
         results, wall = asyncio.run(loadgen.run_load(load_args))
         ended = time.time()
         cpu = {name: loadgen.proc_stats(pid)[0] - cpu_before[name][0] for name, pid in pids.items()}
-        rss = {name: loadgen.proc_stats(pid)[1] / 2**20 for name, pid in pids.items()}
+        cpu["workers"] = sum(v for name, v in cpu.items() if name.startswith("worker"))
+        cpu["client"] = loadgen.proc_stats(os.getpid())[0] - client_before
+        rss = {name: loadgen.proc_stats(pid)[1] / 2**20 for name, pid in pids.items() if not name.startswith("worker")}
         margin = min(3.0, args.seconds / 5)
         share = busy_share(redis_url, workers, started + margin, ended - margin)
         audio_s = results.audio_bytes / (24000 * 2)
@@ -157,6 +162,9 @@ def run_one(args: argparse.Namespace, workers: int) -> dict[str, object]:
             "front_cpu_ms_per_audio_s": round(1000 * cpu["front"] / audio_s, 2) if audio_s else None,
             "front_cpu_ms_per_job": round(1000 * cpu["front"] / results.done, 2) if results.done else None,
             "redis_cpu_ms_per_job": round(1000 * cpu["redis"] / results.done, 3) if results.done else None,
+            "workers_cpu_pct": round(100 * cpu["workers"] / wall, 1),
+            "client_cpu_pct": round(100 * cpu["client"] / wall, 1),
+            "redis_cpu_pct": round(100 * cpu["redis"] / wall, 1),
             "front_rss_mib": round(rss["front"], 1),
             "redis_rss_mib": round(rss["redis"], 1),
         }
@@ -169,7 +177,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--hold", type=float, default=0.05, help="seconds each chunk holds the slot")
     parser.add_argument("--audio", type=float, default=0.5, help="seconds of audio per chunk")
-    parser.add_argument("--mode", choices=("http", "ws"), default="http")
+    parser.add_argument("--mode", choices=("http", "ws", "ws-connect"), default="http")
     parser.add_argument("--oversubscribe", type=float, default=1.25, help="clients per worker (>1 keeps a queue)")
     parser.add_argument("--text", default=loadgen.DEFAULT_TEXT)
     args = parser.parse_args()
@@ -179,7 +187,8 @@ def main() -> None:
     )
     header = (
         f"{'workers':>7} {'busy%':>6} {'jobs/s':>7} {'audio/s':>8} {'ttfa p50/p95/p99 ms':>22} "
-        f"{'front%':>7} {'front ms/audio-s':>16} {'front ms/job':>12} {'redis ms/job':>12} errors"
+        f"{'front%':>7} {'front ms/audio-s':>16} {'front ms/job':>12} {'redis ms/job':>12} {'redis%':>6} "
+        f"{'workers%':>8} {'client%':>7} errors"
     )
     print(header)
     for workers in (int(w) for w in args.workers.split(",")):
@@ -188,7 +197,8 @@ def main() -> None:
         print(
             f"{row['workers']:>7} {row['busy_pct']:>6} {row['jobs_per_s']:>7} {row['audio_s_per_s']:>8} {ttfa:>22} "
             f"{row['front_cpu_pct']:>7} {row['front_cpu_ms_per_audio_s']!s:>16} {row['front_cpu_ms_per_job']!s:>12} "
-            f"{row['redis_cpu_ms_per_job']!s:>12} {row['errors'] or '-'}",
+            f"{row['redis_cpu_ms_per_job']!s:>12} {row['redis_cpu_pct']:>6} {row['workers_cpu_pct']:>8} "
+            f"{row['client_cpu_pct']:>7} {row['errors'] or '-'}",
             flush=True,
         )
 

@@ -1,10 +1,16 @@
 #!/usr/bin/env python3
 """Load generator for a running zsynth stack on loopback.
 
-Drives N concurrent clients over the HTTP stream route (``--mode http``), the realtime WebSocket (``--mode ws``) or
-the avatar server (``--mode avatar``), bounded by a request count and a wall-clock limit, and reports throughput,
-time to first audio (p50/p95/p99), errors by kind, and the CPU and memory of the processes named with ``--pid``.
-Only loopback targets are accepted.
+Drives N concurrent clients, bounded by a request count and a wall-clock limit, and reports throughput, time to
+first audio (p50/p95/p99), errors by kind, and the CPU and memory of the processes named with ``--pid``. Only
+loopback targets are accepted. Modes (one request is one segment of speech):
+
+* ``http``: a streamed ``POST /v1/text-to-speech/{voice}/stream`` per request;
+* ``ws``: a voice agent: each client keeps one ``multi-stream-input`` socket open and speaks each turn in a new
+  context (text with a flush, then ``close_context``; the turn ends at that context's ``isFinal``);
+* ``ws-connect``: a fresh ``stream-input`` socket per turn (connect, text with a flush, EOS, close 1000), which adds a
+  WebSocket handshake and authentication to every segment;
+* ``avatar``: token creation on the avatar server (signalling needs a WebRTC peer; see ``scripts/bench-avatar``).
 
     .venv/bin/python scripts/loadgen.py --base http://127.0.0.1:8000 --clients 8 --requests 200 --duration 60 \\
         --pid front=1234 --pid redis=1200
@@ -60,7 +66,9 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))]
 
 
-async def http_once(session: aiohttp.ClientSession, args: argparse.Namespace, results: Results) -> None:
+async def http_once(
+    session: aiohttp.ClientSession, args: argparse.Namespace, results: Results, client: ClientState
+) -> None:
     """One streamed synthesis request."""
     start = time.perf_counter()
     url = f"{args.base}/v1/text-to-speech/{args.voice}/stream?output_format={args.format}"
@@ -79,8 +87,29 @@ async def http_once(session: aiohttp.ClientSession, args: argparse.Namespace, re
         results.done += 1
 
 
-async def ws_once(session: aiohttp.ClientSession, args: argparse.Namespace, results: Results) -> None:
-    """One realtime conversation turn: BOS, the text with a flush, EOS; read until the server closes."""
+def audio_frame(data: str) -> tuple[int, dict[str, Any]]:
+    """(decoded audio bytes, the other fields) of a server frame, without decoding its base64.
+
+    The load generator must not spend the CPU it measures: the audio's size follows from the base64 length, and only
+    the small rest of the frame is parsed. Frames in another shape fall back to a full parse.
+    """
+    if data.startswith(AUDIO_PREFIX):
+        end = data.index('"', len(AUDIO_PREFIX))
+        encoded = data[len(AUDIO_PREFIX) : end]
+        rest = json.loads("{" + data[end + 2 :]) if data[end + 1] == "," else {}
+        return len(encoded) * 3 // 4 - encoded.count("=", -2), rest
+    fields = json.loads(data)
+    audio = fields.pop("audio", None)
+    return (len(base64.b64decode(audio)) if audio else 0), fields
+
+
+AUDIO_PREFIX = '{"audio":"'
+
+
+async def ws_connect_once(
+    session: aiohttp.ClientSession, args: argparse.Namespace, results: Results, client: ClientState
+) -> None:
+    """One turn on its own stream-input socket: connect, BOS, the text with a flush, EOS; read until closed."""
     scheme_base = args.base.replace("http://", "ws://", 1)
     url = f"{scheme_base}/v1/text-to-speech/{args.voice}/stream-input?output_format={args.format}&auto_mode=true"
     async with session.ws_connect(url, headers=args.headers) as ws:
@@ -92,14 +121,14 @@ async def ws_once(session: aiohttp.ClientSession, args: argparse.Namespace, resu
         async for message in ws:
             if message.type != aiohttp.WSMsgType.TEXT:
                 break
-            data = json.loads(message.data)
-            if data.get("audio"):
+            size, fields = audio_frame(message.data)
+            if size:
                 if first:
                     results.ttfa.append(time.perf_counter() - start)
                     first = False
-                results.audio_bytes += len(base64.b64decode(data["audio"]))
-            if "error" in data:
-                results.errors[str(data["error"])] += 1
+                results.audio_bytes += size
+            if "error" in fields:
+                results.errors[str(fields["error"])] += 1
                 return
         if ws.close_code == 1000:
             results.done += 1
@@ -107,7 +136,80 @@ async def ws_once(session: aiohttp.ClientSession, args: argparse.Namespace, resu
             results.errors[f"close_{ws.close_code}"] += 1
 
 
-async def avatar_once(session: aiohttp.ClientSession, args: argparse.Namespace, results: Results) -> None:
+class TurnFailed(Exception):
+    """A turn ended with an error the server reported (already counted in the results)."""
+
+
+@dataclass
+class ClientState:
+    """What one simulated client keeps between its requests: its open agent socket, if any."""
+
+    agent: AgentSocket | None = None
+
+    async def close(self) -> None:
+        """Close the agent socket."""
+        if self.agent is not None:
+            await self.agent.ws.close()
+            self.agent = None
+
+
+class AgentSocket:
+    """A voice agent's one multi-stream-input socket, kept open across turns; each turn is a new context."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        self.ws = ws
+        self.turns = 0
+
+    async def turn(self, args: argparse.Namespace, results: Results) -> None:
+        """Speak one segment in a fresh context and close it; done at that context's isFinal."""
+        self.turns += 1
+        context = f"turn-{self.turns}"
+        start = time.perf_counter()
+        await self.ws.send_str(json.dumps({"text": args.text + " ", "context_id": context, "flush": True}))
+        await self.ws.send_str(json.dumps({"context_id": context, "close_context": True}))
+        first = True
+        while True:
+            message = await self.ws.receive()
+            if message.type != aiohttp.WSMsgType.TEXT:
+                results.errors[f"close_{self.ws.close_code}"] += 1
+                raise TurnFailed("the socket closed mid-turn")
+            size, fields = audio_frame(message.data)
+            if "error" in fields:
+                results.errors[str(fields["error"])] += 1
+                raise TurnFailed(str(fields["error"]))
+            if fields.get("contextId") != context:
+                continue
+            if size:
+                if first:
+                    results.ttfa.append(time.perf_counter() - start)
+                    first = False
+                results.audio_bytes += size
+            if fields.get("isFinal"):
+                results.done += 1
+                return
+
+
+async def ws_once(
+    session: aiohttp.ClientSession, args: argparse.Namespace, results: Results, client: ClientState
+) -> None:
+    """One turn on this client's long-lived multi-stream-input socket (opened on first use, again after a failure)."""
+    agent = client.agent
+    if agent is None or agent.ws.closed:
+        scheme_base = args.base.replace("http://", "ws://", 1)
+        url = f"{scheme_base}/v1/text-to-speech/{args.voice}/multi-stream-input?output_format={args.format}"
+        ws = await session.ws_connect(url, headers=args.headers)
+        await ws.send_str(json.dumps({"text": " "}))  # the socket's first message: settings, no text to speak
+        agent = client.agent = AgentSocket(ws)
+    try:
+        await agent.turn(args, results)
+    except BaseException:
+        await client.close()
+        raise
+
+
+async def avatar_once(
+    session: aiohttp.ClientSession, args: argparse.Namespace, results: Results, client: ClientState
+) -> None:
     """Avatar load: create a token and list sessions (signalling needs a WebRTC peer; see bench_avatar)."""
     start = time.perf_counter()
     async with session.post(f"{args.base}/v1/streaming.create_token", json={}, headers=args.headers) as resp:
@@ -119,7 +221,7 @@ async def avatar_once(session: aiohttp.ClientSession, args: argparse.Namespace, 
     results.done += 1
 
 
-MODES = {"http": http_once, "ws": ws_once, "avatar": avatar_once}
+MODES = {"http": http_once, "ws": ws_once, "ws-connect": ws_connect_once, "avatar": avatar_once}
 
 
 async def run_load(args: argparse.Namespace) -> tuple[Results, float]:
@@ -131,14 +233,20 @@ async def run_load(args: argparse.Namespace) -> tuple[Results, float]:
 
     async def client(session: aiohttp.ClientSession) -> None:
         nonlocal remaining
-        while remaining > 0 and time.monotonic() < deadline:
-            remaining -= 1
-            try:
-                await asyncio.wait_for(once(session, args, results), args.timeout)
-            except TimeoutError:
-                results.errors["timeout"] += 1
-            except aiohttp.ClientError as err:
-                results.errors[type(err).__name__] += 1
+        state = ClientState()
+        try:
+            while remaining > 0 and time.monotonic() < deadline:
+                remaining -= 1
+                try:
+                    await asyncio.wait_for(once(session, args, results, state), args.timeout)
+                except TimeoutError:
+                    results.errors["timeout"] += 1
+                except aiohttp.ClientError as err:
+                    results.errors[type(err).__name__] += 1
+                except TurnFailed:
+                    pass  # counted where it happened
+        finally:
+            await state.close()
 
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector) as session:
