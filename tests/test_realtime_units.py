@@ -1,11 +1,15 @@
-"""Unit tests of the pure parts: the text buffer's schedule and the character alignment."""
+"""Unit tests of the pure parts: the text buffer's schedule, the character alignment and the audio frame."""
 
 from __future__ import annotations
+
+import base64
+import json
 
 import pytest
 
 from zsynth.alignment import CharAlignment, Timeline, char_alignment, join_chunks
 from zsynth.ws.buffer import ScheduleError, TextBuffer, parse_schedule
+from zsynth.ws.speaker import audio_frame
 
 
 def test_schedule_thresholds_advance_and_repeat():
@@ -92,3 +96,23 @@ def test_join_chunks_in_seconds():
         [(0.0, CharAlignment(["a"], [0], [500])), (0.5, CharAlignment(["b"], [0], [250]))]
     )
     assert chars == ["a", "b"] and starts == [0.0, 0.5] and ends == [0.5, 0.75]
+
+
+@pytest.mark.parametrize(
+    ("alignment", "context_id", "multi"),
+    [
+        (None, None, False),
+        ({"chars": ["h", "é", '"'], "charStartTimesMs": [0, 10, 20], "charDurationsMs": [10, 10, 5]}, None, False),
+        (None, None, True),
+        ({"chars": ["a"], "charStartTimesMs": [0], "charDurationsMs": [40]}, 'ctx "1" ü', True),
+    ],
+)
+def test_audio_frame_is_the_json_a_client_parses(alignment, context_id, multi):
+    audio = bytes(range(256)) * 3 + b"\x00"
+    frame = json.loads(audio_frame(audio, alignment, context_id, multi=multi))
+    expected = {"audio": base64.b64encode(audio).decode(), "isFinal": None}
+    expected |= {"normalizedAlignment": alignment, "alignment": alignment}
+    if multi:
+        expected["contextId"] = context_id
+    assert frame == expected
+    assert base64.b64decode(frame["audio"]) == audio

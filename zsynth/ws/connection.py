@@ -129,14 +129,18 @@ class Connection:
 
     async def send(self, payload: dict[str, Any]) -> None:
         """Send one JSON frame; a client that stops reading for SEND_TIMEOUT_S is dropped."""
-        if self.ws.closed:
-            return
-        data = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+        if not self.ws.closed:
+            await self.send_json_text(json.dumps(payload, separators=(",", ":"), ensure_ascii=False))
+
+    async def send_json_text(self, data: str) -> None:
+        """Send one frame already serialised as JSON (see :meth:`send`)."""
         async with self._send_lock:
             if self.ws.closed:
                 return
             try:
-                await asyncio.wait_for(self.ws.send_str(data), SEND_TIMEOUT_S)
+                # asyncio.timeout, not wait_for: no extra task per frame on the audio path.
+                async with asyncio.timeout(SEND_TIMEOUT_S):
+                    await self.ws.send_str(data)
             except (ConnectionError, RuntimeError, TimeoutError) as err:
                 logger.info("socket %s: send failed (%s); closing", self.socket_id, err)
                 if self.request.transport is not None:

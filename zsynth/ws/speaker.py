@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -208,18 +209,22 @@ class Speaker:
                 # Split the characters with the audio: a piece gets the characters that start in its share.
                 span, _ = timeline.take(alignment.end_ms * len(part) / max(1, len(audio)), final=index == pieces - 1)
                 frame_alignment = span.websocket() if span is not None else None
-            payload: dict[str, Any] = {
-                "audio": base64.b64encode(part).decode("ascii"),
-                "isFinal": None,
-                "normalizedAlignment": frame_alignment,
-                "alignment": frame_alignment,
-            }
-            if self.multi:
-                payload["contextId"] = self.context_id
-            await self.conn.send(payload)
+            await self.conn.send_json_text(audio_frame(part, frame_alignment, self.context_id, multi=self.multi))
         self.conn.touch()
         self.touch()
         return job_start and alignment is None
+
+
+def audio_frame(audio: bytes, alignment: dict[str, Any] | None, context_id: str | None, *, multi: bool) -> str:
+    """The JSON text of one audio frame: ``audio``, ``isFinal`` null, both alignments, and (multi) ``contextId``.
+
+    Written by hand because it is the hot path: json.dumps would scan the whole base64 text for characters to
+    escape, and base64 has none. The alignment is serialised once and used for both fields.
+    """
+    aligned = json.dumps(alignment, separators=(",", ":"), ensure_ascii=False)
+    context = f',"contextId":{json.dumps(context_id, ensure_ascii=False)}' if multi else ""
+    encoded = base64.b64encode(audio).decode("ascii")
+    return f'{{"audio":"{encoded}","isFinal":null,"normalizedAlignment":{aligned},"alignment":{aligned}{context}}}'
 
 
 async def cancel_all(speakers: list[Speaker]) -> None:
