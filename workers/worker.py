@@ -195,10 +195,11 @@ class Worker:
                 ],
                 args=[protocol.JOB_KEY_PREFIX, protocol.STARTED_FIELD, protocol.MAX_ATTEMPTS, worker_id],
             )
-            for job_id in (f.decode() for f in failed):
+            for raw in failed:
+                job = protocol.Job.from_json(raw)
                 error = protocol.error_event(protocol.ANY_SEQ, "worker_died", "The worker died while speaking.")
-                await self._record_terminal(job_id, error)
-                JobLog(logger, {"job_id": job_id, "worker_id": worker_id}).warning("failed: its worker died")
+                await self._record_terminal(job, error)
+                JobLog(logger, {"job_id": job.job_id, "worker_id": worker_id}).warning("failed: its worker died")
             failed_total += len(failed)
             logger.info("worker %s reaped dead worker %s", self.worker_id, worker_id)
         return failed_total
@@ -298,7 +299,7 @@ class Worker:
                     return protocol.error_event(seq, "synthesis_failed", f"Synthesis failed: {item}")
                 audio, meta = item
                 samples += int(meta.get("samples", 0))
-                await self._publish_chunk(job.job_id, protocol.Event("chunk", seq, meta, audio))
+                await self._publish_chunk(job, protocol.Event("chunk", seq, meta, audio))
                 seq += 1
         finally:
             await producer
@@ -312,16 +313,16 @@ class Worker:
             {"samples": samples, "sample_rate": self.engine.sample_rate, "chars": len(job.text)},
         )
 
-    async def _publish_chunk(self, job_id: str, event: protocol.Event) -> None:
-        channel = protocol.events_channel(job_id)
+    async def _publish_chunk(self, job: protocol.Job, event: protocol.Event) -> None:
+        event.job_id = job.job_id
         if event.seq > 0:
-            await self.redis.publish(channel, event.encode())
+            await self.redis.publish(job.reply_to, event.encode())
             return
         # Mark the job as started in the same round trip: a reaper never re-runs a started job.
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.publish(channel, event.encode())
-            pipe.hset(protocol.job_key(job_id), protocol.STARTED_FIELD, str(time.time()))
-            pipe.expire(protocol.job_key(job_id), self.settings.job_ttl_s)
+            pipe.publish(job.reply_to, event.encode())
+            pipe.hset(protocol.job_key(job.job_id), protocol.STARTED_FIELD, str(time.time()))
+            pipe.expire(protocol.job_key(job.job_id), self.settings.job_ttl_s)
             await pipe.execute()
 
     def voice_spec(self, voice_id: str) -> VoiceSpec:
@@ -333,14 +334,17 @@ class Worker:
 
     async def _finish(self, job: protocol.Job, raw: bytes | str, terminal: protocol.Event) -> None:
         """Publish the terminal event, record it, and release the in-flight slot, atomically."""
-        await self._record_terminal(job.job_id, terminal, release=raw)
+        await self._record_terminal(job, terminal, release=raw)
 
-    async def _record_terminal(self, job_id: str, terminal: protocol.Event, release: bytes | str | None = None) -> None:
+    async def _record_terminal(
+        self, job: protocol.Job, terminal: protocol.Event, release: bytes | str | None = None
+    ) -> None:
         state: dict[str | bytes, str] = {"state": terminal.kind, **{k: str(v) for k, v in terminal.meta.items()}}
+        terminal.job_id = job.job_id
         async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.publish(protocol.events_channel(job_id), terminal.encode())
-            pipe.hset(protocol.job_key(job_id), mapping=state)  # type: ignore[arg-type]
-            pipe.expire(protocol.job_key(job_id), self.settings.job_ttl_s)
+            pipe.publish(job.reply_to, terminal.encode())
+            pipe.hset(protocol.job_key(job.job_id), mapping=state)  # type: ignore[arg-type]
+            pipe.expire(protocol.job_key(job.job_id), self.settings.job_ttl_s)
             if release is not None:
                 pipe.lrem(self.processing, 1, release)  # type: ignore[arg-type]
             await pipe.execute()

@@ -1,8 +1,8 @@
 """The front's side of the job protocol: submit a job, then read its events with deadlines.
 
-One front process holds one pub/sub connection. Each submitted job subscribes to its own events channel and waits
-for the server's confirmation before the job is pushed, so no event can be published before anyone listens. A
-single listener task demultiplexes messages into per-job queues.
+One front process holds one pub/sub connection, subscribed (and confirmed by Redis) at start to the front's own
+reply channel. Every job names that channel, and every event names its job, so a single listener task demultiplexes
+the events into per-job queues with no pub/sub traffic per job.
 """
 
 from __future__ import annotations
@@ -131,20 +131,23 @@ class Dispatcher:
         self.settings = settings
         self.redis = redis
         self.metrics = metrics or Metrics()
+        self.front_id = protocol.new_job_id()
+        self.reply_channel = protocol.reply_channel(self.front_id)
         self._pubsub: PubSub | None = None
         self._streams: dict[str, JobStream] = {}
-        self._confirm: dict[str, asyncio.Future[None]] = {}
+        self._subscribed: asyncio.Event = asyncio.Event()
         self._listener: asyncio.Task[None] | None = None
         self._push = redis.register_script(protocol.PUSH_BOUNDED_LUA)
 
     async def start(self) -> None:
-        """Open the pub/sub connection and start the listener task."""
+        """Subscribe to this front's reply channel, start the listener, and wait until Redis confirms."""
         # redis-py's default push handler formats every message (audio included) for a debug log line it then
         # drops; on a busy front that was a quarter of the CPU. An identity handler skips it.
         self._pubsub = self.redis.pubsub(push_handler_func=_pass_through)
-        # A pub/sub connection with no subscription cannot be read; a private channel keeps it open.
-        await self._pubsub.subscribe(protocol.PREFIX + "front-keepalive")
+        await self._pubsub.subscribe(self.reply_channel)
         self._listener = asyncio.create_task(self._listen(), name="dispatch-listener")
+        await asyncio.wait_for(self._subscribed.wait(), 10.0)
+        logger.info("dispatcher %s listening on %s", self.front_id, self.reply_channel)
 
     async def close(self) -> None:
         """Stop the listener and fail every waiting stream."""
@@ -162,7 +165,7 @@ class Dispatcher:
         return len(self._streams)
 
     async def submit(self, job: protocol.Job) -> JobStream:
-        """Subscribe to the job's channel, wait for the confirmation, then push the job on the queue.
+        """Push the job on the queue, its events addressed to this front's reply channel.
 
         Raises JobFailed("queue_full") when ZSYNTH_MAX_QUEUE jobs already wait, and JobFailed("redis_unavailable")
         when Redis does not answer; both are answered with Retry-After.
@@ -171,27 +174,19 @@ class Dispatcher:
         if not job.start_deadline:
             # A job still queued when its client has given up waiting is dropped unrun.
             job.start_deadline = time.time() + self.settings.first_chunk_timeout_s
+        job.reply_to = self.reply_channel
         stream = JobStream(self, job)
-        channel = protocol.events_channel(job.job_id)
-        self._streams[channel] = stream
-        confirmed = asyncio.get_running_loop().create_future()
-        self._confirm[channel] = confirmed
+        self._streams[job.job_id] = stream
         try:
-            await self._pubsub.subscribe(channel)
-            await asyncio.wait_for(confirmed, 5.0)
             # Realtime segments go ahead of batch jobs (see protocol.PUSH_BOUNDED_LUA).
             pushed = await self._push(
                 keys=[protocol.QUEUE], args=[job.to_json(), self.settings.max_queue, job.priority]
             )
-        except (RedisError, OSError, TimeoutError, AttributeError) as err:
-            # AttributeError: redis-py's pub/sub can race its own reconnect (a writer gone mid-command) while Redis
-            # is down; for the client it is the same outage.
-            self._confirm.pop(channel, None)
+        except (RedisError, OSError, TimeoutError) as err:
             await self.release(job.job_id)
             logger.warning("job %s not queued: redis unavailable (%r)", job.job_id, err)
             raise JobFailed("redis_unavailable", "The job queue is unavailable; retry shortly.") from err
         except BaseException:
-            self._confirm.pop(channel, None)
             await self.release(job.job_id)
             raise
         if not pushed:
@@ -210,11 +205,8 @@ class Dispatcher:
             logger.info("job %s cancelled by the front", job_id)
 
     async def release(self, job_id: str) -> None:
-        """Forget a job and unsubscribe from its channel."""
-        channel = protocol.events_channel(job_id)
-        if self._streams.pop(channel, None) is not None and self._pubsub is not None:
-            with contextlib.suppress(Exception):
-                await self._pubsub.unsubscribe(channel)
+        """Forget a job: events that still arrive for it are dropped."""
+        self._streams.pop(job_id, None)
 
     async def recover_terminal(self, job_id: str, seq: int) -> protocol.Event | None:
         """After a missed deadline, read the job's terminal record in case its event was missed."""
@@ -245,13 +237,12 @@ class Dispatcher:
                 continue
             if message is None:
                 continue
-            channel = message["channel"].decode()
             kind = message["type"]
             if kind == "message":
-                stream = self._streams.get(channel)
+                event = protocol.Event.decode(message["data"])
+                stream = self._streams.get(event.job_id)
                 if stream is not None:
-                    stream.queue.put_nowait(protocol.Event.decode(message["data"]))
+                    stream.queue.put_nowait(event)
             elif kind == "subscribe":
-                future = self._confirm.pop(channel, None)
-                if future is not None and not future.done():
-                    future.set_result(None)
+                # Also after redis-py resubscribed on a reconnect.
+                self._subscribed.set()

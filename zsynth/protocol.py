@@ -2,15 +2,18 @@
 
 Flow of one job:
 
-1. The front SUBSCRIBEs to :func:`events_channel` *before* it pushes the job, because pub/sub drops messages
-   nobody listens to.
+1. Each front process SUBSCRIBEs once, at start, to its own :func:`reply_channel` and waits for Redis to confirm,
+   because pub/sub drops messages nobody listens to. Every job it submits names that channel in ``reply_to``, and
+   every event carries its job id, so one subscription serves all of the front's jobs (no SUBSCRIBE/UNSUBSCRIBE
+   round trips per job).
 2. The front pushes the job JSON on :data:`QUEUE` with :data:`PUSH_BOUNDED_LUA` (which also bounds the queue):
    batch jobs at the tail, realtime jobs behind the realtime jobs already waiting at the head, so realtime segments
    are claimed before batch jobs, and among themselves first come, first served.
 3. A worker claims with ``BLMOVE QUEUE processing_key(worker) RIGHT LEFT``: atomic, one job at a time, and a dead
    worker's job stays visible in its in-flight list.
-4. The worker publishes ``chunk`` events with sequence numbers, then exactly one terminal event (``done`` or
-   ``error``), writes the terminal state to :func:`job_key`, and LREMs the job from its in-flight list.
+4. The worker publishes ``chunk`` events with sequence numbers to the job's ``reply_to``, then exactly one terminal
+   event (``done`` or ``error``), writes the terminal state to :func:`job_key`, and LREMs the job from its in-flight
+   list.
 5. To cancel, the front sets :func:`cancel_key` (so a queued job is dropped unrun) and publishes the job id on
    :data:`CANCEL_CHANNEL` (so a running job stops within one chunk).
 
@@ -54,8 +57,13 @@ def job_key(job_id: str) -> str:
     return JOB_KEY_PREFIX + job_id
 
 
+def reply_channel(front_id: str) -> str:
+    """Pub/sub channel carrying the events of every job one front process submitted."""
+    return f"{PREFIX}replies:{front_id}"
+
+
 def events_channel(job_id: str) -> str:
-    """Pub/sub channel carrying one job's events."""
+    """Pub/sub channel of one job's events, for a job queued without ``reply_to`` (tools, tests)."""
     return f"{PREFIX}events:{job_id}"
 
 
@@ -95,7 +103,7 @@ return 1
 """
 
 # Recover a dead worker's in-flight list, atomically, only while its heartbeat is gone. A job whose audio had not
-# started goes back to the head of the queue once; any other job is returned to the caller, who fails it.
+# started goes back to the head of the queue once; any other job is returned (its JSON) to the caller, who fails it.
 # KEYS[1]=processing list  KEYS[2]=heartbeat key  KEYS[3]=queue  KEYS[4]=workers set
 # ARGV[1]=job key prefix  ARGV[2]=started field  ARGV[3]=max attempts  ARGV[4]=worker id
 REAP_LUA: Final = """
@@ -112,7 +120,7 @@ while true do
       job.attempts = attempts + 1
       redis.call('RPUSH', KEYS[3], cjson.encode(job))
     else
-      table.insert(failed, job.job_id)
+      table.insert(failed, raw)
     end
   end
 end
@@ -145,6 +153,12 @@ class Job:
     start_deadline: float = 0.0
     # How many times a dead worker's job was handed to another worker (at most MAX_ATTEMPTS - 1).
     attempts: int = 0
+    # Where the worker publishes this job's events: the submitting front's reply channel.
+    reply_to: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.reply_to:
+            self.reply_to = events_channel(self.job_id)
 
     def to_json(self) -> str:
         """Serialise for the queue."""
@@ -170,10 +184,13 @@ class Event:
     seq: int
     meta: dict[str, Any] = field(default_factory=dict)
     audio: bytes = b""
+    job_id: str = ""
 
     def encode(self) -> bytes:
-        """Wire form: compact JSON header, a newline, then the raw audio bytes."""
-        header = json.dumps({"k": self.kind, "s": self.seq, **self.meta}, separators=(",", ":"), ensure_ascii=False)
+        """Wire form: compact JSON header (kind, sequence, job id, meta), a newline, then the raw audio bytes."""
+        header = json.dumps(
+            {"k": self.kind, "s": self.seq, "j": self.job_id, **self.meta}, separators=(",", ":"), ensure_ascii=False
+        )
         return header.encode() + b"\n" + self.audio
 
     @classmethod
@@ -183,7 +200,8 @@ class Event:
         meta = json.loads(header)
         kind = meta.pop("k")
         seq = meta.pop("s")
-        return cls(kind=kind, seq=seq, meta=meta, audio=audio)
+        job_id = meta.pop("j", "")
+        return cls(kind=kind, seq=seq, meta=meta, audio=audio, job_id=job_id)
 
     @property
     def terminal(self) -> bool:
