@@ -32,6 +32,8 @@ def test_simulated_engine_emits_real_pcm_for_the_text(tmp_path):
     # Seven words at 2.5 words a second are 2.8 s: six half-second chunks of sound that is not silence.
     assert len(chunks) == 6 and len(pcm) == 6 * engine.sample_rate // 2
     assert float(np.sqrt((pcm**2).mean())) > 0.01
+    # Each chunk speaks its share of the words, in order.
+    assert " ".join(c.text for c in chunks if c.text) == "one two three four five six seven"
 
 
 @pytest.mark.parametrize("mode", ["http", "ws"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 
 from .helpers import assert_speech, decode_audio
@@ -95,3 +96,27 @@ async def test_multi_socket_inactivity(client):
     got = await collect(ws, timeout=15)
     assert got.close_code == 1008
     assert got.errors[0]["error"] == "input_timeout_exceeded"
+
+
+async def test_agent_conversation_many_turns_on_one_socket(client):
+    """A voice agent keeps one socket and speaks each turn in a new context: more turns than the context limit."""
+    ws = await client.ws_connect(PATH)
+    await ws.send_json({"text": " "})
+    for turn in range(8):
+        context, text = f"turn-{turn}", f"Turn number {turn} of the talk."
+        await ws.send_json({"text": text + " ", "context_id": context, "flush": True})
+        await ws.send_json({"context_id": context, "close_context": True})
+        frames = []
+        while True:
+            frame = json.loads((await ws.receive(timeout=30)).data)
+            assert "error" not in frame, frame
+            frames.append(frame)
+            if frame.get("isFinal"):
+                break
+        assert {f["contextId"] for f in frames} == {context}
+        audio = b"".join(base64.b64decode(f["audio"]) for f in frames if f.get("audio"))
+        samples, rate = decode_audio(audio, "pcm_16000")
+        assert_speech(samples, rate, text)
+    await ws.send_json({"close_socket": True})
+    got = await collect(ws)
+    assert got.close_code == 1000 and got.errors == []

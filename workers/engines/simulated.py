@@ -49,11 +49,16 @@ class SimulatedEngine:
         should_stop: Callable[[], bool],
         seed: int | None = None,
     ) -> Iterator[EngineChunk]:
-        """Yield ceil(audio / chunk) chunks, each after holding the slot for chunk_hold_s."""
-        words = max(1, len(text.split()))
-        chunks = max(1, math.ceil(words / WORDS_PER_SECOND / self.chunk_audio_s))
-        for _ in range(chunks):
+        """Yield ceil(audio / chunk) chunks, each after holding the slot for chunk_hold_s.
+
+        The words are shared out over the chunks in order (each chunk's ``text`` is its share), as a streaming
+        engine speaks them, so the alignment built from the chunks spells the text once.
+        """
+        words = text.split() or [text]
+        chunks = max(1, math.ceil(len(words) / WORDS_PER_SECOND / self.chunk_audio_s))
+        for index in range(chunks):
             if should_stop():
                 return
             time.sleep(self.chunk_hold_s)
-            yield EngineChunk(pcm=self._chunk, text=text)
+            share = words[index * len(words) // chunks : (index + 1) * len(words) // chunks]
+            yield EngineChunk(pcm=self._chunk, text=" ".join(share))

@@ -40,7 +40,7 @@ class MultiSession:
     def __init__(self, conn: Connection, params: StreamParams, speakers: list[Speaker]) -> None:
         self.conn = conn
         self.params = params
-        self.speakers = speakers  # every speaker ever made here, cancelled when the socket ends
+        self.speakers = speakers  # the speakers not yet finished, cancelled when the socket ends
         self.live: dict[str | None, Context] = {}
         self.closing: set[Speaker] = set()  # contexts told to close whose isFinal is not sent yet
         self.closing_socket = False
@@ -68,6 +68,8 @@ class MultiSession:
     async def _finished(self, speaker: Speaker) -> None:
         """A closed context spoke its last audio: send its one isFinal; close the socket after the last one."""
         self.closing.discard(speaker)
+        # A voice agent keeps one socket for a whole conversation, a context per turn: forget finished speakers.
+        self.speakers.remove(speaker)
         await self.conn.send({"isFinal": True, "is_final": True, "contextId": speaker.context_id})
         if self.closing_socket and not self.closing:
             await self.conn.close(1000)
@@ -116,6 +118,7 @@ class MultiSession:
             if left <= 0:
                 self.live.pop(context_id)
                 await speaker.cancel()  # nothing is in flight: this quietly retires it
+                self.speakers.remove(speaker)
             else:
                 wait = min(wait, left)
         return wait

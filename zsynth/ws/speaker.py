@@ -229,6 +229,6 @@ def audio_frame(audio: bytes, alignment: dict[str, Any] | None, context_id: str 
 
 async def cancel_all(speakers: list[Speaker]) -> None:
     """Cancel several speakers (the socket closed); never raises."""
-    for speaker in speakers:
+    for speaker in list(speakers):  # a finishing context may take itself off the list meanwhile
         with contextlib.suppress(Exception):
             await speaker.cancel()
