@@ -161,6 +161,8 @@ def run_one(args: argparse.Namespace, workers: int) -> dict[str, object]:
             "front_cpu_pct": round(100 * cpu["front"] / wall, 1),
             "front_cpu_ms_per_audio_s": round(1000 * cpu["front"] / audio_s, 2) if audio_s else None,
             "front_cpu_ms_per_job": round(1000 * cpu["front"] / results.done, 2) if results.done else None,
+            # Every chunk carries --audio seconds, so the chunk count follows from the audio delivered.
+            "front_cpu_ms_per_chunk": round(1000 * cpu["front"] * args.audio / audio_s, 3) if audio_s else None,
             "redis_cpu_ms_per_job": round(1000 * cpu["redis"] / results.done, 3) if results.done else None,
             "workers_cpu_pct": round(100 * cpu["workers"] / wall, 1),
             "client_cpu_pct": round(100 * cpu["client"] / wall, 1),
@@ -187,8 +189,8 @@ def main() -> None:
     )
     header = (
         f"{'workers':>7} {'busy%':>6} {'jobs/s':>7} {'audio/s':>8} {'ttfa p50/p95/p99 ms':>22} "
-        f"{'front%':>7} {'front ms/audio-s':>16} {'front ms/job':>12} {'redis ms/job':>12} {'redis%':>6} "
-        f"{'workers%':>8} {'client%':>7} errors"
+        f"{'front%':>7} {'front ms/audio-s':>16} {'front ms/job':>12} {'ms/chunk':>8} {'redis ms/job':>12} "
+        f"{'redis%':>6} {'workers%':>8} {'client%':>7} errors"
     )
     print(header)
     for workers in (int(w) for w in args.workers.split(",")):
@@ -197,6 +199,7 @@ def main() -> None:
         print(
             f"{row['workers']:>7} {row['busy_pct']:>6} {row['jobs_per_s']:>7} {row['audio_s_per_s']:>8} {ttfa:>22} "
             f"{row['front_cpu_pct']:>7} {row['front_cpu_ms_per_audio_s']!s:>16} {row['front_cpu_ms_per_job']!s:>12} "
+            f"{row['front_cpu_ms_per_chunk']!s:>8} "
             f"{row['redis_cpu_ms_per_job']!s:>12} {row['redis_cpu_pct']:>6} {row['workers_cpu_pct']:>8} "
             f"{row['client_cpu_pct']:>7} {row['errors'] or '-'}",
             flush=True,
