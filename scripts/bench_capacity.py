@@ -7,11 +7,16 @@ clients with short segments through the load generator for ``--seconds``, and re
 
 * busy %: the share of the K slots spent inside jobs during the steady middle of the run (from the job records);
 * time to first audio p50/p95/p99 at the client;
-* CPU of the front and of Redis per audio-second delivered and per job, and their RSS.
+* CPU of the front per audio-second delivered, per job and per chunk, and of Redis per job, and their RSS;
+* the share of a core used by the front, Redis, all K workers together and the load generator itself, because on a
+  small box they all share the same cores and a full box, not the front, may be what keeps workers waiting.
+
+``--mode`` is the load generator's: ``http`` (streamed requests), ``ws`` (voice agents, one multi-stream-input
+socket per client and a context per turn) or ``ws-connect`` (a new stream-input socket per turn).
 
 Everything runs on loopback and stops by itself. Example::
 
-    .venv/bin/python scripts/bench_capacity.py --workers 8,32,64 --seconds 20 --mode http
+    .venv/bin/python scripts/bench_capacity.py --workers 8,32,64 --seconds 20 --mode ws --hold 0.1 --audio 1.0
 """
 
 from __future__ import annotations

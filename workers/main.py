@@ -7,6 +7,7 @@ import json
 import logging
 import time
 
+from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 
 from zsynth import protocol
@@ -30,14 +31,18 @@ async def serve(settings: Settings) -> None:
         raise
     logger.info("worker %s: engine %s warm in %.1fs", settings.worker_id, engine.name, time.monotonic() - started)
     redis = Redis.from_url(settings.redis_url, socket_timeout=None, health_check_interval=30)
+    # The engine thread's own blocking connection for chunk events; a Redis that stops answering fails the job
+    # within the timeout instead of holding the slot.
+    chunk_redis = SyncRedis.from_url(settings.redis_url, socket_timeout=10, health_check_interval=30)
     try:
-        worker = Worker(settings, engine, redis)
+        worker = Worker(settings, engine, redis, chunk_redis)
         worker.install_signal_handlers()
         # READY only now: the engine is loaded and warm and the heartbeat is running.
         await worker.run(on_ready=lambda: notify(f"READY=1\nSTATUS=worker {settings.worker_id} serving"))
         notify("STOPPING=1")
     finally:
         await redis.aclose()
+        chunk_redis.close()
 
 
 async def check(settings: Settings) -> bool:
