@@ -141,3 +141,38 @@ async def test_realtime_jobs_are_claimed_first_come_first_served(private_redis_u
     finally:
         await dispatcher.close()
         await redis.aclose()
+
+
+async def test_realtime_order_holds_while_workers_claim_between_pushes(private_redis_url, tmp_path):
+    """Pushes and claims interleaved: a realtime job still queues behind the realtime jobs left, and once they are all
+    claimed, the next one goes straight to the front of the batch jobs."""
+    from zsynth.config import Settings
+    from zsynth.dispatch import Dispatcher
+
+    redis = Redis.from_url(private_redis_url)
+    dispatcher = Dispatcher(Settings(redis_url=private_redis_url, data_dir=tmp_path), redis)
+    await dispatcher.start()
+
+    async def push(name: str, priority: str) -> None:
+        stream = await dispatcher.submit(protocol.Job(name, "v", "pcm_16000", priority=priority))  # type: ignore[arg-type]
+        await dispatcher.release(stream.job.job_id)
+
+    async def claim() -> str:
+        raw = await redis.rpop(protocol.QUEUE)
+        assert raw is not None
+        return protocol.Job.from_json(raw).text
+
+    try:
+        for name, priority in [("b1", "batch"), ("r1", "realtime"), ("r2", "realtime")]:
+            await push(name, priority)
+        assert await claim() == "r1"
+        await push("r3", "realtime")
+        await push("b2", "batch")
+        assert [await claim(), await claim()] == ["r2", "r3"]  # every realtime job is claimed, the newest included
+        await push("r4", "realtime")
+        await push("r5", "realtime")
+        assert [await claim() for _ in range(4)] == ["r4", "r5", "b1", "b2"]
+        assert await redis.llen(protocol.QUEUE) == 0
+    finally:
+        await dispatcher.close()
+        await redis.aclose()

@@ -180,7 +180,8 @@ class Dispatcher:
         try:
             # Realtime segments go ahead of batch jobs (see protocol.PUSH_BOUNDED_LUA).
             pushed = await self._push(
-                keys=[protocol.QUEUE], args=[job.to_json(), self.settings.max_queue, job.priority]
+                keys=[protocol.QUEUE, protocol.REALTIME_TAIL],
+                args=[job.to_json(), self.settings.max_queue, job.priority],
             )
         except (RedisError, OSError, TimeoutError) as err:
             await self.release(job.job_id)
