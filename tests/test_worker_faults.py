@@ -73,3 +73,51 @@ async def test_client_disconnect_frees_the_worker(aiohttp_client, private_redis_
     await redis.aclose()
     assert record[b"state"] == b"error"
     assert record[b"code"] == b"cancelled"
+
+
+class _BreaksAfterOneChunk:
+    """An engine whose second chunk fails the way a missing file does (fault injection for the worker loop)."""
+
+    name = "breaks"
+    sample_rate = 16000
+
+    def warm_up(self) -> None:
+        """Nothing to warm."""
+
+    def synthesize(self, text, voice, settings, should_stop, seed=None):  # type: ignore[no-untyped-def]
+        import numpy as np
+
+        from workers.engines.base import EngineChunk
+
+        yield EngineChunk(pcm=np.full(1600, 0.1, dtype=np.float32), text=text)
+        raise FileNotFoundError("reference clip is gone")
+
+
+async def test_engine_failure_mid_job_reaches_the_client_as_an_error(private_redis_url, tmp_path):
+    """An engine error after audio started ends the job with synthesis_failed (not a hang, not a Redis outage)."""
+    import redis as sync_redis
+
+    from workers.worker import Worker
+    from zsynth.dispatch import Dispatcher, JobFailed
+
+    settings = make_settings(private_redis_url, tmp_path)
+    redis = Redis.from_url(private_redis_url)
+    dispatcher = Dispatcher(settings, redis)
+    await dispatcher.start()
+    chunk_redis = sync_redis.Redis.from_url(private_redis_url)
+    worker = Worker(settings, _BreaksAfterOneChunk(), redis, chunk_redis)  # type: ignore[arg-type]
+    try:
+        stream = await dispatcher.submit(protocol.Job("Two chunks, one of them broken.", "v", "pcm_16000"))
+        await worker.run(burst=True)
+        async with stream:
+            chunks = []
+            with pytest.raises(JobFailed) as failed:
+                async for event in stream.chunks():
+                    chunks.append(event)
+        assert len(chunks) == 1 and len(chunks[0].audio) == 3200
+        assert failed.value.code == "synthesis_failed" and "reference clip is gone" in failed.value.message
+        assert await redis.llen(protocol.processing_key(settings.worker_id)) == 0  # the slot was released
+    finally:
+        await dispatcher.close()
+        chunk_redis.close()
+        await redis.aclose()

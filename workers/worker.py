@@ -281,8 +281,10 @@ class Worker:
         loop = asyncio.get_running_loop()
         try:
             await loop.run_in_executor(None, self._produce, job, fmt, progress)
-        except (RedisConnectionError, RedisTimeoutError, OSError):
-            raise  # Redis went away mid-job: handled by the claim loop, as for any Redis failure
+        except (RedisConnectionError, RedisTimeoutError):
+            # Redis went away mid-job: handled by the claim loop, as for any Redis failure. (redis-py wraps socket
+            # errors in these; a bare OSError here comes from the engine, e.g. a missing file, and fails the job.)
+            raise
         except Exception as err:
             log.error("synthesis failed: %r", err)
             return protocol.error_event(progress.seq, "synthesis_failed", f"Synthesis failed: {err}")
