@@ -8,6 +8,7 @@ import sys
 
 import aiohttp
 import pytest
+from aiohttp.test_utils import TestServer
 
 from zsynth.app import create_app
 from zsynth.voices import VoiceConfigError
@@ -63,9 +64,14 @@ async def test_pinned_builtin_is_accepted(aiohttp_client, redis_url, data_dir, s
     assert (await speak(front, "no-such-voice"))[0] == "joe"
 
 
-async def test_pinned_voice_that_does_not_exist_stops_startup(aiohttp_client, redis_url, tmp_path):
-    with pytest.raises(VoiceConfigError, match="ZSYNTH_SWAPOUT_DEFAULT_VOICE='custom-gone' is not a voice"):
-        await aiohttp_client(create_app(make_settings(redis_url, tmp_path, swapout_default_voice="custom-gone")))
+async def test_pinned_voice_that_does_not_exist_stops_startup(redis_url, tmp_path):
+    # A bare TestServer, not the aiohttp_client fixture: that one leaves its client session open when startup fails.
+    server = TestServer(create_app(make_settings(redis_url, tmp_path, swapout_default_voice="custom-gone")))
+    try:
+        with pytest.raises(VoiceConfigError, match="ZSYNTH_SWAPOUT_DEFAULT_VOICE='custom-gone' is not a voice"):
+            await server.start_server()
+    finally:
+        await server.close()
 
 
 def test_serve_exits_with_a_clear_message_when_the_pin_is_missing(redis_url, tmp_path):
