@@ -44,8 +44,8 @@ from zsynth import protocol  # noqa: E402
 
 
 @contextlib.contextmanager
-def stack(workers: int, hold: float, audio: float, data_dir: str) -> Iterator[tuple[str, dict[str, int], str]]:
-    """Redis, one front and `workers` simulated workers; yield (base URL, pids, redis URL)."""
+def stack(workers: int, hold: float, audio: float, data_dir: str) -> Iterator[tuple[str, dict[str, list[int]], str]]:
+    """Redis, one front and `workers` simulated workers; yield (base URL, pids of front/redis/workers, redis URL)."""
     server = RedisServer().start()
     port = free_port()
     env = dict(
@@ -72,8 +72,7 @@ def stack(workers: int, hold: float, audio: float, data_dir: str) -> Iterator[tu
         client.close()
         wait_for(lambda: _answers(port), 30, "front")
         assert server.proc is not None
-        pids = {"front": front.pid, "redis": server.proc.pid}
-        pids.update({f"worker{index}": proc.pid for index, proc in enumerate(procs[1:])})
+        pids = {"front": [front.pid], "redis": [server.proc.pid], "workers": [proc.pid for proc in procs[1:]]}
         yield f"http://127.0.0.1:{port}", pids, server.url
     finally:
         for proc in procs:
@@ -92,6 +91,11 @@ def _answers(port: int) -> bool:
     with contextlib.suppress(OSError), urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=0.5):
         return True
     return False
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """CPU seconds used so far by these processes together."""
+    return sum(loadgen.proc_stats(pid)[0] for pid in pids)
 
 
 def busy_share(redis_url: str, workers: int, start: float, end: float) -> float:
@@ -140,18 +144,15 @@ def run_one(args: argparse.Namespace, workers: int) -> dict[str, object]:
                 "pcm_24000",
                 "--text",
                 args.text,
-                *(f"--pid={name}={pid}" for name, pid in pids.items() if not name.startswith("worker")),
             ]
         )
-        cpu_before = {name: loadgen.proc_stats(pid) for name, pid in pids.items()}
-        client_before = loadgen.proc_stats(os.getpid())[0]
+        groups = {**pids, "client": [os.getpid()]}  # the load generator runs in this process
+        cpu_before = {name: cpu_seconds(group) for name, group in groups.items()}
         started = time.time()
         results, wall = asyncio.run(loadgen.run_load(load_args))
         ended = time.time()
-        cpu = {name: loadgen.proc_stats(pid)[0] - cpu_before[name][0] for name, pid in pids.items()}
-        cpu["workers"] = sum(v for name, v in cpu.items() if name.startswith("worker"))
-        cpu["client"] = loadgen.proc_stats(os.getpid())[0] - client_before
-        rss = {name: loadgen.proc_stats(pid)[1] / 2**20 for name, pid in pids.items() if not name.startswith("worker")}
+        cpu = {name: cpu_seconds(group) - cpu_before[name] for name, group in groups.items()}
+        rss = {name: loadgen.proc_stats(pids[name][0])[1] / 2**20 for name in ("front", "redis")}
         margin = min(3.0, args.seconds / 5)
         share = busy_share(redis_url, workers, started + margin, ended - margin)
         audio_s = results.audio_bytes / (24000 * 2)

@@ -63,11 +63,6 @@ def reply_channel(front_id: str) -> str:
     return f"{PREFIX}replies:{front_id}"
 
 
-def events_channel(job_id: str) -> str:
-    """Pub/sub channel of one job's events, for a job queued without ``reply_to`` (tools, tests)."""
-    return f"{PREFIX}events:{job_id}"
-
-
 def cancel_key(job_id: str) -> str:
     """Set when the job's client has gone; a worker that sees it skips or stops the job."""
     return f"{PREFIX}cancel:{job_id}"
@@ -151,12 +146,8 @@ class Job:
     start_deadline: float = 0.0
     # How many times a dead worker's job was handed to another worker (at most MAX_ATTEMPTS - 1).
     attempts: int = 0
-    # Where the worker publishes this job's events: the submitting front's reply channel.
+    # Where the worker publishes this job's events: the reply channel of the front that submits it (set by submit).
     reply_to: str = ""
-
-    def __post_init__(self) -> None:
-        if not self.reply_to:
-            self.reply_to = events_channel(self.job_id)
 
     def to_json(self) -> str:
         """Serialise for the queue."""
