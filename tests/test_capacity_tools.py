@@ -36,7 +36,7 @@ def test_simulated_engine_emits_real_pcm_for_the_text(tmp_path):
     assert " ".join(c.text for c in chunks if c.text) == "one two three four five six seven"
 
 
-@pytest.mark.parametrize("mode", ["http", "ws"])
+@pytest.mark.parametrize("mode", ["http", "ws", "ws-connect"])
 def test_load_generator_against_a_small_simulated_stack(private_redis_url, tmp_path, mode):
     env = {"ZSYNTH_ENGINE": "simulated", "ZSYNTH_LOAD_TEST_ONLY": "1", "ZSYNTH_SIM_CHUNK_HOLD": "0.02"}
     workers = [WorkerProcess(private_redis_url, f"sim-{mode}-{i}", tmp_path, **env).wait_ready() for i in range(2)]
