@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import time
 
 import numpy as np
 import pytest
 
 from workers.engines.pitch import median_f0, pitch_shift
 from zsynth.voices import VoiceStore
+from zsynth.voices.store import LEFTOVER_AGE_S
 from zsynth.voices.catalog import VoiceCatalog, new_clone_meta
 
 RATE = 22050
@@ -41,7 +44,11 @@ def test_shift_moves_pitch_and_keeps_duration(semitones):
 def test_store_writes_atomically_and_hides_unfinished_voices(tmp_path):
     store = VoiceStore(tmp_path / "voices")
     store.ensure()
-    (tmp_path / "voices" / ".tmp-crashed").mkdir()  # what a writer killed mid-way leaves
+    crashed = tmp_path / "voices" / ".tmp-crashed"  # what a writer killed mid-way leaves, an hour ago and more
+    crashed.mkdir()
+    os.utime(crashed, (time.time() - 2 * LEFTOVER_AGE_S,) * 2)
+    writing = tmp_path / "voices" / ".tmp-writing"  # another process sharing the directory, busy right now
+    writing.mkdir()
     meta = new_clone_meta("n", None, {}, [], 10.0)
     voice = store.install(meta, b"RIFF....")
     assert set(store.all()) == {voice.voice_id}
@@ -52,8 +59,9 @@ def test_store_writes_atomically_and_hides_unfinished_voices(tmp_path):
     (tmp_path / "voices" / "custom-halfwritten").mkdir()
     assert store.get("custom-halfwritten") is None
     assert store.get("../../etc") is None
+    assert writing.exists()  # installing a voice leaves other writers alone
     VoiceStore(tmp_path / "voices").ensure()
-    assert not (tmp_path / "voices" / ".tmp-crashed").exists()
+    assert not crashed.exists() and writing.exists()
     assert store.remove(voice.voice_id) and not store.remove(voice.voice_id)
     assert store.all() == {}
 

@@ -35,6 +35,7 @@ CACHE: Final = "cache"
 CLONE_PREFIX: Final = "custom-"
 _ID_RE: Final = re.compile(r"^custom-[A-Za-z0-9_-]{4,64}$")
 # Directory mtimes tick coarsely (a few ms): a listing is cached only once the directory has been still this long.
+LEFTOVER_AGE_S: Final = 3600.0  # a temporary directory this old belongs to a writer that crashed
 _SETTLED_NS: Final = 2_000_000_000
 
 
@@ -87,12 +88,19 @@ class VoiceStore:
         self._cache: dict[str, StoredVoice] = {}
 
     def ensure(self) -> None:
-        """Create the directory tree and sweep temporary leftovers of crashed writers."""
+        """Create the directory tree and sweep the temporary leftovers of crashed writers.
+
+        Only leftovers older than :data:`LEFTOVER_AGE_S` go: another process sharing the directory (a second front
+        on the box) may be writing a voice into its own temporary directory right now.
+        """
         self.root.mkdir(parents=True, exist_ok=True)
         (self.root / ".deleted").mkdir(exist_ok=True)
+        cutoff = time.time() - LEFTOVER_AGE_S
         for leftover in self.root.glob(".t*-*"):
             if leftover.name.startswith((".tmp-", ".trash-")):
-                shutil.rmtree(leftover, ignore_errors=True)
+                with contextlib.suppress(FileNotFoundError):
+                    if leftover.stat().st_mtime < cutoff:
+                        shutil.rmtree(leftover, ignore_errors=True)
 
     # ----- reading ---------------------------------------------------------------------------------------------
 
@@ -137,9 +145,6 @@ class VoiceStore:
             return None
         return self._load(self.root / voice_id)
 
-    def __iter__(self) -> Iterator[StoredVoice]:
-        return iter(self.all().values())
-
     # ----- writing ---------------------------------------------------------------------------------------------
 
     def install(self, meta: Mapping[str, Any], reference: bytes) -> StoredVoice:
@@ -150,7 +155,7 @@ class VoiceStore:
         voice_id = str(meta["voice_id"])
         if not is_clone_id(voice_id):
             raise ValueError(f"not a cloned voice id: {voice_id!r}")
-        self.ensure()
+        self.root.mkdir(parents=True, exist_ok=True)
         final = self.root / voice_id
         if final.exists():
             raise FileExistsError(final)
@@ -201,7 +206,7 @@ class VoiceStore:
 
     def add_tombstone(self, voice_id: str) -> None:
         """Remember a removal until the bucket has forgotten the voice too."""
-        self.ensure()
+        (self.root / ".deleted").mkdir(parents=True, exist_ok=True)
         _write_file(self.root / ".deleted" / voice_id, b"")
 
     def drop_tombstone(self, voice_id: str) -> None:
