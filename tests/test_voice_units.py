@@ -11,8 +11,8 @@ import pytest
 
 from workers.engines.pitch import median_f0, pitch_shift
 from zsynth.voices import VoiceStore
-from zsynth.voices.store import LEFTOVER_AGE_S
 from zsynth.voices.catalog import VoiceCatalog, new_clone_meta
+from zsynth.voices.store import LEFTOVER_AGE_S
 
 RATE = 22050
 
