@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import subprocess
 import sys
@@ -51,6 +52,12 @@ async def test_pinned_swapout_voice_serves_unknown_ids(aiohttp_client, client, r
         pinned = await aiohttp_client(create_app(make_settings(redis_url, data_dir, swapout_default_voice=voice_id)))
         used, _ = await speak(pinned, STOCK_ID)
         assert used == voice_id
+        # The with-timestamps routes swap too (they share the speech routes' submit).
+        timed = await pinned.post(f"/v1/text-to-speech/{STOCK_ID}/with-timestamps", json={"text": TEXT})
+        assert timed.status == 200 and timed.headers["x-voice-id"] == voice_id
+        body = await timed.json()
+        assert_speech(*decode_audio(base64.b64decode(body["audio_base64"]), "mp3_44100_128"), TEXT)
+        assert "".join(body["alignment"]["characters"]) == TEXT
         assert (await speak(pinned, "joe"))[0] == "joe"  # known voices are never swapped
         assert (await pinned.get(f"/v1/voices/{STOCK_ID}")).status == 404
         refused = await pinned.delete(f"/voices/{voice_id}")

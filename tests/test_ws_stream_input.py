@@ -137,10 +137,11 @@ async def test_bad_credentials_get_error_frame_and_1008(keyed, secret, error):
     assert got.audio() == b""
 
 
-async def test_malformed_json_gets_error_frame(client):
+@pytest.mark.parametrize("bad", ["{not json", "[" * 100_000, '{"text": ' + "9" * 5000 + "}", '{"text": NaN}'])
+async def test_malformed_json_gets_error_frame(client, bad):
     ws = await client.ws_connect(PATH)
     await ws.send_json({"text": " "})
-    await ws.send_str("{not json")
+    await ws.send_str(bad)  # not JSON, nested past the parser's depth, a number past its digit limit, NaN
     got = await collect(ws)
     assert got.close_code == 1008
     assert got.errors[0]["error"] == "invalid_json"

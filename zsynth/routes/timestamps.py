@@ -11,15 +11,14 @@ from __future__ import annotations
 import base64
 import json
 import logging
-from typing import Any
+from typing import Any, Final
 
 from aiohttp import web
 
 from ..alignment import CharAlignment, join_chunks
-from ..dispatch import JobFailed, JobStream
-from ..keys import DISPATCHER, REQUEST_ID
-from ..protocol import Event, Job
-from .tts import TtsRequest, finish_stream, job_failure, parse_tts_request
+from ..dispatch import JobFailed
+from ..protocol import Event
+from .tts import audio_headers, finish_stream, job_failure, parse_tts_request, submit
 
 logger = logging.getLogger(__name__)
 
@@ -28,6 +27,10 @@ def _alignment_body(chars: list[str], starts: list[float], ends: list[float]) ->
     if not chars:
         return None
     return {"characters": chars, "character_start_times_seconds": starts, "character_end_times_seconds": ends}
+
+
+# The with-timestamps routes answer JSON whatever the audio format inside it.
+JSON_TYPE: Final = {"Content-Type": "application/json"}
 
 
 def _json(payload: dict[str, Any]) -> str:
@@ -53,37 +56,12 @@ class _Timeline:
         return part
 
 
-async def _submit(request: web.Request, tts: TtsRequest) -> JobStream:
-    job = Job(
-        text=tts.text,
-        voice_id=tts.voice_id,
-        output_format=tts.fmt.name,
-        voice_settings=tts.voice_settings,
-        request_id=request[REQUEST_ID],
-        alignment=True,
-        seed=tts.seed,
-    )
-    logger.info("request %s: job %s with timestamps (%d chars)", job.request_id, job.job_id, len(tts.text))
-    stream: JobStream = await request.app[DISPATCHER].submit(job)
-    return stream
-
-
-def _headers(request: web.Request, tts: TtsRequest, job: Job, content_type: str) -> dict[str, str]:
-    return {
-        "Content-Type": content_type,
-        "request-id": request[REQUEST_ID],
-        "character-cost": str(len(tts.text)),
-        "history-item-id": job.job_id,
-        "x-voice-id": job.voice_id,
-    }
-
-
 async def convert_with_timestamps(request: web.Request) -> web.Response:
     """The whole audio as base64 plus the alignment of the whole text, once synthesis is complete."""
     tts = await parse_tts_request(request, "convert")
     audio: list[bytes] = []
     timeline = _Timeline()
-    async with await _submit(request, tts) as stream:
+    async with await submit(request, tts, alignment=True) as stream:
         try:
             async for event in stream.chunks():
                 audio.append(event.audio)
@@ -100,13 +78,13 @@ async def convert_with_timestamps(request: web.Request) -> web.Response:
             "alignment": aligned,
             "normalized_alignment": aligned,
         }
-        return web.Response(text=_json(body), headers=_headers(request, tts, stream.job, "application/json"))
+        return web.Response(text=_json(body), headers=audio_headers(request, tts, stream.job) | JSON_TYPE)
 
 
 async def stream_with_timestamps(request: web.Request) -> web.StreamResponse:
     """One JSON object per line, per chunk, as the worker makes them."""
     tts = await parse_tts_request(request, "stream")
-    async with await _submit(request, tts) as job_stream:
+    async with await submit(request, tts, alignment=True) as job_stream:
         chunks = job_stream.chunks()
         try:
             first: Event | None = await anext(chunks)
@@ -114,7 +92,7 @@ async def stream_with_timestamps(request: web.Request) -> web.StreamResponse:
             first = None
         except JobFailed as err:
             raise job_failure(err) from err
-        response = web.StreamResponse(headers=_headers(request, tts, job_stream.job, "application/json"))
+        response = web.StreamResponse(headers=audio_headers(request, tts, job_stream.job) | JSON_TYPE)
         await response.prepare(request)
         timeline = _Timeline()
 

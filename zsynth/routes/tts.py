@@ -151,14 +151,18 @@ def audio_headers(request: web.Request, tts: TtsRequest, job: Job) -> dict[str, 
     return headers
 
 
-async def submit(request: web.Request, tts: TtsRequest) -> JobStream:
-    """Queue the job for this request, with an unknown voice id swapped for the swap-out voice."""
+async def submit(request: web.Request, tts: TtsRequest, *, alignment: bool = False) -> JobStream:
+    """Queue the job for this request, with an unknown voice id swapped for the swap-out voice.
+
+    ``alignment`` asks the worker for character timing with every chunk (the with-timestamps routes).
+    """
     job = Job(
         text=tts.text,
         voice_id=request.app[VOICES].resolve(tts.voice_id),
         output_format=tts.fmt.name,
         voice_settings=tts.voice_settings,
         request_id=request[REQUEST_ID],
+        alignment=alignment,
         seed=tts.seed,
     )
     logger.info(

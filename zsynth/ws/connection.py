@@ -12,9 +12,10 @@ from typing import Any, Final
 
 from aiohttp import WSMsgType, web
 
+from .. import jsonbody
 from ..audio import OutputFormat, OutputFormatError, parse_output_format
 from ..auth import AuthError, Credential, secret_from_message, secret_from_request
-from ..keys import AUTHENTICATOR, REQUEST_ID, SETTINGS, WS_PER_CREDENTIAL
+from ..keys import AUTHENTICATOR, REQUEST_ID, SETTINGS, VOICES, WS_PER_CREDENTIAL
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +89,8 @@ def parse_params(request: web.Request) -> StreamParams:
         if not 0 <= seed <= 4294967295:
             raise WsError("invalid_parameters", "seed must be an integer 0..4294967295.")
     return StreamParams(
-        voice_id=request.match_info["voice_id"],
+        # Resolved once per socket: an unknown id is spoken by the swap-out voice, as on the HTTP routes.
+        voice_id=request.app[VOICES].resolve(request.match_info["voice_id"]),
         fmt=fmt,
         model_id=request.query.get("model_id") or None,
         inactivity_s=inactivity,
@@ -172,8 +174,8 @@ class Connection:
             if msg.type is WSMsgType.TEXT:
                 self._spend_token()
                 try:
-                    payload = json.loads(msg.data)
-                except json.JSONDecodeError as err:
+                    payload = jsonbody.loads(msg.data)  # also deep nesting and huge numbers: never an abrupt close
+                except jsonbody.BadJson as err:
                     raise WsError("invalid_json", "Messages must be JSON objects.") from err
                 if not isinstance(payload, dict):
                     raise WsError("invalid_json", "Messages must be JSON objects.")
