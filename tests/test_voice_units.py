@@ -9,6 +9,7 @@ import time
 import numpy as np
 import pytest
 
+from workers.engines.base import clamp_setting
 from workers.engines.pitch import median_f0, pitch_shift
 from zsynth.voices import VoiceStore
 from zsynth.voices.catalog import VoiceCatalog, new_clone_meta
@@ -73,3 +74,11 @@ def test_catalog_resolution(tmp_path):
     assert VoiceCatalog(store, "piper", voice.voice_id).resolve("nope") == voice.voice_id
     assert VoiceCatalog(store, "piper").resolve(voice.voice_id) == voice.voice_id
     assert VoiceCatalog(store, "turbo").resolve("nope") == "default"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(0.9, 0.9), ("0.3", 0.3), (5, 1.0), (-2, 0.0), (None, 0.5), ("x", 0.5), (10**400, 0.5), (float("nan"), 0.5)],
+)
+def test_voice_settings_are_clamped_or_defaulted(value, expected):
+    assert clamp_setting(value, 0.0, 1.0, 0.5) == expected

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -49,3 +50,17 @@ class Engine(Protocol):
     ) -> Iterator[EngineChunk]:
         """Yield chunks sentence by sentence (or finer); stop early when ``should_stop()`` turns true."""
         ...
+
+
+def clamp_setting(value: Any, low: float, high: float, default: float) -> float:
+    """A voice setting as a number within [low, high]; ``default`` when it is missing or not a finite number.
+
+    The realtime sockets pass voice settings through unchecked, so anything a client can put in JSON arrives here.
+    """
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an integer too large for a float
+        return default
+    if not math.isfinite(number):
+        return default
+    return min(high, max(low, number))

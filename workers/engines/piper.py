@@ -33,7 +33,7 @@ import soundfile as sf
 
 from zsynth.text import split_sentences
 
-from .base import EngineChunk, VoiceSpec
+from .base import EngineChunk, VoiceSpec, clamp_setting
 from .pitch import median_f0, pitch_shift
 
 logger = logging.getLogger(__name__)
@@ -46,14 +46,6 @@ CALIBRATION_TEXT: Final = (
 )
 MAX_SHIFT_SEMITONES: Final = 12.0
 PITCH_CACHE: Final = "piper-pitch.json"
-
-
-def _clamp(value: Any, low: float, high: float, default: float) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return default
-    return min(high, max(low, number))
 
 
 class PiperEngine:
@@ -148,15 +140,15 @@ class PiperEngine:
         target = self.reference_f0(voice)
         if target is None or target <= 0:
             return 0.0
-        strength = _clamp(settings.get("similarity_boost"), 0.0, 1.0, 0.75) / 0.75
+        strength = clamp_setting(settings.get("similarity_boost"), 0.0, 1.0, 0.75) / 0.75
         semitones = 12.0 * math.log2(target / self.base_f0()) * min(1.0, strength)
         return max(-MAX_SHIFT_SEMITONES, min(MAX_SHIFT_SEMITONES, semitones))
 
     def _config(self, settings: Mapping[str, Any]) -> Any:
         from piper.config import SynthesisConfig
 
-        speed = _clamp(settings.get("speed"), 0.7, 1.2, 1.0)
-        stability = _clamp(settings.get("stability"), 0.0, 1.0, 0.5)
+        speed = clamp_setting(settings.get("speed"), 0.7, 1.2, 1.0)
+        stability = clamp_setting(settings.get("stability"), 0.0, 1.0, 0.5)
         # stability 0.5 gives the voice's defaults; 1.0 a fifth of its noise (flat, steady timing), 0.0 about 1.7x.
         variation = (1.0 - 0.8 * stability) / 0.6
         return SynthesisConfig(

@@ -31,7 +31,7 @@ import numpy as np
 from zsynth.config import Settings
 from zsynth.text import split_sentences
 
-from .base import EngineChunk, VoiceSpec
+from .base import EngineChunk, VoiceSpec, clamp_setting
 from .turbo_ckpt import BUILTIN_CONDS, WEIGHT_FILES, backbone, backbone_config, is_random, missing_files
 from .turbo_compat import TurboUnavailable, apply_workarounds, require_packages
 from .turbo_voices import ConditioningCache
@@ -46,14 +46,6 @@ DOWNLOAD_HINT: Final = (
 _TAG: Final = re.compile(r"\[[a-z ]{2,24}\]")
 _VOICE_ID: Final = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 _KEEP: Final = "\u2060"  # word joiner: keeps a two-word tag such as [clear throat] in one piece
-
-
-def _clamp(value: Any, low: float, high: float, default: float) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return default
-    return min(high, max(low, number))
 
 
 def text_pieces(text: str, max_chars: int = PIECE_MAX_CHARS) -> list[str]:
@@ -196,9 +188,9 @@ class TurboEngine:
         from .turbo_stream import PieceDecoder, Sampling, fresh_t3_cond, iter_speech_tokens
 
         conds = self.conditioning(voice)
-        stability = _clamp(settings.get("stability"), 0.0, 1.0, 0.5)
+        stability = clamp_setting(settings.get("stability"), 0.0, 1.0, 0.5)
         sampling = Sampling(temperature=1.2 - 0.8 * stability)
-        speed = _clamp(settings.get("speed"), 0.7, 1.2, 1.0)
+        speed = clamp_setting(settings.get("speed"), 0.7, 1.2, 1.0)
         cap = max_tokens or self.settings.turbo_max_tokens
         if seed is not None:
             torch.manual_seed(seed % (2**63))  # the global RNG: meaningful because jobs never overlap here
