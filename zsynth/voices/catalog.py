@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from .store import StoredVoice, VoiceStore, new_voice_id
-
-logger = logging.getLogger(__name__)
 
 DEFAULT_SETTINGS: Final[Mapping[str, Any]] = {
     "stability": 0.5,
@@ -187,8 +184,8 @@ class VoiceCatalog:
             )
 
     def exists(self, voice_id: str) -> bool:
-        """True for a built-in voice or a stored clone."""
-        return voice_id in self.builtins or self.store.get(voice_id) is not None
+        """True for a built-in voice or a stored clone (from the store's cached listing: this runs per request)."""
+        return voice_id in self.builtins or self.store.has(voice_id)
 
     def get(self, voice_id: str) -> dict[str, Any] | None:
         """One voice object, or None."""
@@ -217,6 +214,4 @@ class VoiceCatalog:
         """The voice id synthesis will actually use for ``voice_id``."""
         if self.exists(voice_id):
             return voice_id
-        chosen = self.swapout()
-        logger.info("voice %r is unknown; serving it with the swap-out voice %s", voice_id, chosen)
-        return chosen
+        return self.swapout()  # the routes log both ids with the job

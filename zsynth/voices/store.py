@@ -130,6 +130,13 @@ class VoiceStore:
 
     def all(self) -> dict[str, StoredVoice]:
         """Every stored voice by id; rescanned only when the directory changed (adds and removals are renames)."""
+        return dict(self._current())
+
+    def has(self, voice_id: str) -> bool:
+        """Whether the voice is stored, from the same cached listing (no copy, no file read per request)."""
+        return voice_id in self._current()
+
+    def _current(self) -> dict[str, StoredVoice]:
         try:
             stamp = os.stat(self.root).st_mtime_ns
         except FileNotFoundError:
@@ -137,7 +144,7 @@ class VoiceStore:
         if stamp != self._cache_stamp or time.time_ns() - stamp < _SETTLED_NS:
             self._cache = self._scan()
             self._cache_stamp = stamp
-        return dict(self._cache)
+        return self._cache
 
     def get(self, voice_id: str) -> StoredVoice | None:
         """One stored voice, read straight from disk (a worker must see a voice the moment it is renamed in)."""
