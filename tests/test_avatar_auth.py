@@ -13,7 +13,7 @@ import aiohttp
 import aioice.ice
 import pytest
 
-from zsynth.auth import Authenticator
+from zsynth.auth import Authenticator, AuthError
 from zsynth.avatar.app import create_avatar_app
 from zsynth.keys import AVATAR_SESSIONS
 
@@ -81,6 +81,17 @@ async def test_create_token_takes_a_full_key_in_either_header(server) -> None:
         await server.post("/v1/streaming.create_token", headers={"Authorization": f"Bearer {token}"}),
         "insufficient_scope",
     )
+
+
+async def test_revoking_the_minting_key_revokes_the_avatar_token(server, tokens) -> None:
+    key, record = await tokens.create_key("avatar backend")
+    resp = await server.post("/v1/streaming.create_token", headers={"X-Api-Key": key})
+    assert resp.status == 200 and resp.headers["Cache-Control"] == "no-store"
+    token = (await resp.json())["data"]["token"]
+    assert await tokens.store.revoke(record.key_id, int(time.time())) == 2  # the key and the token it minted
+    tokens.clock.advance(30)  # past the credential cache bound
+    with pytest.raises(AuthError):
+        await tokens.verify(token)
 
 
 async def test_token_minting_without_a_keys_table_is_not_supported(aiohttp_client, redis_url, data_dir) -> None:

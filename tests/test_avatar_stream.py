@@ -221,8 +221,9 @@ async def test_session_limit_and_management_close(aiohttp_client, redis_url, dat
 async def test_control_errors_and_bad_offers(avatar) -> None:
     resp = await avatar.post("/connect", json={"sdp": "v=0\r\n", "type": "offer"}, headers=HEADERS)
     assert resp.status == 400 and (await resp.json())["code"] == "invalid_sdp"
-    resp = await avatar.post("/connect", data="not json", headers=HEADERS)
-    assert resp.status == 400 and (await resp.json())["code"] == "invalid_json"
+    for bad in ("not json", "[" * 100_000, '{"sdp": ' + "9" * 5000 + "}", '{"sdp": NaN}'):
+        resp = await avatar.post("/connect", data=bad, headers=HEADERS)
+        assert resp.status == 400 and (await resp.json())["code"] == "invalid_json", bad[:20]
     viewer = Viewer()
     resp = await avatar.post("/connect", json={**(await viewer.offer()), "avatar_id": "nobody"}, headers=HEADERS)
     assert resp.status == 404 and (await resp.json())["code"] == "avatar_not_found"
