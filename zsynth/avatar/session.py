@@ -315,13 +315,16 @@ class AvatarSession:
         for t in others:
             t.cancel()
         await asyncio.gather(*others, return_exceptions=True)
-        # pc.close() stops only tracks whose sender started; a never-connected pc would leave them live.
-        self.audio.stop()
-        self.video.stop()
-        await self.pc.close()
-        await self.render_stream.aclose()
-        await self._close_socket(reason)
-        self.on_closed(self)
+        try:
+            # pc.close() stops only tracks whose sender started; a never-connected pc would leave them live.
+            self.audio.stop()
+            self.video.stop()
+            await self.pc.close()
+            await self.render_stream.aclose()
+            await self._close_socket(reason)
+        finally:
+            # Whatever failed above, the session leaves the registry: it must not hold a capacity slot for good.
+            self.on_closed(self)
 
     async def _close_socket(self, reason: str) -> None:
         self._events.put_nowait(None)
