@@ -57,7 +57,6 @@ class Checker:
     def __init__(self, doc: dict[str, Any] = DOC) -> None:
         self.doc = doc
         self.seen: set[tuple[str, str]] = set()
-        self.statuses: set[tuple[str, str, int]] = set()
 
     def validate(self, body: Any, schema: dict[str, Any], what: str) -> None:
         """``body`` matches ``schema``."""
@@ -72,7 +71,6 @@ class Checker:
         documented_types = op["responses"][status].get("content", {})
         assert resp.content_type in documented_types, f"{method} {template} {status}: {resp.content_type}"
         self.seen.add((method.upper(), template))
-        self.statuses.add((method.upper(), template, resp.status))
         if resp.content_type != "application/json":
             body = await resp.read()
             assert body, f"{method} {template}: empty {resp.content_type} body"

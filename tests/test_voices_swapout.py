@@ -43,6 +43,7 @@ async def test_unknown_voice_is_spoken_by_the_first_builtin_voice(client):
     assert used == "joe"
     stream = await client.post(f"/v1/text-to-speech/{STOCK_ID}/stream?output_format=mp3_44100_128", json={"text": TEXT})
     assert stream.status == 200 and stream.headers["x-voice-id"] == "joe"
+    assert_speech(*decode_audio(await stream.read(), "mp3_44100_128"), TEXT)
     assert (await client.get(f"/v1/voices/{STOCK_ID}")).status == 404
 
 
