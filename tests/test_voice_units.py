@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 
 import numpy as np
@@ -45,10 +46,14 @@ def test_shift_moves_pitch_and_keeps_duration(semitones):
 def test_store_writes_atomically_and_hides_unfinished_voices(tmp_path):
     store = VoiceStore(tmp_path / "voices")
     store.ensure()
-    crashed = tmp_path / "voices" / ".tmp-crashed"  # what a writer killed mid-way leaves, an hour ago and more
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    crashed = tmp_path / "voices" / f".tmp-{gone.pid}-a1"  # what a writer killed mid-way leaves
     crashed.mkdir()
-    os.utime(crashed, (time.time() - 2 * LEFTOVER_AGE_S,) * 2)
-    writing = tmp_path / "voices" / ".tmp-writing"  # another process sharing the directory, busy right now
+    stale = tmp_path / "voices" / f".trash-{os.getpid()}-b2"  # a live pid, but an hour old: the pid was reused
+    stale.mkdir()
+    os.utime(stale, (time.time() - 2 * LEFTOVER_AGE_S,) * 2)
+    writing = tmp_path / "voices" / f".tmp-{os.getpid()}-c3"  # another live writer sharing the directory
     writing.mkdir()
     meta = new_clone_meta("n", None, {}, [], 10.0)
     voice = store.install(meta, b"RIFF....")
@@ -62,7 +67,7 @@ def test_store_writes_atomically_and_hides_unfinished_voices(tmp_path):
     assert store.get("../../etc") is None
     assert writing.exists()  # installing a voice leaves other writers alone
     VoiceStore(tmp_path / "voices").ensure()
-    assert not crashed.exists() and writing.exists()
+    assert not crashed.exists() and not stale.exists() and writing.exists()
     assert store.remove(voice.voice_id) and not store.remove(voice.voice_id)
     assert store.all() == {}
 

@@ -5,7 +5,7 @@ Layout under ``Settings.voices_dir``::
     <voice_id>/meta.json        what the API shows about the voice (and the reference's format)
     <voice_id>/reference.wav    the reference clip, mono 16-bit PCM
     <voice_id>/cache/           engine caches (conditioning computed once from the reference)
-    .tmp-<random>/              a voice being written; renamed into place only when complete
+    .tmp-<pid>-<random>/        a voice being written by process <pid>; renamed into place only when complete
     .deleted/<voice_id>         tombstone of a removal the S3 mirror has not finished yet
 
 A voice appears and disappears with a single ``rename``, so a reader never sees half a voice. This module does not
@@ -72,6 +72,19 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _alive(pid: str) -> bool:
+    """Whether the process with this pid (text from a leftover's name) still runs; False for no pid at all."""
+    if not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # alive, owned by another user
+    return True
+
+
 def _write_file(path: Path, data: bytes) -> None:
     with open(path, "wb") as fh:
         fh.write(data)
@@ -90,17 +103,20 @@ class VoiceStore:
     def ensure(self) -> None:
         """Create the directory tree and sweep the temporary leftovers of crashed writers.
 
-        Only leftovers older than :data:`LEFTOVER_AGE_S` go: another process sharing the directory (a second front
-        on the box) may be writing a voice into its own temporary directory right now.
+        A leftover goes when the process that made it (its name carries the pid) is gone, or when it is older than
+        :data:`LEFTOVER_AGE_S` (a reused pid): another live process sharing the directory, a second front on the
+        box, may be writing a voice into its own temporary directory right now.
         """
         self.root.mkdir(parents=True, exist_ok=True)
         (self.root / ".deleted").mkdir(exist_ok=True)
         cutoff = time.time() - LEFTOVER_AGE_S
         for leftover in self.root.glob(".t*-*"):
-            if leftover.name.startswith((".tmp-", ".trash-")):
-                with contextlib.suppress(FileNotFoundError):
-                    if leftover.stat().st_mtime < cutoff:
-                        shutil.rmtree(leftover, ignore_errors=True)
+            kind, _, rest = leftover.name.partition("-")
+            if kind not in (".tmp", ".trash"):
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                if not _alive(rest.partition("-")[0]) or leftover.stat().st_mtime < cutoff:
+                    shutil.rmtree(leftover, ignore_errors=True)
 
     # ----- reading ---------------------------------------------------------------------------------------------
 
@@ -166,7 +182,7 @@ class VoiceStore:
         final = self.root / voice_id
         if final.exists():
             raise FileExistsError(final)
-        tmp = self.root / f".tmp-{secrets.token_hex(8)}"
+        tmp = self.root / f".tmp-{os.getpid()}-{secrets.token_hex(8)}"
         tmp.mkdir()
         try:
             _write_file(tmp / str(meta.get("reference", REFERENCE)), reference)
@@ -189,7 +205,7 @@ class VoiceStore:
         """Remove a voice with one rename (then delete the renamed tree); False when it was not there."""
         if not is_clone_id(voice_id):
             return False
-        trash = self.root / f".trash-{secrets.token_hex(8)}"
+        trash = self.root / f".trash-{os.getpid()}-{secrets.token_hex(8)}"
         try:
             os.rename(self.root / voice_id, trash)
         except FileNotFoundError:
