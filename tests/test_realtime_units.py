@@ -9,7 +9,7 @@ import pytest
 
 from zsynth.alignment import CharAlignment, Timeline, char_alignment, join_chunks
 from zsynth.ws.buffer import ScheduleError, TextBuffer, parse_schedule
-from zsynth.ws.speaker import audio_frame
+from zsynth.ws.speaker import MAX_FRAME_AUDIO_BYTES, _frames, audio_frame
 
 
 def test_schedule_thresholds_advance_and_repeat():
@@ -115,3 +115,14 @@ def test_audio_frame_is_the_json_a_client_parses(alignment, context_id, multi):
     if multi:
         expected["contextId"] = context_id
     assert frame == expected
+
+
+def test_a_large_chunk_is_split_into_frames_with_its_characters():
+    audio = bytes(range(256)) * 5000  # 1.28 MB: over the 512 KiB a frame may carry
+    alignment = char_alignment("Split me into frames.", None, len(audio) // 2, 24000)
+    frames = _frames(audio, alignment)
+    assert len(frames) == 3 and all(len(part) <= MAX_FRAME_AUDIO_BYTES for part, _ in frames)
+    assert b"".join(part for part, _ in frames) == audio
+    assert "".join(c for _, a in frames if a for c in a["chars"]) == "Split me into frames."
+    # One frame when the chunk fits: the chunk's own alignment, unchanged.
+    assert _frames(audio[:1000], alignment) == [(audio[:1000], alignment.websocket())]

@@ -19,7 +19,7 @@ from typing import Any, Final
 
 from ..alignment import CharAlignment, Timeline
 from ..dispatch import JobFailed, JobStream
-from ..keys import DISPATCHER, SETTINGS
+from ..keys import DISPATCHER
 from ..protocol import Event, Job
 from .connection import Connection, StreamParams, WsError
 
@@ -114,7 +114,7 @@ class Speaker:
 
     async def _submit_loop(self) -> None:
         app = self.conn.request.app
-        dispatcher, settings = app[DISPATCHER], app[SETTINGS]
+        dispatcher = app[DISPATCHER]
         while True:
             segment = await self._segments.get()
             if segment is None:
@@ -129,8 +129,7 @@ class Speaker:
                 priority="realtime",
                 request_id=self.conn.socket_id,
                 alignment=True,
-                seed=self.params.seed,
-                start_deadline=time.time() + settings.first_chunk_timeout_s,
+                seed=self.params.seed,  # the dispatcher sets the start deadline
             )
             try:
                 stream = await dispatcher.submit(job)
@@ -197,22 +196,32 @@ class Speaker:
         audio = event.audio
         if not audio and alignment is None:
             return job_start
-        pieces = max(1, -(-len(audio) // MAX_FRAME_AUDIO_BYTES))
-        size = -(-len(audio) // pieces) if audio else 0
-        timeline = Timeline()
-        if alignment is not None:
-            timeline.add(alignment)
-        for index in range(pieces):
-            part = audio[index * size : (index + 1) * size]
-            frame_alignment = None
-            if alignment is not None:
-                # Split the characters with the audio: a piece gets the characters that start in its share.
-                span, _ = timeline.take(alignment.end_ms * len(part) / max(1, len(audio)), final=index == pieces - 1)
-                frame_alignment = span.websocket() if span is not None else None
+        for part, frame_alignment in _frames(audio, alignment):
             await self.conn.send_json_text(audio_frame(part, frame_alignment, self.context_id, multi=self.multi))
         self.conn.touch()
         self.touch()
         return job_start and alignment is None
+
+
+def _frames(audio: bytes, alignment: CharAlignment | None) -> list[tuple[bytes, dict[str, Any] | None]]:
+    """A chunk's audio and alignment as frames: one, or several when the audio would make a frame too large."""
+    pieces = max(1, -(-len(audio) // MAX_FRAME_AUDIO_BYTES))
+    if pieces == 1:  # the usual case, per chunk: the chunk's own alignment is the frame's
+        return [(audio, alignment.websocket() if alignment is not None else None)]
+    size = -(-len(audio) // pieces)
+    timeline = Timeline()
+    if alignment is not None:
+        timeline.add(alignment)
+    frames: list[tuple[bytes, dict[str, Any] | None]] = []
+    for index in range(pieces):
+        part = audio[index * size : (index + 1) * size]
+        frame_alignment = None
+        if alignment is not None:
+            # Split the characters with the audio: a piece gets the characters that start in its share.
+            span, _ = timeline.take(alignment.end_ms * len(part) / len(audio), final=index == pieces - 1)
+            frame_alignment = span.websocket() if span is not None else None
+        frames.append((part, frame_alignment))
+    return frames
 
 
 def audio_frame(audio: bytes, alignment: dict[str, Any] | None, context_id: str | None, *, multi: bool) -> str:
