@@ -149,9 +149,8 @@ class Worker:
         for raw in leftovers:
             with contextlib.suppress(ValueError, TypeError):
                 job = protocol.Job.from_json(raw)
-                await self._finish(
-                    job, raw, protocol.error_event(0, "worker_restarted", "The worker restarted during this job.")
-                )
+                error = protocol.error_event(0, "worker_restarted", "The worker restarted during this job.")
+                await self._record_terminal(job, error, release=raw)
         if leftovers:
             await self.redis.delete(self.processing)
             logger.warning("worker %s: failed %d jobs left from a previous run", self.worker_id, len(leftovers))
@@ -243,7 +242,7 @@ class Worker:
         skip = await self._skip_reason(job)
         if skip is not None:
             log.info("dropped unrun: %s", skip[1])
-            await self._finish(job, raw, protocol.error_event(0, *skip))
+            await self._record_terminal(job, protocol.error_event(0, *skip), release=raw)
             return
         self.current = job
         self._abort.clear()
@@ -254,7 +253,7 @@ class Worker:
         finally:
             self.current = None
         terminal.meta.update(worker_id=self.worker_id, started_at=started, finished_at=time.time())
-        await self._finish(job, raw, terminal)
+        await self._record_terminal(job, terminal, release=raw)
         self.jobs_done += 1
         log.info("%s in %.3fs", terminal.kind, time.time() - started)
 
@@ -337,13 +336,10 @@ class Worker:
             return VoiceSpec(voice_id)
         return VoiceSpec(voice_id, str(stored.path), stored.meta)
 
-    async def _finish(self, job: protocol.Job, raw: bytes | str, terminal: protocol.Event) -> None:
-        """Publish the terminal event, record it, and release the in-flight slot, atomically."""
-        await self._record_terminal(job, terminal, release=raw)
-
     async def _record_terminal(
         self, job: protocol.Job, terminal: protocol.Event, release: bytes | str | None = None
     ) -> None:
+        """Publish the terminal event, record it, and (with ``release``) free the in-flight slot, atomically."""
         state: dict[str | bytes, str] = {"state": terminal.kind, **{k: str(v) for k, v in terminal.meta.items()}}
         terminal.job_id = job.job_id
         async with self.redis.pipeline(transaction=True) as pipe:
