@@ -112,7 +112,6 @@ class TurboEngine:
             warnings.simplefilter("ignore", FutureWarning)  # diffusers' LoRACompatibleLinear deprecation, per layer
             self.model = ChatterboxTurboTTS.from_local(str(ckpt), self.device)
         self.builtin = self.model.conds
-        self._conditionals = Conditionals
         from .turbo_voices import checkpoint_fingerprint
 
         self.voices = ConditioningCache(
@@ -185,7 +184,7 @@ class TurboEngine:
         import torch
         from chatterbox.tts_turbo import punc_norm
 
-        from .turbo_stream import PieceDecoder, Sampling, fresh_t3_cond, iter_speech_tokens
+        from .turbo_stream import SPEECH_VOCAB, PieceDecoder, Sampling, fresh_t3_cond, iter_speech_tokens
 
         conds = self.conditioning(voice)
         stability = clamp_setting(settings.get("stability"), 0.0, 1.0, 0.5)
@@ -204,7 +203,7 @@ class TurboEngine:
                 self.model.t3, fresh_t3_cond(conds.t3), ids.to(self.device), sampling, cap, should_stop
             )
             for token in tokens:
-                if token >= 6561:
+                if token >= SPEECH_VOCAB:
                     continue
                 decoder.tokens.append(token)
                 want = self.settings.turbo_first_chunk_tokens if first else self.settings.turbo_chunk_tokens

@@ -335,7 +335,7 @@ async def delete(request: web.Request) -> web.Response:
     if mirror is not None:
         await asyncio.to_thread(catalog.store.add_tombstone, voice_id)
     if not await asyncio.to_thread(catalog.store.remove, voice_id):
-        catalog.store.drop_tombstone(voice_id)
+        await asyncio.to_thread(catalog.store.drop_tombstone, voice_id)
         raise ApiError(404, "voice_not_found", f"A voice with the voice_id {voice_id} was not found.")
     logger.info("request %s: removed voice %s", request[REQUEST_ID], voice_id)
     if mirror is not None:

@@ -138,7 +138,7 @@ class VoiceMirror:
     # ----- S3 operations ---------------------------------------------------------------------------------------
 
     async def _upload(self, voice_id: str) -> None:
-        files = self.store.read_files(voice_id)
+        files = await asyncio.to_thread(self.store.read_files, voice_id)  # up to a few MB: off the loop
         if files is None:
             logger.info("voice mirror: %s is gone locally; nothing to upload", voice_id)
             return
