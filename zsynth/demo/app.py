@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -12,7 +11,7 @@ from typing import Final
 import aiohttp
 from aiohttp import web
 
-from ..app import request_id_middleware
+from ..app import request_id_middleware, run_forever, serve_app
 from ..config import Settings
 from ..errors import ApiError, error_middleware
 from ..keys import DEMO_BACKEND, REQUEST_ID, SETTINGS
@@ -77,12 +76,6 @@ def create_demo_app(settings: Settings) -> web.Application:
 
 
 def run_demo(settings: Settings) -> None:
-    """Serve the demo on settings.host:settings.demo_port until SIGINT/SIGTERM."""
-    try:
-        import uvloop
-
-        asyncio.set_event_loop(uvloop.new_event_loop())
-    except ImportError:
-        pass
-    logger.info("demo page on http://%s:%d/", settings.host, settings.demo_port)
-    web.run_app(create_demo_app(settings), host=settings.host, port=settings.demo_port, print=None, access_log=None)
+    """Serve the demo on settings.host:settings.demo_port until SIGINT/SIGTERM, as the other servers run (uvloop,
+    READY/STOPPING, drain)."""
+    run_forever(serve_app(create_demo_app(settings), settings, settings.demo_port, "demo server"))
