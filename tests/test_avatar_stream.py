@@ -237,8 +237,12 @@ async def test_control_errors_and_bad_offers(avatar) -> None:
     assert (await control.next("error"))["code"] == "invalid_message"
     await control.ws.send_json({"type": "dance"})
     assert (await control.next("error"))["code"] == "unknown_command"
-    await control.ws.send_json({"type": "speak", "text": "  "})
-    assert (await control.next("error"))["code"] == "invalid_text"
+    refusals = [({"text": "  "}, "invalid_text"), ({"text": "x" * 100_000}, "text_too_long")]
+    refusals.append(({"text": "Hi.", "voice_id": 7}, "invalid_voice_id"))
+    for n, (fields, code) in enumerate(refusals):
+        await control.ws.send_json({"type": "speak", "id": f"cmd-{n}", **fields})
+        error = await control.next("error")
+        assert (error["code"], error["id"]) == (code, f"cmd-{n}")  # each refusal names the command it answers
     await control.ws.close()
     await viewer.close()
     await wait_until(lambda: not avatar.app[AVATAR_SESSIONS].sessions, 15, "the session to close with its socket")

@@ -30,15 +30,18 @@ def _client_id(message: dict[str, Any]) -> str | None:
 
 
 def _speak(session: AvatarSession, message: dict[str, Any], max_chars: int) -> None:
-    text, voice_id = message.get("text"), message.get("voice_id")
+    text, voice_id, client_id = message.get("text"), message.get("voice_id"), _client_id(message)
     if not isinstance(text, str) or not text.strip():
-        session.emit("error", code="invalid_text", message="'text' must be a non-empty string.", id=_client_id(message))
+        problem = ("invalid_text", "'text' must be a non-empty string.")
     elif len(text) > max_chars:
-        session.emit("error", code="text_too_long", message=f"'text' exceeds {max_chars} characters.")
+        problem = ("text_too_long", f"'text' exceeds {max_chars} characters.")
     elif voice_id is not None and (not isinstance(voice_id, str) or not voice_id.strip()):
-        session.emit("error", code="invalid_voice_id", message="'voice_id' must be a non-empty string.")
+        problem = ("invalid_voice_id", "'voice_id' must be a non-empty string.")
     else:
-        session.speak(text, _client_id(message), voice_id)
+        session.speak(text, client_id, voice_id)
+        return
+    # Every refusal carries the command's id, so a client can match it to what it sent.
+    session.emit("error", code=problem[0], message=problem[1], id=client_id)
 
 
 async def handle_message(session: AvatarSession, raw: str, max_chars: int) -> bool:
