@@ -170,25 +170,42 @@ def moto_server() -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def front_process(redis_url: str, data_dir: Path, **env: str) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    """Run a real `zsynth serve` on a free port; yield (process, base URL)."""
-    port = free_port()
-    full_env = dict(os.environ, ZSYNTH_REDIS_URL=redis_url, ZSYNTH_PORT=str(port), ZSYNTH_DATA_DIR=str(data_dir))
-    full_env.update(env)
-    proc = subprocess.Popen([sys.executable, "-m", "zsynth", "serve"], env=full_env, cwd=ROOT)
+def zsynth_process(
+    command: str, port: int, env: dict[str, str], timeout: float = 60.0
+) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """Run ``zsynth <command>`` (serve, avatar, demo) until its port answers; yield (process, base URL).
+
+    A process that exits while starting fails at once with its exit code; on the way out it is asked to stop
+    (SIGTERM, so it drains) and killed only if it does not.
+    """
+    proc = subprocess.Popen([sys.executable, "-m", "zsynth", command], env={**os.environ, **env}, cwd=ROOT)
 
     def up() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"zsynth {command} exited with {proc.returncode}")
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
             return True
         return False
 
     try:
-        wait_for(up, 30, "front")
+        wait_for(up, timeout, f"zsynth {command}")
         yield proc, f"http://127.0.0.1:{port}"
     finally:
-        if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
             proc.kill()
-        proc.wait(10)
+            proc.wait(10)
+
+
+@contextlib.contextmanager
+def front_process(redis_url: str, data_dir: Path, **env: str) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """Run a real `zsynth serve` on a free port; yield (process, base URL)."""
+    port = free_port()
+    env = {"ZSYNTH_REDIS_URL": redis_url, "ZSYNTH_PORT": str(port), "ZSYNTH_DATA_DIR": str(data_dir), **env}
+    with zsynth_process("serve", port, env, timeout=30) as started:
+        yield started
 
 
 def decode_audio(data: bytes, output_format: str) -> tuple[np.ndarray, int]:

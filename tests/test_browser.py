@@ -11,9 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-import socket
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +19,7 @@ from urllib.parse import quote
 
 import pytest
 
-from .helpers import ROOT, WorkerProcess, free_port, wait_for
+from .helpers import ROOT, WorkerProcess, free_port, zsynth_process
 from .voice_clips import reference_file
 
 CHROMIUM = "/usr/bin/chromium"
@@ -50,30 +47,6 @@ pytestmark = [
 sync_api = pytest.importorskip("playwright.sync_api")
 
 
-@contextlib.contextmanager
-def zsynth_process(command: str, port: int, env: dict[str, str]) -> Iterator[str]:
-    """Run ``zsynth <command>`` until the port answers; yield its base URL."""
-    proc = subprocess.Popen([sys.executable, "-m", "zsynth", command], env={**os.environ, **env}, cwd=ROOT)
-
-    def up() -> bool:
-        if proc.poll() is not None:
-            raise AssertionError(f"zsynth {command} exited with {proc.returncode}")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return True
-        return False
-
-    try:
-        wait_for(up, 60, f"zsynth {command}")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-
-
 @pytest.fixture(scope="module")
 def demo_url(redis_url: str, data_dir: Path, shared_workers: list[WorkerProcess], keys_table: str) -> Iterator[str]:
     """Speech front (static key + keys table), avatar server and demo server; yields the demo's URL."""
@@ -91,7 +64,7 @@ def demo_url(redis_url: str, data_dir: Path, shared_workers: list[WorkerProcess]
     with (
         zsynth_process("serve", ports["ZSYNTH_PORT"], env),
         zsynth_process("avatar", ports["ZSYNTH_AVATAR_PORT"], env),
-        zsynth_process("demo", ports["ZSYNTH_DEMO_PORT"], env) as url,
+        zsynth_process("demo", ports["ZSYNTH_DEMO_PORT"], env) as (_, url),
     ):
         yield url
 

@@ -6,11 +6,7 @@ Checks: no 5xx, and status codes, media types, headers and JSON bodies conform t
 
 from __future__ import annotations
 
-import contextlib
 import os
-import socket
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +18,8 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance, response
 from zsynth.config import Settings
 from zsynth.openapi import build_document
 
-from .helpers import ROOT, free_port, wait_for
+from .helpers import front_process
+from .test_openapi import JSON_LINES  # one JSON object per line: their per-line schema check lives there
 
 KEY = "fuzz-key-0123456789"
 # Examples per operation: 20 operations, so the run stays around a minute on two busy cores.
@@ -33,36 +30,6 @@ schema = schemathesis.openapi.from_dict(build_document("speech", Settings(max_te
 # Operations whose inputs have a validity the schema cannot state: a clip must be real speech, a page token must
 # come from an earlier page. Schema-valid requests may get a 4xx there; every other check still runs.
 SEMANTIC_INPUTS = {("POST", "/voices"), ("POST", "/v1/voices/add"), ("GET", "/v2/voices")}
-# One JSON object per line under application/json (as ElevenLabs sends it): schemathesis parses the body as one
-# document, so the per-line schema check lives in test_openapi.py.
-JSON_LINES = {("POST", "/v1/text-to-speech/{voice_id}/stream/with-timestamps")}
-
-
-@contextlib.contextmanager
-def front_process(redis_url: str, data_dir: Path, **env: str) -> Iterator[str]:
-    """A real ``zsynth serve`` on a free loopback port; yields its base URL."""
-    port = free_port()
-    full_env = dict(os.environ, ZSYNTH_REDIS_URL=redis_url, ZSYNTH_PORT=str(port), ZSYNTH_DATA_DIR=str(data_dir))
-    full_env.update(env)
-    proc = subprocess.Popen([sys.executable, "-m", "zsynth", "serve"], env=full_env, cwd=ROOT)
-
-    def up() -> bool:
-        if proc.poll() is not None:
-            raise AssertionError(f"front exited with {proc.returncode}")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return True
-        return False
-
-    try:
-        wait_for(up, 30, "front")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +41,7 @@ def fuzz_front(redis_url: str, data_dir: Path, shared_workers, keys_table: str) 
         "ZSYNTH_MAX_TEXT_CHARS": str(MAX_TEXT),
         "ZSYNTH_LOG_LEVEL": "WARNING",
     }
-    with front_process(redis_url, data_dir, **env) as base:
+    with front_process(redis_url, data_dir, **env) as (_, base):
         yield base
 
 
