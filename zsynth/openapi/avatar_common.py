@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from .components import JSON, Operation, Schema, ref
+from . import components
+from .components import JSON, Operation, Schema
 
 SECURITY_SCHEMES: Final[dict[str, Schema]] = {
     "ApiKeyHeader": {
@@ -67,7 +68,7 @@ AUTH_ERRORS: Final = (401, 503)
 
 def error(status: int, text: str | None = None) -> Schema:
     """A response carrying this server's error envelope."""
-    return {"description": text or _ERROR_TEXT[status], "content": {JSON: {"schema": ref("Error")}}}
+    return components.error(status, text, texts=_ERROR_TEXT)
 
 
 def data_body(description: str, schema: Schema) -> Schema:
@@ -77,9 +78,8 @@ def data_body(description: str, schema: Schema) -> Schema:
 
 
 def responses(ok: dict[int, Schema], *errors: int, authenticated: bool = True) -> dict[str, Schema]:
-    """The successes given plus the listed errors (and the auth errors when authenticated)."""
-    codes = sorted(set(errors) | (set(AUTH_ERRORS) if authenticated else set()))
-    return {str(code): body for code, body in ok.items()} | {str(code): error(code) for code in codes}
+    """The successes given plus the listed errors (and this server's auth errors when authenticated)."""
+    return components.responses(ok, *errors, authenticated=authenticated, auth_errors=AUTH_ERRORS, texts=_ERROR_TEXT)
 
 
 def operation(
@@ -92,16 +92,5 @@ def operation(
     parameters: list[Schema] | None = None,
     body: Schema | None = None,
 ) -> Operation:
-    """One operation object of the avatar server."""
-    op: Operation = {
-        "operationId": op_id,
-        "tags": [tag],
-        "summary": summary,
-        "security": security,
-        "responses": responses_,
-    }
-    if parameters:
-        op["parameters"] = parameters
-    if body is not None:
-        op["requestBody"] = body
-    return op
+    """One operation object of the avatar server (its own security schemes)."""
+    return components.operation(op_id, tag, summary, responses_, security=security, parameters=parameters, body=body)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Final
 
 JSON = "application/json"
@@ -84,9 +85,9 @@ _ERROR_TEXT: Final = {
 AUTH_ERRORS: Final = (401, 403, 503)
 
 
-def error(status: int, text: str | None = None) -> Schema:
-    """A response carrying the error envelope."""
-    return {"description": text or _ERROR_TEXT[status], "content": {JSON: {"schema": ref("Error")}}}
+def error(status: int, text: str | None = None, *, texts: Mapping[int, str] = _ERROR_TEXT) -> Schema:
+    """A response carrying the document's error envelope (its ``Error`` schema), described from ``texts``."""
+    return {"description": text or texts[status], "content": {JSON: {"schema": ref("Error")}}}
 
 
 def json_body(description: str, schema: Schema, headers: dict[str, Schema] | None = None) -> Schema:
@@ -97,10 +98,19 @@ def json_body(description: str, schema: Schema, headers: dict[str, Schema] | Non
     return response
 
 
-def responses(ok: dict[int, Schema], *errors: int, authenticated: bool = True) -> dict[str, Schema]:
-    """The responses object: the successes given plus the listed errors (and the auth errors when authenticated)."""
-    codes = sorted(set(errors) | (set(AUTH_ERRORS) if authenticated else set()))
-    return {str(code): body for code, body in ok.items()} | {str(code): error(code) for code in codes}
+def responses(
+    ok: dict[int, Schema],
+    *errors: int,
+    authenticated: bool = True,
+    auth_errors: tuple[int, ...] = AUTH_ERRORS,
+    texts: Mapping[int, str] = _ERROR_TEXT,
+) -> dict[str, Schema]:
+    """The responses object: the successes given plus the listed errors (and the auth errors when authenticated).
+
+    The avatar server passes its own ``auth_errors`` and error ``texts``.
+    """
+    codes = sorted(set(errors) | (set(auth_errors) if authenticated else set()))
+    return {str(code): body for code, body in ok.items()} | {str(code): error(code, texts=texts) for code in codes}
 
 
 def operation(
@@ -110,15 +120,18 @@ def operation(
     responses_: dict[str, Schema],
     *,
     authenticated: bool = True,
+    security: list[dict[str, list[str]]] | None = None,
     parameters: list[Schema] | None = None,
     body: Schema | None = None,
 ) -> Operation:
-    """One operation object."""
+    """One operation object; ``security`` (the avatar server's schemes) overrides ``authenticated``."""
+    if security is None:
+        security = AUTHENTICATED if authenticated else PUBLIC
     op: Operation = {
         "operationId": op_id,
         "tags": [tag],
         "summary": summary,
-        "security": AUTHENTICATED if authenticated else PUBLIC,
+        "security": security,
         "responses": responses_,
     }
     if parameters:
