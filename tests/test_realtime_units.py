@@ -40,9 +40,32 @@ def test_try_trigger_needs_fifty_characters():
 def test_flush_and_auto_mode():
     assert TextBuffer().add("Hi", flush=True) == ["Hi"]
     auto = TextBuffer(auto_mode=True)
-    assert auto.add("Hello wor") == ["Hello"]
-    assert auto.add("ld. ") == ["world."]
+    # auto_mode: every message is a segment of its own, whole, never joined to the next one.
+    assert auto.add("See you tomorrow morning.") == ["See you tomorrow morning."]
+    assert auto.add("Is there anything else") == ["Is there anything else"]
+    assert auto.add(" ") == []
+    assert auto.add("3.") == ["3."]
     assert TextBuffer().drain() == []
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "joined"),
+    [
+        ("tomorrow morning.", "Is there", "tomorrow morning. Is there"),
+        ('he said "stop!"', "Then", 'he said "stop!" Then'),
+        ("Really?", '"Yes"', 'Really? "Yes"'),
+        ("morning. ", "Is", "morning. Is"),  # the client's own space is kept, no second one
+        ("pi is 3.", "14", "pi is 3.14"),  # a decimal point, not a sentence end
+        ("see example.", "com", "see example.com"),  # lower case: a continuation
+        ("the U.S.", "Army", "the U.S. Army"),
+        ("Hel", "lo there", "Hello there"),  # a word split across messages
+    ],
+)
+def test_messages_keep_their_boundary(first, second, joined):
+    buffer = TextBuffer((500,))
+    assert buffer.add(first) == []
+    assert buffer.add(second) == []
+    assert buffer.drain() == [joined]
 
 
 @pytest.mark.parametrize("bad", [[], [10], [600], ["a"], [True], "120", [120.5]])

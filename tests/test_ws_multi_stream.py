@@ -91,7 +91,7 @@ async def test_default_context_has_null_context_id(client):
 
 
 async def test_multi_socket_inactivity(client):
-    ws = await client.ws_connect(PATH.replace("?", "?inactivity_timeout=1&"))
+    ws = await client.ws_connect(PATH.replace("?", "?inactivity_timeout=5&"))
     await ws.send_json({"text": " ", "context_id": "idle"})
     got = await collect(ws, timeout=15)
     assert got.close_code == 1008

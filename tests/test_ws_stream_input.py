@@ -154,34 +154,46 @@ async def test_bad_output_format_gets_error_frame(client):
     assert got.errors[0]["error"] == "invalid_output_format"
 
 
-async def test_missing_first_message_closes_the_socket(aiohttp_client, redis_url, data_dir, shared_workers):
-    app = create_app(make_settings(redis_url, data_dir, ws_first_message_timeout_s=0.5))
+async def test_unauthenticated_socket_must_send_its_first_message_soon(
+    aiohttp_client, redis_url, data_dir, shared_workers
+):
+    """Only a socket that still has to authenticate in its first message gets the short first-message bound."""
+    app = create_app(make_settings(redis_url, data_dir, api_keys=(KEY,), ws_first_message_timeout_s=0.5))
     ws = await (await aiohttp_client(app)).ws_connect(PATH)
     got = await collect(ws, timeout=10)
     assert got.close_code == 1008
     assert got.errors[0]["error"] == "missing_first_message"
 
 
-async def test_inactivity_timeout_from_query(client):
-    ws = await client.ws_connect(f"{PATH}?inactivity_timeout=1")
+@pytest.fixture
+async def quick(aiohttp_client, redis_url, data_dir, shared_workers):
+    """A front whose default inactivity timeout is 1.5 s, so the timeout tests take seconds."""
+    return await aiohttp_client(create_app(make_settings(redis_url, data_dir, ws_inactivity_timeout_s=1.5)))
+
+
+async def test_inactivity_timeout(quick):
+    ws = await quick.ws_connect(PATH)
     await ws.send_json({"text": " "})
     got = await collect(ws, timeout=10)
     assert got.close_code == 1008
     assert got.errors[0]["error"] == "input_timeout_exceeded"
-    assert "1.0 seconds" in got.errors[0]["message"]
+    assert "1.5 seconds" in got.errors[0]["message"]
 
 
-async def test_inactivity_timeout_out_of_range(client):
-    ws = await client.ws_connect(f"{PATH}?inactivity_timeout=181")
+@pytest.mark.parametrize("value", ["4", "181", "0", "ten"])
+async def test_inactivity_timeout_out_of_range(client, value):
+    ws = await client.ws_connect(f"{PATH}?inactivity_timeout={value}")
     got = await collect(ws, timeout=10)
+    assert got.close_code == 1008
     assert got.errors[0]["error"] == "invalid_parameters"
+    assert "inactivity_timeout" in got.errors[0]["message"]
 
 
-async def test_keepalive_resets_the_timer_and_flush_speaks_without_final(client):
-    ws = await client.ws_connect(f"{PATH}?inactivity_timeout=2&output_format=pcm_16000")
+async def test_keepalive_resets_the_timer_and_flush_speaks_without_final(quick):
+    ws = await quick.ws_connect(f"{PATH}?output_format=pcm_16000")
     await ws.send_json({"text": " "})
-    for _ in range(3):  # 3 s of keep-alives: longer than the 2 s timeout
-        await asyncio.sleep(1.0)
+    for _ in range(4):  # 3 s of keep-alives: twice the 1.5 s timeout
+        await asyncio.sleep(0.75)
         await ws.send_json({"text": " "})
     await ws.send_json({"text": "Short. ", "flush": True})
     frame = json.loads((await ws.receive(timeout=30)).data)

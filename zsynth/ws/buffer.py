@@ -6,10 +6,16 @@ Rules (ElevenLabs ``chunk_length_schedule`` semantics):
   (the last entry repeats).
 * ``try_trigger_generation`` releases the whole words early once at least :data:`TRIGGER_MIN_CHARS` are buffered.
 * ``flush`` (and the end of input) releases everything, however short.
-* ``auto_mode`` turns the schedule off: every message's whole words are released at once.
+* ``auto_mode`` turns the schedule and all buffering off: every message is a segment of its own, spoken whole as
+  it arrives (clients in this mode send whole sentences or phrases). Nothing is ever joined to the next message.
 
-A segment never ends inside a word: text after the last white space may be the start of a word whose rest has
-not arrived yet, so it stays buffered until white space follows it or a flush forces it out.
+Without ``auto_mode`` a segment never ends inside a word: text after the last white space may be the start of a
+word whose rest has not arrived yet, so it stays buffered until white space follows it or a flush forces it out.
+Two messages are joined with the white space the client put between them; where it put none, a message that ends
+a sentence (``.``, ``!``, ``?``, ``…`` after a letter, optionally closed by a quote or bracket) and a message that
+starts a new one (a capital letter or an opening quote) are joined with one space, so "morning." and "Is there"
+become "morning. Is there", never "morning.Is there". Decimals and lower-case continuations ("3." + "14",
+"example." + "com") are joined as sent.
 """
 
 from __future__ import annotations
@@ -22,6 +28,33 @@ SCHEDULE_MIN: Final = 50
 SCHEDULE_MAX: Final = 500
 # Upstream ignores try_trigger_generation below about 50 characters; so does zsynth.
 TRIGGER_MIN_CHARS: Final = 50
+SENTENCE_END: Final = frozenset(".!?…。！？")
+CLOSERS: Final = frozenset("\"')]}”’»")
+OPENERS: Final = frozenset("\"'([{“‘«¿¡")
+
+
+def ends_sentence(text: str) -> bool:
+    """``text`` ends with sentence punctuation after a letter (closing quotes and brackets allowed after it)."""
+    end = len(text)
+    while end > 0 and text[end - 1] in CLOSERS:
+        end -= 1
+    if end < 2 or text[end - 1] not in SENTENCE_END:
+        return False
+    before = text[end - 2]
+    return before.isalpha() or before in SENTENCE_END or before in CLOSERS
+
+
+def starts_sentence(text: str) -> bool:
+    """``text`` starts like a new sentence: a capital letter or an opening quote or bracket."""
+    return bool(text) and (text[0].isupper() or text[0] in OPENERS)
+
+
+def join_messages(before: str, after: str) -> str:
+    """Two messages' text as one: a space between them when a sentence ends and the next starts without one."""
+    if before and after and not before[-1].isspace() and not after[0].isspace():
+        if ends_sentence(before) and starts_sentence(after):
+            return before + " " + after
+    return before + after
 
 
 class ScheduleError(ValueError):
@@ -62,15 +95,18 @@ class TextBuffer:
         return self.schedule[min(self._released, len(self.schedule) - 1)]
 
     def add(self, text: str, *, try_trigger: bool = False, flush: bool = False) -> list[str]:
-        """Append ``text``; return the segments that are ready now (possibly none)."""
-        self._text += text
+        """Append one message's ``text``; return the segments that are ready now (possibly none)."""
+        if self.auto_mode:
+            # Each message is its own segment; anything still buffered (there is none in this mode) goes first.
+            return [*self.drain(), *self._segment(text)]
+        self._text = join_messages(self._text, text)
         if flush:
             return self.drain()
         whole = self._whole_words_end()
         if whole == 0:
             return []
         # Thresholds count every buffered character (as upstream does); only the whole words are released.
-        if self.auto_mode or len(self._text) >= self.threshold:
+        if len(self._text) >= self.threshold:
             return self._release(whole)
         if try_trigger and len(self._text) >= TRIGGER_MIN_CHARS:
             return self._release(whole)
@@ -93,7 +129,10 @@ class TextBuffer:
 
     def _release(self, end: int) -> list[str]:
         segment, self._text = self._text[:end], self._text[end:]
-        if not segment.strip():
+        return self._segment(segment)
+
+    def _segment(self, text: str) -> list[str]:
+        if not text.strip():
             return []
         self._released += 1
-        return [segment.strip()]
+        return [text.strip()]

@@ -19,6 +19,8 @@ from ..keys import AUTHENTICATOR, REQUEST_ID, SETTINGS, VOICES, WS_PER_CREDENTIA
 
 logger = logging.getLogger(__name__)
 
+# The range ElevenLabs accepts for ?inactivity_timeout= (the server's own default may be set outside it).
+MIN_INACTIVITY_S: Final = 5
 MAX_INACTIVITY_S: Final = 180
 CLOSE_POLICY: Final = 1008
 # Close reasons travel in a control frame: 125 bytes minus the 2-byte code.
@@ -52,6 +54,16 @@ class StreamParams:
     enable_logging: bool
 
 
+def inactivity_error(params: StreamParams) -> WsError:
+    """The upstream wording of the inactivity error."""
+    return WsError(
+        "input_timeout_exceeded",
+        f"Have not received a new text input within the timeout of {params.inactivity_s:.1f} seconds. Streaming "
+        "input terminated. Please make sure to either feed the input in the timely manner, or to send the end of "
+        'input text (empty string "") when done.',
+    )
+
+
 def _query_bool(request: web.Request, name: str, default: bool) -> bool:
     raw = request.query.get(name)
     if raw is None or raw == "":
@@ -78,8 +90,12 @@ def parse_params(request: web.Request) -> StreamParams:
             inactivity = float(int(raw))
         except ValueError as err:
             raise WsError("invalid_parameters", "inactivity_timeout must be a whole number of seconds.") from err
-        if not 1 <= inactivity <= MAX_INACTIVITY_S:
-            raise WsError("invalid_parameters", f"inactivity_timeout must lie in 1..{MAX_INACTIVITY_S} seconds.")
+        if not MIN_INACTIVITY_S <= inactivity <= MAX_INACTIVITY_S:
+            raise WsError(
+                "invalid_parameters",
+                f"inactivity_timeout must be a whole number of seconds from {MIN_INACTIVITY_S} to "
+                f"{MAX_INACTIVITY_S} (got {raw}).",
+            )
     seed: int | None = None
     if request.query.get("seed"):
         try:
@@ -203,20 +219,43 @@ class Connection:
                 del counts[self._counted]
             self._counted = None
 
-    async def first_message(self) -> dict[str, Any]:
-        """The first message, within ZSYNTH_WS_FIRST_MESSAGE_TIMEOUT; WsError when it does not come."""
+    async def start(self, params: StreamParams, *, bos: bool) -> dict[str, Any] | None:
+        """Authenticate and read the first message; None when the client closed first.
+
+        A socket whose upgrade request carries a credential (header or query), or any socket on a server without
+        keys, is authenticated at once and may stay quiet until ``inactivity_timeout``, as upstream allows: voice
+        agents connect at start-up and say nothing until their user has spoken. Only a socket that still has to
+        authenticate in its first message gets the shorter ZSYNTH_WS_FIRST_MESSAGE_TIMEOUT. With ``bos`` the first
+        message must carry ``text`` (stream-input's initial ``{"text": " "}``).
+        """
+        if self.request.app[AUTHENTICATOR].is_open or secret_from_request(self.request) is not None:
+            await self.authenticate({})
+            try:
+                message = await self.receive(params.inactivity_s)
+            except TimeoutError as err:
+                raise inactivity_error(params) from err
+            if message is not None and bos:
+                self._check_bos(message)
+            return message
         bound = self.request.app[SETTINGS].ws_first_message_timeout_s
         try:
             message = await self.receive(bound)
         except TimeoutError as err:
             raise WsError(
-                "missing_first_message", f"No initial message within {bound:g} seconds: send {{'text': ' '}} first."
+                "missing_first_message",
+                f"No initial message within {bound:g} seconds: send the key in the xi-api-key header or "
+                "in the first message.",
             ) from err
         if message is None:
-            raise ConnectionResetError("client closed before its first message")
+            return None
+        self._check_bos(message)
+        await self.authenticate(message)
+        return message
+
+    @staticmethod
+    def _check_bos(message: dict[str, Any]) -> None:
         if not isinstance(message.get("text"), str):
             raise WsError("invalid_message", "The first message must carry a 'text' field (a single space).")
-        return message
 
     async def authenticate(self, first: dict[str, Any]) -> Credential:
         """Verify the credential from the upgrade request or the first message; WsError when refused."""

@@ -2,15 +2,30 @@
 
 Every client message may name a ``context_id`` (none means the default context, answered with ``contextId``
 null). Text to an unknown context creates it; at most :data:`MAX_CONTEXTS` contexts may be live, a sixth ends the
-socket with ``max_active_conversations``. ``flush`` speaks a context's buffer and sends no ``isFinal``;
-``close_context`` lets the audio already being made finish (text never flushed is dropped), then sends one
-``{"isFinal": true, "contextId": ...}``. ``{"text": ""}`` only keeps a context alive. ``close_socket`` closes
-every context that way and then the socket, with 1000. A context idle for ``inactivity_timeout`` is closed
-quietly (no isFinal); a socket with no live context idle that long ends with ``input_timeout_exceeded``.
+socket with ``max_active_conversations``. A closed context's id may be used again: it opens a new context.
+``flush`` speaks a context's buffer and sends no ``isFinal``. ``{"text": ""}`` only keeps a context (or, with no
+``context_id``, the socket) alive.
+
+``close_context`` ends a context in one of two ways (the AsyncAPI: "if it has already been set to flush it will
+continue flushing"):
+
+* The context is *flushing*: its last message was a flush and no text came after it. Its audio is finished,
+  then one ``{"isFinal": true, "contextId": ...}`` is sent. This is how an agent ends a turn (LiveKit sends
+  ``{"text": "", "flush": true}`` and then ``close_context``). In ``auto_mode`` every message is spoken as it
+  arrives, so ``flush`` on a message with text changes nothing; there only a flush without text sets a context
+  flushing.
+* Otherwise it is a barge-in (the agent's user spoke over it while text was still coming): buffered text is
+  dropped, queued and running segments are cancelled (the worker stops within one piece), no more audio is sent
+  for it, and its ``isFinal`` follows at once.
+
+``close_socket`` ends every context that way (flushing ones finish) and then closes the socket with 1000. A context
+idle for ``inactivity_timeout`` is closed quietly (no isFinal); a socket with no live context idle that long ends
+with ``input_timeout_exceeded``.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any, Final
@@ -18,20 +33,23 @@ from typing import Any, Final
 from aiohttp import web
 
 from .buffer import TextBuffer
-from .connection import Connection, StreamParams, WsError, parse_params, voice_settings_field
+from .connection import Connection, StreamParams, WsError, inactivity_error, parse_params, voice_settings_field
 from .lifecycle import run_socket
 from .speaker import Speaker
-from .stream_input import BUSY_POLL_S, MIN_WAIT_S, checked_text, inactivity_error, make_buffer
+from .stream_input import BUSY_POLL_S, MIN_WAIT_S, checked_text, make_buffer
+
+logger = logging.getLogger(__name__)
 
 MAX_CONTEXTS: Final = 5
 
 
 @dataclass(slots=True)
 class Context:
-    """One live context: its text buffer and its speaker."""
+    """One live context: its text buffer, its speaker, and whether it was set to flush (see the module doc)."""
 
     buffer: TextBuffer
     speaker: Speaker
+    flushing: bool = False
 
 
 class MultiSession:
@@ -74,19 +92,28 @@ class MultiSession:
         if self.closing_socket and not self.closing:
             await self.conn.close(1000)
 
-    def _close_context(self, context_id: str | None) -> None:
+    async def _close_context(self, context_id: str | None) -> None:
         context = self.live.pop(context_id, None)
-        if context is not None:
-            context.buffer.clear()
-            self.closing.add(context.speaker)
-            context.speaker.end()
+        if context is None:
+            return
+        context.buffer.clear()
+        speaker = context.speaker
+        if context.flushing or not speaker.busy:
+            self.closing.add(speaker)
+            speaker.end()
+            return
+        logger.info("socket %s: context %r closed mid-speech: stopping it", self.conn.socket_id, context_id)
+        await speaker.interrupt()
+        if speaker in self.speakers:
+            self.speakers.remove(speaker)
+        await self.conn.send({"isFinal": True, "is_final": True, "contextId": context_id})
 
     async def handle(self, message: dict[str, Any]) -> None:
         """Apply one client message."""
         if message.get("close_socket"):
             self.closing_socket = True
             for context_id in list(self.live):
-                self._close_context(context_id)
+                await self._close_context(context_id)
             if not self.closing:
                 await self.conn.close(1000)
             return
@@ -94,14 +121,19 @@ class MultiSession:
         if context_id is not None and not isinstance(context_id, str):
             raise WsError("invalid_message", "Field 'context_id' must be a string.")
         if message.get("close_context"):
-            self._close_context(context_id)
+            await self._close_context(context_id)
             return
         text = checked_text(self.conn, message)
         flush = bool(message.get("flush"))
         if text == "" and not flush and context_id not in self.live:
-            return  # a keep-alive for a context that is gone: nothing to keep
+            return  # a keep-alive for the socket or for a context that is gone: nothing to keep
         context = self._context(context_id, message)
         context.speaker.touch()
+        spoken = bool(text.strip())
+        if flush and (not spoken or not self.params.auto_mode):
+            context.flushing = True
+        elif spoken:
+            context.flushing = False
         for segment in context.buffer.add(text, try_trigger=bool(message.get("try_trigger_generation")), flush=flush):
             context.speaker.speak(segment)
 
@@ -131,8 +163,9 @@ class MultiSession:
 
 async def _serve(conn: Connection, speakers: list[Speaker]) -> None:
     params = parse_params(conn.request)
-    first = await conn.first_message()
-    await conn.authenticate(first)
+    first = await conn.start(params, bos=False)
+    if first is None:
+        return
     session = MultiSession(conn, params, speakers)
     message: dict[str, Any] | None = first
     while True:

@@ -4,6 +4,11 @@ Each segment is its own job on the worker pool, so a worker slot is held only wh
 never for the socket's lifetime. At most :data:`LOOKAHEAD` segments of a context are submitted and unfinished at
 once: the next one waits in the queue (realtime jobs go ahead of batch jobs) while the previous one's audio is
 still being sent, so there is no gap between them, yet one talkative socket cannot take every worker.
+
+Alignment times are integer ms relative to the frame they come with (ElevenLabs' documented default). With
+``sync_alignment=true`` they count from the start of the context's audio instead, so they keep increasing across
+frames and segments: the timeline a framework needs to turn characters into word timestamps (LiveKit's plugin
+reads them that way and asks for ``sync_alignment=true``).
 """
 
 from __future__ import annotations
@@ -64,6 +69,9 @@ class Speaker:
         self.ended = False
         self.last_activity = time.monotonic()
         self._chars_sent = False
+        self._audio_ms = 0.0  # audio already sent for this context: where the next frame starts
+        self._sending = False  # inside a socket send, which must not be cut short (see interrupt)
+        self._interrupted = False
         self._finisher: asyncio.Task[Any] | None = None  # the task sending the last frames and the close
         self._segments: asyncio.Queue[str | None] = asyncio.Queue()
         self._streams: asyncio.Queue[JobStream | None] = asyncio.Queue()
@@ -104,6 +112,25 @@ class Speaker:
             await asyncio.wait([self._finisher], timeout=5.0)
         for task in self._tasks:
             task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for stream in list(self._live):
+            await stream.close()  # cancels the job on its worker unless it already ended
+        self._live.clear()
+        self.pending = 0
+
+    async def interrupt(self) -> None:
+        """Barge-in: stop now, but never in the middle of a frame; no audio is sent after this returns.
+
+        Queued segments are dropped and the submitted jobs cancelled (a running one stops within one piece on its
+        worker). A send already under way is let finish first: cancelling a socket write part way could corrupt
+        the stream of frames the other contexts still use.
+        """
+        self.ended = True
+        self._interrupted = True
+        submit, forward = self._tasks
+        submit.cancel()
+        if not self._sending:
+            forward.cancel()  # it waits for a segment or an event, never inside a send
         await asyncio.gather(*self._tasks, return_exceptions=True)
         for stream in list(self._live):
             await stream.close()  # cancels the job on its worker unless it already ended
@@ -152,6 +179,8 @@ class Speaker:
                     job_start = True
                     async for event in stream.chunks():
                         job_start = await self._forward(event, job_start)
+                        if self._interrupted:
+                            return
                 except JobFailed as err:
                     code = "synthesis_unavailable" if err.code in _UNAVAILABLE else err.code
                     raise WsError(code, err.message) from err
@@ -194,10 +223,23 @@ class Speaker:
         """
         alignment = self._alignment(event, job_start)
         audio = event.audio
+        span = event.meta.get("span_ms")
+        chunk_ms = float(span) if isinstance(span, int | float) else (alignment.end_ms if alignment else 0.0)
         if not audio and alignment is None:
+            self._audio_ms += chunk_ms
             return job_start
-        for part, frame_alignment in _frames(audio, alignment):
-            await self.conn.send_json_text(audio_frame(part, frame_alignment, self.context_id, multi=self.multi))
+        start_ms = self._audio_ms
+        self._sending = True
+        try:
+            for part, frame_alignment in _frames(audio, alignment):
+                if self.params.sync_alignment and frame_alignment is not None:
+                    frame_alignment = _shifted(frame_alignment, round(start_ms))
+                await self.conn.send_json_text(audio_frame(part, frame_alignment, self.context_id, multi=self.multi))
+                if audio:
+                    start_ms += chunk_ms * len(part) / len(audio)
+        finally:
+            self._sending = False
+        self._audio_ms += chunk_ms
         self.conn.touch()
         self.touch()
         return job_start and alignment is None
@@ -222,6 +264,13 @@ def _frames(audio: bytes, alignment: CharAlignment | None) -> list[tuple[bytes, 
             frame_alignment = span.websocket() if span is not None else None
         frames.append((part, frame_alignment))
     return frames
+
+
+def _shifted(alignment: dict[str, Any], offset_ms: int) -> dict[str, Any]:
+    """A frame's alignment with its start times moved onto the context's timeline."""
+    if not offset_ms:
+        return alignment
+    return {**alignment, "charStartTimesMs": [start + offset_ms for start in alignment["charStartTimesMs"]]}
 
 
 def audio_frame(audio: bytes, alignment: dict[str, Any] | None, context_id: str | None, *, multi: bool) -> str:

@@ -14,7 +14,15 @@ from aiohttp import web
 
 from ..keys import SETTINGS
 from .buffer import ScheduleError, TextBuffer, parse_schedule
-from .connection import Connection, StreamParams, WsError, parse_params, text_field, voice_settings_field
+from .connection import (
+    Connection,
+    StreamParams,
+    WsError,
+    inactivity_error,
+    parse_params,
+    text_field,
+    voice_settings_field,
+)
 from .lifecycle import run_socket
 from .speaker import Speaker
 
@@ -45,20 +53,11 @@ def checked_text(conn: Connection, message: dict[str, Any]) -> str:
     return text
 
 
-def inactivity_error(params: StreamParams) -> WsError:
-    """The upstream wording of the inactivity error."""
-    return WsError(
-        "input_timeout_exceeded",
-        f"Have not received a new text input within the timeout of {params.inactivity_s:.1f} seconds. Streaming "
-        "input terminated. Please make sure to either feed the input in the timely manner, or to send the end of "
-        'input text (empty string "") when done.',
-    )
-
-
 async def _serve(conn: Connection, speakers: list[Speaker]) -> None:
     params = parse_params(conn.request)
-    first = await conn.first_message()
-    await conn.authenticate(first)
+    first = await conn.start(params, bos=True)
+    if first is None:
+        return
     buffer = make_buffer(first, params)
 
     async def finished(_: Speaker) -> None:
