@@ -47,11 +47,15 @@ async def run_socket(request: web.Request, kind: str, body: Body) -> web.WebSock
         # Bookkeeping first, before any await: a cancelled handler may not get past the next one.
         conn.release()
         registry.discard(ws)
+        closed_by_client = ws.closed
+        if closed_by_client:  # logged now: the handler is cancelled at its next await when the client is gone
+            logger.info("socket %s: closed (%s)", conn.socket_id, ws.close_code)
         # Shielded: the jobs must be cancelled on the workers even if this handler is cancelled again meanwhile.
         await asyncio.shield(cancel_all(speakers))
         if not ws.closed:
             await conn.close(1000)
-        logger.info("socket %s: closed (%s)", conn.socket_id, ws.close_code)
+        if not closed_by_client:
+            logger.info("socket %s: closed (%s)", conn.socket_id, ws.close_code)
     return ws
 
 

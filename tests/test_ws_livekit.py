@@ -1,0 +1,157 @@
+"""LiveKit Agents' ElevenLabs TTS plugin, unchanged, through one conversation against the full local stack.
+
+The plugin keeps one multi-stream-input socket for the whole conversation and speaks each turn in a new context
+(``auto_mode=true``, ``sync_alignment=true``, ``inactivity_timeout=180``, key in the ``xi-api-key`` header). What it
+does on the wire is observed on the server side, in the front's socket log: how many sockets it opened, whether any
+was ended with an error frame, and the close code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from dataclasses import dataclass, field
+
+import aiohttp
+import numpy as np
+import pytest
+
+from zsynth.app import create_app
+
+from .conftest import make_settings
+from .helpers import assert_speech
+
+elevenlabs = pytest.importorskip("livekit.plugins.elevenlabs")
+from livekit.agents import APIConnectOptions  # noqa: E402
+from livekit.agents.types import USERDATA_TIMED_TRANSCRIPT  # noqa: E402
+
+KEY = "sk-livekit-agent"
+# No retries, so a failed turn fails the test instead of being spoken again in a fresh context; a patient
+# deadline, as the CPU engine shares this machine's cores with other test runs.
+CONN = APIConnectOptions(max_retry=0, timeout=30.0)
+IDLE_S = 21.0  # longer than the server's default inactivity timeout (20 s) and its first-message bound (10 s)
+TURN_ONE = "Hello! I am the assistant of this test. How can I help you today?"
+TURN_TWO = "Sure, the weather tomorrow looks sunny. Expect a light breeze in the afternoon, and a cool evening."
+TURN_THREE = [f"Let me tell you a long story, part {n}, which the user will interrupt." for n in range(8)]
+
+
+@dataclass
+class Turn:
+    """What the agent's TTS stream handed back for one turn."""
+
+    pcm: list[np.ndarray] = field(default_factory=list)
+    words: list[tuple[str, float, float]] = field(default_factory=list)
+    rate: int = 0
+
+    def add(self, event) -> None:
+        frame = event.frame
+        self.rate = frame.sample_rate
+        self.pcm.append(np.frombuffer(bytes(frame.data), dtype=np.int16).astype(np.float32) / 32768.0)
+        for word in frame.userdata.get(USERDATA_TIMED_TRANSCRIPT) or []:
+            self.words.append((str(word), float(word.start_time), float(word.end_time)))
+
+    @property
+    def samples(self) -> np.ndarray:
+        return np.concatenate(self.pcm) if self.pcm else np.zeros(0, dtype=np.float32)
+
+    @property
+    def seconds(self) -> float:
+        return len(self.samples) / self.rate if self.rate else 0.0
+
+    def check_words(self, text: str | None) -> None:
+        """Word timestamps in order and inside the audio (and, for a whole turn, spelling its text)."""
+        assert self.words, "no word timestamps"
+        previous_end = 0.0
+        for word, start, end in self.words:
+            assert previous_end - 0.002 <= start <= end, (word, start, end, previous_end)
+            previous_end = end
+        assert previous_end <= self.seconds + 0.05, (previous_end, self.seconds)
+        if text is not None:
+            assert "".join(w for w, _, _ in self.words).split() == text.split()
+
+
+async def speak(stream, pieces: list[str]) -> Turn:
+    """Push ``pieces`` as an LLM would, end the input, and collect the turn's audio."""
+    turn = Turn()
+
+    async def feed() -> None:
+        for piece in pieces:
+            stream.push_text(piece)
+            await asyncio.sleep(0.005)
+        stream.end_input()
+
+    feeder = asyncio.create_task(feed())
+    async for event in stream:
+        turn.add(event)
+    await feeder
+    return turn
+
+
+def tokens(text: str) -> list[str]:
+    """The text cut the way an LLM streams it: words and punctuation, each with its leading space."""
+    return re.findall(r"\s*[\w']+|\s*[^\w\s]", text)
+
+
+@pytest.fixture
+async def server(aiohttp_client, redis_url, data_dir, shared_workers):
+    """A keyed front with the default socket timeouts (20 s inactivity, 10 s first-message bound)."""
+    return await aiohttp_client(create_app(make_settings(redis_url, data_dir, api_keys=(KEY,))))
+
+
+async def test_livekit_agent_conversation(server, caplog):
+    caplog.set_level(logging.INFO, logger="zsynth.ws")
+    async with aiohttp.ClientSession() as session:
+        tts = elevenlabs.TTS(
+            api_key=KEY,
+            voice_id="any-voice",
+            base_url=f"http://127.0.0.1:{server.server.port}/v1",
+            http_session=session,
+        )
+        # The agent connects at start-up and waits for its user, saying nothing.
+        tts.prewarm()
+        await asyncio.sleep(IDLE_S)
+
+        first = await speak(tts.stream(conn_options=CONN), [TURN_ONE])
+        assert_speech(first.samples, first.rate, TURN_ONE)
+        first.check_words(TURN_ONE)
+
+        second = await speak(tts.stream(conn_options=CONN), tokens(TURN_TWO))
+        assert_speech(second.samples, second.rate, TURN_TWO)
+        second.check_words(TURN_TWO)
+
+        # The third turn is interrupted: the agent closes its stream once the first audio plays.
+        stream = tts.stream(conn_options=CONN)
+        for sentence in TURN_THREE:
+            stream.push_text(sentence + " ")
+        third = Turn()
+        async for event in stream:
+            third.add(event)
+            if third.seconds >= 0.5:
+                break
+        await stream.aclose()
+        assert 0.5 <= third.seconds < 4 * len(TURN_THREE), third.seconds
+        # Speech, not silence (the length band of a text as long as the audio heard).
+        assert_speech(third.samples, third.rate, " ".join(["word"] * max(1, round(third.seconds * 3))))
+
+        # After the barge-in the same socket speaks the next turn.
+        fourth = await speak(tts.stream(conn_options=CONN), [TURN_ONE])
+        assert_speech(fourth.samples, fourth.rate, TURN_ONE)
+        fourth.check_words(TURN_ONE)
+        await tts.aclose()
+
+    def log() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.name.startswith("zsynth.ws")]
+
+    for _ in range(100):  # the front logs the close once its handler has finished
+        if any(" closed (" in line for line in log()):
+            break
+        await asyncio.sleep(0.05)
+    lines = log()
+    opened = [line for line in lines if "multi-stream-input open" in line]
+    assert len(opened) == 1, log
+    assert any(line.endswith("closed (1000)") for line in lines), lines
+    assert any("closed mid-speech: stopping it" in line for line in lines), lines
+    # Every error frame is logged by the connection as "socket <id>: <error code>: <message>".
+    errors = [r.getMessage() for r in caplog.records if r.name == "zsynth.ws.connection"]
+    assert not [m for m in errors if re.match(r"socket \S+: [a-z_]+: ", m)], errors
