@@ -208,8 +208,8 @@ class Settings:
     turbo_chunk_tokens: int = _env("TURBO_CHUNK_TOKENS", _min_tokens, default=40)
     # Perth watermark on every chunk (the upstream generate() always applies it).
     turbo_watermark: bool = _env("TURBO_WATERMARK", _parse_bool, default=True)
-    # Realtime WebSockets: default idle time before a socket is ended (a client may ask for 1-180 s with
-    # ?inactivity_timeout=), and how long a new socket may take to send its first message.
+    # Realtime WebSockets: default idle time before a socket is ended (a client may ask for 5-180 s with
+    # ?inactivity_timeout=), and how long a socket that has not authenticated yet may take to send its first message.
     ws_inactivity_timeout_s: float = _env("WS_INACTIVITY_TIMEOUT", _positive_float, default=20.0)
     ws_first_message_timeout_s: float = _env("WS_FIRST_MESSAGE_TIMEOUT", _positive_float, default=10.0)
     # Largest client message on a realtime socket (bigger ones close the socket with 1009, "message too big").
