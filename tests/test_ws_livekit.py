@@ -16,15 +16,14 @@ from dataclasses import dataclass, field
 import aiohttp
 import numpy as np
 import pytest
+from livekit.agents import APIConnectOptions
+from livekit.agents.types import USERDATA_TIMED_TRANSCRIPT
+from livekit.plugins import elevenlabs
 
 from zsynth.app import create_app
 
 from .conftest import make_settings
 from .helpers import assert_speech
-
-elevenlabs = pytest.importorskip("livekit.plugins.elevenlabs")
-from livekit.agents import APIConnectOptions  # noqa: E402
-from livekit.agents.types import USERDATA_TIMED_TRANSCRIPT  # noqa: E402
 
 KEY = "sk-livekit-agent"
 # No retries, so a failed turn fails the test instead of being spoken again in a fresh context; a patient
