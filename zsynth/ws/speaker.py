@@ -71,6 +71,7 @@ class Speaker:
         self._chars_sent = False
         self._audio_ms = 0.0  # audio already sent for this context: where the next frame starts
         self._sending = False  # inside a socket send, which must not be cut short (see interrupt)
+        self._submitting = False  # inside dispatcher.submit: cut short, the job could be queued and never cancelled
         self._interrupted = False
         self._finisher: asyncio.Task[Any] | None = None  # the task sending the last frames and the close
         self._segments: asyncio.Queue[str | None] = asyncio.Queue()
@@ -123,12 +124,13 @@ class Speaker:
 
         Queued segments are dropped and the submitted jobs cancelled (a running one stops within one piece on its
         worker). A send already under way is let finish first: cancelling a socket write part way could corrupt
-        the stream of frames the other contexts still use.
+        the stream of frames the other contexts still use. So is a job being queued, so that it is cancelled too.
         """
         self.ended = True
         self._interrupted = True
         submit, forward = self._tasks
-        submit.cancel()
+        if not self._submitting:
+            submit.cancel()  # it waits for a segment or a slot
         if not self._sending:
             forward.cancel()  # it waits for a segment or an event, never inside a send
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -158,6 +160,7 @@ class Speaker:
                 alignment=True,
                 seed=self.params.seed,  # the dispatcher sets the start deadline
             )
+            self._submitting = True
             try:
                 stream = await dispatcher.submit(job)
             except Exception as err:  # Redis unreachable or slow: the socket cannot be served
@@ -165,7 +168,11 @@ class Speaker:
                 self._finisher = asyncio.current_task()
                 await self.conn.fail(WsError("synthesis_unavailable", "The speech service is unavailable."))
                 return
+            finally:
+                self._submitting = False
             self._live.add(stream)
+            if self._interrupted:
+                return  # interrupt() cancels every live job once this task has ended
             logger.debug("socket %s: segment job %s (%d chars)", self.conn.socket_id, job.job_id, len(segment))
             await self._streams.put(stream)
 
