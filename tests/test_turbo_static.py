@@ -171,6 +171,14 @@ def test_blocks_stop_token_and_cancel_bookkeeping(t3, prompt):
         static_tokens(st, prompt, 4, top_k=50)
 
 
+def test_prompt_too_long_for_the_static_cache_runs_on_the_dynamic_one(t3, prompt):
+    st = StaticT3(t3, 8)  # room for PREFILL_MAX + 8 positions
+    long_text = torch.randint(0, 600, (1, PREFILL_MAX))
+    torch.manual_seed(9)
+    expected = list(iter_speech_tokens_reference(t3, fresh(prompt[0]), long_text, Sampling(), 8))
+    assert static_tokens(st, (prompt[0], long_text), 8, seed=9) == expected and len(expected) == 8
+
+
 def test_cache_size_and_buckets(t3):
     st = StaticT3(t3, 100)
     assert st.max_len == min(PREFILL_MAX + 100, t3.tfmr.config.n_positions)

@@ -248,9 +248,17 @@ class StaticT3:
             t3_cond=t3_cond, text_tokens=text_tokens, speech_tokens=start, cfg_weight=0.0
         )
         length = int(embeds.shape[1])
-        budget = min(max_tokens, self.max_len - length)
-        if budget < max_tokens:
-            logger.warning("prompt of %d positions leaves room for %d speech tokens only", length, budget)
+        if length + max_tokens > self.max_len:  # a prompt beyond PREFILL_MAX (text of many tokens per character)
+            logger.warning(
+                "prompt of %d positions and %d speech tokens exceed the static cache of %d: this piece runs on "
+                "the dynamic cache",
+                length,
+                max_tokens,
+                self.max_len,
+            )
+            yield from iter_speech_tokens_reference(self.t3, t3_cond, text_tokens, sampling, max_tokens, should_stop)
+            return
+        budget = max_tokens
         self.temperature.fill_(sampling.temperature if sampling.temperature > 0 else 1.0)
         self.top_p.fill_(sampling.top_p)
         self.penalty.fill_(sampling.repetition_penalty)
@@ -288,8 +296,10 @@ def iter_speech_tokens_reference(
     text_tokens: torch.Tensor,
     sampling: Any,
     max_tokens: int,
+    should_stop: Callable[[], bool] = lambda: False,
 ) -> Iterator[int]:
-    """Upstream's loop (HF dynamic cache, one sync per token) with :func:`sample_next`: the eager reference."""
+    """Upstream's loop (HF dynamic cache, one sync per token) with :func:`sample_next`: the eager reference, and
+    the fallback for prompts too long for the static cache."""
     start = t3.hp.start_speech_token * torch.ones_like(text_tokens[:, :1])
     embeds, _ = t3.prepare_input_embeds(t3_cond=t3_cond, text_tokens=text_tokens, speech_tokens=start, cfg_weight=0.0)
     out = t3.tfmr(inputs_embeds=embeds, use_cache=True)
@@ -304,7 +314,7 @@ def iter_speech_tokens_reference(
     for _ in range(max_tokens):
         token = sample_next(logits, seen, temperature, top_p, penalty, sampling.top_k)
         value = int(token.item())
-        if value == t3.hp.stop_speech_token:
+        if value == t3.hp.stop_speech_token or should_stop():
             return
         yield value
         seen.scatter_(1, token, True)
