@@ -259,3 +259,14 @@ def test_device_lru_and_disk_copy_across_restarts(tmp_path, monkeypatch):
     other_weights = make_cache(capacity=2, model_id="m2")  # other weights: the disk copy is stale
     other_weights.get(folders[1], {})
     assert (other_weights.built, other_weights.loaded) == (1, 0)
+
+
+def test_turbo_speed_settings_parse_and_refuse_bad_values():
+    from zsynth.config import Settings, SettingsError
+
+    default = Settings.from_env({})
+    assert (default.turbo_cuda_graphs, default.turbo_dtype) == (True, "float32")
+    chosen = Settings.from_env({"ZSYNTH_TURBO_CUDA_GRAPHS": "false", "ZSYNTH_TURBO_DTYPE": "BFloat16"})
+    assert (chosen.turbo_cuda_graphs, chosen.turbo_dtype) == (False, "bfloat16")
+    with pytest.raises(SettingsError, match="ZSYNTH_TURBO_DTYPE"):
+        Settings.from_env({"ZSYNTH_TURBO_DTYPE": "float16"})
