@@ -7,6 +7,9 @@ Run through ``./scripts/bench-turbo [--checkpoint DIR] [--repeats N] [--max-toke
 ZSYNTH_TURBO_CHECKPOINT) it measures those weights; without one it builds random weights of the real size on a CUDA
 box, and says so. Without CUDA it runs on the CPU with the tiny random checkpoint to prove the path works and says
 plainly that the figures are not GPU figures.
+
+This is the quick look at a host's own weights; ``./scripts/gpu-run`` (docs/gpu-run.md) is the full measurement:
+20 requests per text, T3 and S3Gen timed apart, the T3 decode modes and bfloat16 compared, results written as files.
 """
 
 from __future__ import annotations

@@ -239,3 +239,66 @@ async def test_worker_serves_cloned_voices_over_http(
     here = joined(run(engine, TEXT, VoiceSpec("custom-aaaa"), seed=11))
     assert engine.voices.loaded == loaded_before + 1 and engine.voices.built == built_before
     np.testing.assert_allclose(np.clip(here, -1, 1), samples, atol=2.5 / 32768)
+
+
+def test_prepared_gpu_run_pieces_on_the_cpu(engine: TurboEngine, tmp_path: Path):
+    """scripts/gpu_run.py's phases on this engine (tiny, CPU): figures that add up, and the files it writes."""
+    import json
+
+    from scripts import gpu_run
+    from workers.engines.turbo_static import StaticT3
+
+    dev = gpu_run.Device(torch, "cpu")
+    row = gpu_run.measure(engine, dev, gpu_run.SHORT, 1, 16, time.monotonic() + 600)
+    assert row["requests"] == 1 and row["tokens_per_piece"] == 16
+    assert row["audio_s"] == pytest.approx((16 + 3) / 25, abs=0.1)  # the piece ran to its cap
+    assert 0 < row["ttfa_ms"]["p50"] <= 1000 * row["rtf"]["p50"] * row["audio_s"]
+    assert row["decode_ms_per_chunk"]["n"] == row["chunks_per_request"] >= 2
+    assert row["t3_ms_per_token"]["p50"] > 0 and row["watermark_ms_per_chunk"]["p50"] > 0
+    modes = gpu_run.decode_modes(engine, dev, 20, 10)
+    assert modes["graphs_vs_eager_same_prefix"] == modes["tokens"] == 20  # on the CPU both are the eager step
+    assert modes["graphs_vs_hf_same_prefix"] == modes["compared_with_hf"] == 10
+    diffs = gpu_run.bf16_diffs(engine, StaticT3(engine.model.t3, 60, torch.bfloat16))
+    assert 0 < diffs["t3"]["logits_rel_l2"] < 0.05 and diffs["t3"]["top1_agreement"] > 0.8
+    assert 0 < diffs["s3gen_flow_mel"]["rel_l2"] < 0.05
+    voice = gpu_run.cloned_voice(engine, dev, tmp_path)
+    assert voice["clip_hashes"] >= 1 and voice["device_cache_ms"] < voice["build_ms"]
+
+    report = {
+        "meta": {
+            "date": "now",
+            "mode": "test",
+            "device": "cpu",
+            "torch": "t",
+            "cuda": None,
+            "python": "3",
+            "transformers": "5",
+            "token_bound": "bounded",
+        },  # fmt: skip
+        "streaming": {"float32": {"short": row, "long": row}},
+        "t3_modes": modes,
+        "bf16_vs_fp32": diffs,
+        "cloned_voice": voice,
+    }
+    report["targets"] = gpu_run.verdicts(report)
+    gpu_run.write_outputs(tmp_path / "out", report)
+    saved = json.loads((tmp_path / "out" / "gpu-figures.json").read_text())
+    assert saved["streaming"]["float32"]["short"]["requests"] == 1
+    page = (tmp_path / "out" / "gpu-figures.md").read_text()
+    assert "| float32 | short (52 chars, 16 tokens/piece) | 1 |" in page
+    fast_t3 = "yes" if row["t3_ms_per_token"]["p50"] <= 4 else "no"
+    assert [verdict["met"] for verdict in report["targets"]] == ["no", "no", fast_t3]
+    assert gpu_run.token_cap(gpu_run.LONG) == round(25 * 231.5 / 14)  # two pieces of 264 and 199 characters
+
+
+def test_prepared_gpu_run_refuses_to_pass_cpu_figures_as_gpu_ones():
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is here")
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(
+        [sys.executable, str(root / "scripts" / "gpu_run.py")], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 2 and "--reduced" in done.stderr

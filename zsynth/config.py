@@ -131,6 +131,13 @@ def _turbo_device(raw: str) -> str:
     return value
 
 
+def _turbo_dtype(raw: str) -> str:
+    value = raw.strip().lower()
+    if value not in ("float32", "bfloat16"):
+        raise ValueError("expected float32 or bfloat16")
+    return value
+
+
 def _min_tokens(raw: str) -> int:
     value = int(raw)
     if value < 8:
@@ -208,6 +215,10 @@ class Settings:
     turbo_chunk_tokens: int = _env("TURBO_CHUNK_TOKENS", _min_tokens, default=40)
     # Perth watermark on every chunk (the upstream generate() always applies it).
     turbo_watermark: bool = _env("TURBO_WATERMARK", _parse_bool, default=True)
+    # T3's decode step as CUDA graphs, one per attention length bucket, captured before READY (GPU only).
+    turbo_cuda_graphs: bool = _env("TURBO_CUDA_GRAPHS", _parse_bool, default=True)
+    # bfloat16 runs T3 and S3Gen's flow in bf16 on the GPU (the vocoder stays fp32); float32 everywhere else.
+    turbo_dtype: str = _env("TURBO_DTYPE", _turbo_dtype, default="float32")
     # Realtime WebSockets: default idle time before a socket is ended (a client may ask for 5-180 s with
     # ?inactivity_timeout=), and how long a socket that has not authenticated yet may take to send its first message.
     ws_inactivity_timeout_s: float = _env("WS_INACTIVITY_TIMEOUT", _positive_float, default=20.0)

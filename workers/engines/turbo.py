@@ -17,6 +17,7 @@ Voice settings on this engine:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -121,6 +122,13 @@ class TurboEngine:
             capacity=settings.turbo_voice_cache,
         )
         self.watermarker = self.model.watermarker if settings.turbo_watermark else None
+        from .turbo_static import StaticT3
+
+        self.dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[settings.turbo_dtype]
+        # Reduced precision is a GPU option: on the CPU it only makes T3 slower.
+        reduced = self.dtype if self.device == "cuda" and self.dtype != torch.float32 else None
+        self.flow_dtype = reduced
+        self.t3 = StaticT3(self.model.t3, settings.turbo_max_tokens, dtype=reduced, graphs=settings.turbo_cuda_graphs)
         where = torch.cuda.get_device_name() if self.device == "cuda" else "cpu"
         logger.info(
             "turbo engine loaded from %s on %s in %.1fs%s",
@@ -128,6 +136,12 @@ class TurboEngine:
             where,
             time.monotonic() - started,
             f" (RANDOM {self.random_weights} weights)" if self.random_weights else "",
+        )
+        logger.info(
+            "turbo T3: static KV cache of %d positions in %s, CUDA graphs %s",
+            self.t3.max_len,
+            str(self.t3.dtype).removeprefix("torch."),
+            "on" if self.t3.use_graphs else "off",
         )
 
     # ----- voices ----------------------------------------------------------------------------------------------
@@ -164,12 +178,20 @@ class TurboEngine:
     # ----- synthesis -------------------------------------------------------------------------------------------
 
     def warm_up(self) -> None:
-        """Run one short piece end to end (kernels, allocator, tokenizer); the worker is ready only after it."""
+        """Capture T3's CUDA graphs (every attention bucket), then run a short piece end to end (kernels,
+        allocator, tokenizer, S3Gen); the worker says READY only after this."""
         started = time.monotonic()
+        try:
+            graphs = self.t3.capture()
+        except RuntimeError as err:  # a driver or build that cannot capture: serve eagerly rather than not at all
+            logger.warning("turbo: CUDA graph capture failed (%s); T3 runs eagerly", err)
+            self.t3.use_graphs = False
+            self.t3.graphs.clear()
+            graphs = 0
         samples = 0
         for chunk in self.synthesize("Warming up.", VoiceSpec("warmup"), {}, lambda: False, seed=0, max_tokens=40):
             samples += len(chunk.pcm)
-        logger.info("turbo warm-up: %d samples in %.2fs", samples, time.monotonic() - started)
+        logger.info("turbo warm-up: %d CUDA graphs, %d samples in %.2fs", graphs, samples, time.monotonic() - started)
 
     def synthesize(
         self,
@@ -184,40 +206,94 @@ class TurboEngine:
         import torch
         from chatterbox.tts_turbo import punc_norm
 
-        from .turbo_stream import SPEECH_VOCAB, PieceDecoder, Sampling, fresh_t3_cond, iter_speech_tokens
+        from .turbo_stream import LOOKAHEAD_TOKENS, SPEECH_VOCAB, PieceDecoder, Sampling, fresh_t3_cond
 
         conds = self.conditioning(voice)
         stability = clamp_setting(settings.get("stability"), 0.0, 1.0, 0.5)
         sampling = Sampling(temperature=1.2 - 0.8 * stability)
         speed = clamp_setting(settings.get("speed"), 0.7, 1.2, 1.0)
         cap = max_tokens or self.settings.turbo_max_tokens
+        first_want, want = self.settings.turbo_first_chunk_tokens, self.settings.turbo_chunk_tokens
         if seed is not None:
             torch.manual_seed(seed % (2**63))  # the global RNG: meaningful because jobs never overlap here
         for index, piece in enumerate(text_pieces(text)):
             if should_stop():
                 return
             ids = self.model.tokenizer(punc_norm(piece), return_tensors="pt", truncation=True).input_ids
-            decoder = PieceDecoder(self.model.s3gen, conds.gen, cap, speed)
+            decoder = PieceDecoder(self.model.s3gen, conds.gen, cap, speed, self.flow_dtype)
             first = True
-            tokens = iter_speech_tokens(
-                self.model.t3, fresh_t3_cond(conds.t3), ids.to(self.device), sampling, cap, should_stop
+            # Tokens come back from the GPU once per chunk: the first chunk's worth plus the flow's lookahead, then
+            # a chunk's worth at a time.
+            tokens = self.t3.generate(
+                fresh_t3_cond(conds.t3),
+                ids.to(self.device),
+                sampling,
+                cap,
+                should_stop,
+                blocks=(first_want + LOOKAHEAD_TOKENS, want),
             )
-            for token in tokens:
+            timer = _Timer()
+            for token in timer.iterate(tokens):
                 if token >= SPEECH_VOCAB:
                     continue
                 decoder.tokens.append(token)
-                want = self.settings.turbo_first_chunk_tokens if first else self.settings.turbo_chunk_tokens
-                if decoder.ready(want):
-                    yield self._chunk(decoder.flush(final=False), piece if first else "", index, False)
+                if decoder.ready(first_want if first else want):
+                    with timer.decoding():
+                        pcm = decoder.flush(final=False)
+                    yield self._chunk(pcm, piece if first else "", index, False, timer.take())
                     first = False
             if should_stop():
                 return
-            end = self._chunk(decoder.flush(final=True), piece if first else "", index, True)
+            with timer.decoding():
+                pcm = decoder.flush(final=True)
+            end = self._chunk(pcm, piece if first else "", index, True, timer.take())
             end.extra["tokens"] = len(decoder.tokens)
             yield end
 
-    def _chunk(self, pcm: np.ndarray, text: str, index: int, last: bool) -> EngineChunk:
-        """Wrap a piece of audio; chunks carry their piece's text on the first one only."""
+    def _chunk(self, pcm: np.ndarray, text: str, index: int, last: bool, timing: dict[str, float]) -> EngineChunk:
+        """Wrap a piece of audio; chunks carry their piece's text on the first one only.
+
+        ``extra`` also says where the chunk's time went: ``t3_s`` (speech tokens, ``t3_tokens`` of them, since the
+        previous chunk), ``decode_s`` (S3Gen flow and vocoder) and ``watermark_s``.
+        """
+        started = time.perf_counter()
         if self.watermarker is not None and len(pcm):
             pcm = np.asarray(self.watermarker.apply_watermark(pcm, sample_rate=self.sample_rate), dtype=np.float32)
-        return EngineChunk(pcm=pcm, text=text, extra={"piece": index, "piece_end": last})
+        timing["watermark_s"] = time.perf_counter() - started
+        return EngineChunk(pcm=pcm, text=text, extra={"piece": index, "piece_end": last, **timing})
+
+
+class _Timer:
+    """Wall time spent getting speech tokens and decoding them, per chunk.
+
+    Both are measured across a host sync (the token block read, the audio copy to the host), so on a GPU they are
+    device time too, without adding a sync of their own.
+    """
+
+    def __init__(self) -> None:
+        self.t3_s = 0.0
+        self.t3_tokens = 0
+        self.decode_s = 0.0
+
+    def iterate(self, tokens: Iterator[int]) -> Iterator[int]:
+        while True:
+            started = time.perf_counter()
+            token = next(tokens, None)
+            self.t3_s += time.perf_counter() - started
+            if token is None:
+                return
+            self.t3_tokens += 1
+            yield token
+
+    @contextlib.contextmanager
+    def decoding(self) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.decode_s += time.perf_counter() - started
+
+    def take(self) -> dict[str, float]:
+        taken = {"t3_s": self.t3_s, "t3_tokens": float(self.t3_tokens), "decode_s": self.decode_s}
+        self.t3_s, self.t3_tokens, self.decode_s = 0.0, 0, 0.0
+        return taken

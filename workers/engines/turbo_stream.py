@@ -2,8 +2,8 @@
 
 This follows the design of chatterbox PR #528 with the installed modules, unmodified:
 
-* :func:`iter_speech_tokens` is ``T3.inference_turbo`` as a generator (same embeddings, KV cache and logit
-  processors, no progress bar, a cancel check per token);
+* speech tokens come from :class:`.turbo_static.StaticT3` (``T3.inference_turbo`` on a static KV cache and CUDA
+  graphs, in blocks);
 * :class:`PieceDecoder` re-decodes the token prefix with S3Gen's flow on every flush (holding back the frames of
   the 3-token lookahead), with the same noise for the whole piece so earlier frames stay put, then vocodes only the
   new mel frames (plus a few frames of left context, with HiFT's source signal carried over) and crossfades 12 ms
@@ -12,8 +12,8 @@ This follows the design of chatterbox PR #528 with the installed modules, unmodi
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 import numpy as np
@@ -46,64 +46,20 @@ def fresh_t3_cond(cond: Any) -> Any:
     return dataclasses.replace(cond)
 
 
-def _processors(sampling: Sampling) -> Any:
-    from transformers.generation.logits_process import (
-        LogitsProcessorList,
-        RepetitionPenaltyLogitsProcessor,
-        TemperatureLogitsWarper,
-        TopKLogitsWarper,
-        TopPLogitsWarper,
-    )
-
-    procs = LogitsProcessorList()
-    if sampling.temperature > 0 and sampling.temperature != 1.0:
-        procs.append(TemperatureLogitsWarper(sampling.temperature))
-    if sampling.top_k > 0:
-        procs.append(TopKLogitsWarper(sampling.top_k))
-    if sampling.top_p < 1.0:
-        procs.append(TopPLogitsWarper(sampling.top_p))
-    if sampling.repetition_penalty != 1.0:
-        procs.append(RepetitionPenaltyLogitsProcessor(sampling.repetition_penalty))
-    return procs
-
-
-@torch.inference_mode()
-def iter_speech_tokens(
-    t3: Any,
-    t3_cond: Any,
-    text_tokens: torch.Tensor,
-    sampling: Sampling,
-    max_tokens: int,
-    should_stop: Callable[[], bool],
-) -> Iterator[int]:
-    """Yield speech tokens as T3 samples them, until its stop token, ``max_tokens`` or ``should_stop()``."""
-    procs = _processors(sampling)
-    start = t3.hp.start_speech_token * torch.ones_like(text_tokens[:, :1])
-    embeds, _ = t3.prepare_input_embeds(t3_cond=t3_cond, text_tokens=text_tokens, speech_tokens=start, cfg_weight=0.0)
-    out = t3.tfmr(inputs_embeds=embeds, use_cache=True)
-    past = out.past_key_values
-    logits = t3.speech_head(out[0][:, -1:])
-    history = start
-    for _ in range(max_tokens):
-        scores = procs(history, logits[:, -1, :])
-        if torch.all(scores == -float("inf")):
-            return
-        token = torch.multinomial(F.softmax(scores, dim=-1), num_samples=1)
-        value = int(token.item())  # one device sync per token: the stop check needs it anyway
-        if value == t3.hp.stop_speech_token or should_stop():
-            return
-        yield value
-        history = token if history is start else torch.cat([history, token], dim=1)
-        out = t3.tfmr(inputs_embeds=t3.speech_emb(token), past_key_values=past, use_cache=True)
-        past = out.past_key_values
-        logits = t3.speech_head(out[0])
-
-
 class PieceDecoder:
     """Turns the growing token list of one text piece into click-free audio chunks."""
 
-    def __init__(self, s3gen: Any, gen_ref: dict[str, Any], max_tokens: int, speed: float = 1.0) -> None:
+    def __init__(
+        self,
+        s3gen: Any,
+        gen_ref: dict[str, Any],
+        max_tokens: int,
+        speed: float = 1.0,
+        flow_dtype: torch.dtype | None = None,
+    ) -> None:
         self.s3gen = s3gen
+        # bfloat16 runs the flow (token encoder and meanflow decoder) under autocast; the vocoder stays in fp32.
+        self.flow_dtype = flow_dtype
         self.gen_ref = gen_ref
         self.speed = speed
         self.tokens: list[int] = []
@@ -123,8 +79,6 @@ class PieceDecoder:
     @torch.inference_mode()
     def flush(self, final: bool) -> np.ndarray:
         """Audio for the tokens so far (all of them and the end of the piece when ``final``)."""
-        from chatterbox.models.s3gen.s3gen import S3Token2Mel
-
         tokens = self.tokens + ([SILENCE_TOKEN] * LOOKAHEAD_TOKENS if final else [])
         n_frames = FRAMES_PER_TOKEN * (len(tokens) - (0 if final else LOOKAHEAD_TOKENS))
         if n_frames <= self.frames_done:
@@ -132,21 +86,32 @@ class PieceDecoder:
         speech = torch.tensor([tokens], dtype=torch.long, device=self.s3gen.device)
         # finalize=False is broken in 0.1.7 (it trims the encoder output but not its mask), so decode every token
         # and drop the frames of the 3 lookahead tokens instead: the kept frames had their lookahead all the same.
-        mels = S3Token2Mel.forward(
-            self.s3gen,
-            speech,
-            ref_wav=None,
-            ref_sr=None,
-            ref_dict=dict(self.gen_ref),  # a copy: forward() casts the reference tensors in the dict it gets
-            n_cfm_timesteps=2,
-            finalize=True,
-            noised_mels=self._noise[:, :, : FRAMES_PER_TOKEN * len(tokens)],
-        )
+        mels = self.mels(speech)
         context = min(self.frames_done, CONTEXT_FRAMES)
         span = mels[:, :, self.frames_done - context : n_frames].to(dtype=self.s3gen.dtype)
         wav = self._vocode(span, context)
         self.frames_done = n_frames
         return self._finish(wav, final)
+
+    def mels(self, speech: torch.Tensor) -> torch.Tensor:
+        """S3Gen's flow on a whole token sequence (1, T) with this piece's noise: mel frames (1, 80, 2T)."""
+        from chatterbox.models.s3gen.s3gen import S3Token2Mel
+
+        autocast: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+        if self.flow_dtype is not None:
+            autocast = torch.autocast(self.s3gen.device.type, dtype=self.flow_dtype)
+        with autocast:
+            mels: torch.Tensor = S3Token2Mel.forward(
+                self.s3gen,
+                speech,
+                ref_wav=None,
+                ref_sr=None,
+                ref_dict=dict(self.gen_ref),  # a copy: forward() casts the reference tensors in the dict it gets
+                n_cfm_timesteps=2,
+                finalize=True,
+                noised_mels=self._noise[:, :, : FRAMES_PER_TOKEN * speech.shape[1]],
+            )
+        return mels.float()
 
     def _vocode(self, span: torch.Tensor, context: int) -> np.ndarray:
         """Vocode a mel span whose first ``context`` frames were vocoded before; drop all but the crossfade."""

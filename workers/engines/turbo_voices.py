@@ -10,6 +10,8 @@ reference is found by :func:`find_reference`, in this order:
 The conditioning computed from it is saved next to it as ``conditionals.pt`` with ``conditionals.json`` (the clip's
 SHA-256 and the checkpoint's fingerprint, so a changed clip or other weights recompute it), written atomically so
 that a restart or another worker on the box reuses it. Loaded conditioning stays on the device in a bounded LRU.
+The clip is hashed once per file version, not per job: its digest is remembered against the file's size, mtime and
+inode (a re-clone writes a new file, which changes them).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ AUDIO_SUFFIXES: Final = (".wav", ".flac", ".ogg", ".mp3")
 META_FILES: Final = ("meta.json", "voice.json")
 CONDS_FILE: Final = "conditionals.pt"
 CONDS_INFO: Final = "conditionals.json"
+DIGESTS_KEPT: Final = 100_000  # clip digests remembered (about 200 bytes each)
 MIN_CLIP_S: Final = 5.0  # prepare_conditionals asserts more than this (a bare assert, gone under python -O)
 
 
@@ -132,8 +135,11 @@ class ConditioningCache:
         self.model_id = model_id
         self.capacity = capacity
         self._entries: OrderedDict[tuple[str, str], Any] = OrderedDict()
+        # Clip path -> (size, mtime, inode) and digest; a few hundred bytes a voice, capped all the same.
+        self._digests: OrderedDict[str, tuple[tuple[int, int, int], str]] = OrderedDict()
         self.built = 0
         self.loaded = 0
+        self.hashed = 0
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -141,7 +147,7 @@ class ConditioningCache:
     def get(self, voice_dir: Path, meta: Mapping[str, Any]) -> Any:
         """The voice's conditioning, from memory, from disk, or computed once and saved."""
         reference = find_reference(voice_dir, meta)
-        sha = file_sha256(reference)
+        sha = self._digest(reference)
         key = (str(voice_dir.resolve()), sha)
         if key in self._entries:
             self._entries.move_to_end(key)
@@ -156,6 +162,22 @@ class ConditioningCache:
         while len(self._entries) > self.capacity:
             self._entries.popitem(last=False)
         return conds
+
+    def _digest(self, reference: Path) -> str:
+        """The clip's SHA-256, recomputed only when the file's size, mtime or inode changed."""
+        stat = reference.stat()
+        signature = (stat.st_size, stat.st_mtime_ns, stat.st_ino)
+        name = str(reference.resolve())
+        known = self._digests.get(name)
+        if known is not None and known[0] == signature:
+            self._digests.move_to_end(name)
+            return known[1]
+        sha = file_sha256(reference)
+        self.hashed += 1
+        self._digests[name] = (signature, sha)
+        while len(self._digests) > DIGESTS_KEPT:
+            self._digests.popitem(last=False)
+        return sha
 
     def _from_disk(self, voice_dir: Path, sha: str) -> Any:
         info_path, conds_path = voice_dir / CONDS_INFO, voice_dir / CONDS_FILE

@@ -1,0 +1,323 @@
+"""T3's speech-token loop on a static KV cache, one CUDA graph per attention length, no host sync per token.
+
+The upstream loop (``T3.inference_turbo``) grows HF's dynamic cache, runs the logit processors on a growing token
+history and reads every token back to the host (``torch.all(scores == -inf)`` and the stop check), so the GPU waits
+for Python on every token. :class:`StaticT3` runs the same GPT-2 backbone and heads from the same weights, with:
+
+* a KV cache allocated once (``max_len`` positions) that prefill and each step write in place;
+* a decode step of fixed shapes: the attention reads the cache up to a *bucket* (a multiple of ``BUCKET``
+  positions), so one CUDA graph per bucket covers every length; :meth:`StaticT3.capture` records them all before
+  the worker says READY;
+* the sampler of :func:`sample_next` (temperature, top-k, top-p, repetition penalty over a fixed-size "seen" mask,
+  then an exponential race instead of ``torch.multinomial``: the same distribution, no data-dependent shapes);
+* tokens written to a device buffer and read back once per block (a streamed chunk's worth), where the stop token is
+  looked for; steps computed past a stop token are dropped.
+
+On the CPU (or with graphs off) the same step runs eagerly. :func:`iter_speech_tokens_reference` is the HF-cache loop
+with the same sampler: the tests check that both give the same tokens from the same seed.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Final
+
+import torch
+import torch.nn.functional as F
+
+logger = logging.getLogger(__name__)
+
+BUCKET: Final = 256  # attention lengths are rounded up to this: one graph per bucket
+# Prefill never exceeds this: 1 speaker token + 375 prompt tokens + a 300-character piece's text tokens + start.
+PREFILL_MAX: Final = 704
+
+
+def processed_scores(
+    logits: torch.Tensor,
+    seen: torch.Tensor,
+    temperature: torch.Tensor,
+    top_p: torch.Tensor,
+    penalty: torch.Tensor,
+    top_k: int,
+) -> torch.Tensor:
+    """Upstream's logit processors in upstream's order, on fixed shapes: temperature, top-k, top-p, then the
+    repetition penalty on every token in ``seen`` (the set of tokens so far, which is what HF's gather/scatter
+    penalty amounts to). ``logits`` (1, V) in any dtype; float32 scores back."""
+    scores = logits.float() / temperature
+    if 0 < top_k < scores.shape[-1]:
+        kth = torch.topk(scores, top_k, dim=-1).values[..., -1:]
+        scores = scores.masked_fill(scores < kth, -math.inf)
+    sorted_scores, order = torch.sort(scores, descending=False, dim=-1)
+    cumulative = sorted_scores.softmax(dim=-1).cumsum(dim=-1)
+    drop_sorted = cumulative <= (1 - top_p)
+    drop_sorted[..., -1:] = False  # the most likely token always stays
+    scores = scores.masked_fill(drop_sorted.scatter(-1, order, drop_sorted), -math.inf)
+    penalised = torch.where(scores < 0, scores * penalty, scores / penalty)
+    return torch.where(seen, penalised, scores)
+
+
+def sample_next(
+    logits: torch.Tensor,
+    seen: torch.Tensor,
+    temperature: torch.Tensor,
+    top_p: torch.Tensor,
+    penalty: torch.Tensor,
+    top_k: int,
+) -> torch.Tensor:
+    """One token id (shape (1, 1)) drawn from :func:`processed_scores`, with no host sync.
+
+    An exponential race, ``argmax(p / E)`` with ``E ~ Exp(1)``, picks index i with probability p_i as
+    ``torch.multinomial`` does, with fixed shapes and no check that needs the host (a row of -inf gives NaN
+    probabilities, which argmax still turns into an index instead of stopping the GPU).
+    """
+    probs = processed_scores(logits, seen, temperature, top_p, penalty, top_k).softmax(dim=-1)
+    race = torch.empty_like(probs).exponential_()
+    return torch.argmax(probs / race, dim=-1, keepdim=True)
+
+
+class StaticT3:
+    """T3's backbone and speech heads over a static KV cache (see the module docstring)."""
+
+    def __init__(
+        self,
+        t3: Any,
+        max_tokens: int,
+        dtype: torch.dtype | None = None,
+        graphs: bool = True,
+        bucket: int = BUCKET,
+        top_k: int = 1000,
+    ) -> None:
+        tfmr = t3.tfmr
+        cfg = tfmr.config
+        self.t3 = t3
+        self.device = next(t3.parameters()).device
+        self.dtype = dtype or next(tfmr.parameters()).dtype
+        own = self.dtype != next(tfmr.parameters()).dtype
+        # Reduced precision gets its own copies, so T3's conditioning encoders (fp32 inputs) stay as they are.
+        self.tfmr = copy.deepcopy(tfmr).to(self.dtype) if own else tfmr
+        self.head = copy.deepcopy(t3.speech_head).to(self.dtype) if own else t3.speech_head
+        self.emb = copy.deepcopy(t3.speech_emb).to(self.dtype) if own else t3.speech_emb
+        self.n_head = int(cfg.n_head)
+        self.head_dim = int(cfg.n_embd) // self.n_head
+        self.scales = [
+            (1.0 / math.sqrt(self.head_dim) if cfg.scale_attn_weights else 1.0)
+            / (float(i + 1) if cfg.scale_attn_by_inverse_layer_idx else 1.0)
+            for i in range(int(cfg.n_layer))
+        ]
+        self.max_len = min(int(cfg.n_positions), PREFILL_MAX + max_tokens)
+        self.bucket = bucket
+        self.vocab = int(self.head.out_features)
+        self.stop = int(t3.hp.stop_speech_token)
+        self.start = int(t3.hp.start_speech_token)
+        self.use_graphs = graphs and self.device.type == "cuda"
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self._pool: Any = None
+        with torch.inference_mode():
+            shape = (int(cfg.n_layer), 1, self.n_head, self.max_len, self.head_dim)
+            self.k = torch.zeros(shape, dtype=self.dtype, device=self.device)
+            self.v = torch.zeros(shape, dtype=self.dtype, device=self.device)
+            self.positions = torch.arange(self.max_len, device=self.device)
+            self.token = torch.zeros(1, 1, dtype=torch.long, device=self.device)
+            self.pos = torch.zeros((), dtype=torch.long, device=self.device)  # where the next step writes
+            self.step_no = torch.zeros((), dtype=torch.long, device=self.device)
+            self.out = torch.zeros(self.max_len + 1, dtype=torch.long, device=self.device)
+            self.seen = torch.zeros(1, self.vocab, dtype=torch.bool, device=self.device)
+            self.temperature = torch.ones((), device=self.device)
+            self.top_p = torch.ones((), device=self.device)
+            self.penalty = torch.ones((), device=self.device)
+        self.top_k = top_k  # a shape inside the graphs, so fixed for the instance
+
+    # ----- the transformer ------------------------------------------------------------------------------------
+
+    def _layers(self, x: torch.Tensor, write: Callable[[int, torch.Tensor, torch.Tensor], tuple[Any, Any, Any]]) -> Any:
+        """Run the GPT-2 blocks on ``x``; ``write`` stores a layer's new K/V and returns (keys, values, mask)."""
+        for i, block in enumerate(self.tfmr.h):
+            h = block.ln_1(x)
+            q, k, v = block.attn.c_attn(h).split(self.n_head * self.head_dim, dim=2)
+            q = q.view(1, -1, self.n_head, self.head_dim).transpose(1, 2)
+            k = k.view(1, -1, self.n_head, self.head_dim).transpose(1, 2)
+            v = v.view(1, -1, self.n_head, self.head_dim).transpose(1, 2)
+            keys, values, mask = write(i, k, v)
+            a = F.scaled_dot_product_attention(
+                q, keys, values, attn_mask=mask, is_causal=mask is None, scale=self.scales[i]
+            )
+            a = a.transpose(1, 2).reshape(1, -1, self.n_head * self.head_dim)
+            x = x + block.attn.c_proj(a)
+            x = x + block.mlp(block.ln_2(x))
+        return self.tfmr.ln_f(x)
+
+    def prefill(self, embeds: torch.Tensor) -> torch.Tensor:
+        """Fill the cache with the prompt (cond + text + start) and return the logits after it (1, V)."""
+        length = embeds.shape[1]
+        x = embeds.to(self.dtype) + self.tfmr.wpe(self.positions[:length]).unsqueeze(0)
+
+        def write(i: int, k: torch.Tensor, v: torch.Tensor) -> tuple[Any, Any, Any]:
+            self.k[i, :, :, :length] = k
+            self.v[i, :, :, :length] = v
+            return k, v, None
+
+        hidden = self._layers(x, write)
+        logits: torch.Tensor = self.head(hidden[:, -1:])[:, -1, :]
+        return logits
+
+    def _decode(self, kv_len: int) -> None:
+        """One step on the static buffers: embed ``token`` at ``pos``, attend to ``kv_len`` positions, sample."""
+        x = self.emb(self.token) + self.tfmr.wpe(self.pos.view(1, 1))
+        mask = (self.positions[:kv_len] <= self.pos).view(1, 1, 1, kv_len)
+        where = self.pos.view(1)
+
+        def write(i: int, k: torch.Tensor, v: torch.Tensor) -> tuple[Any, Any, Any]:
+            self.k[i].index_copy_(2, where, k)
+            self.v[i].index_copy_(2, where, v)
+            return self.k[i, :, :, :kv_len], self.v[i, :, :, :kv_len], mask
+
+        hidden = self._layers(x, write)
+        logits = self.head(hidden)[:, -1, :]
+        self._accept(sample_next(logits, self.seen, self.temperature, self.top_p, self.penalty, self.top_k))
+        self.pos.add_(1)
+
+    def _accept(self, token: torch.Tensor) -> None:
+        """Make ``token`` the current one: record it, mark it seen (all on the device)."""
+        self.token.copy_(token)
+        self.out.index_copy_(0, self.step_no.view(1), token.view(1))
+        self.step_no.add_(1)
+        self.seen.scatter_(1, token, True)
+
+    def bucket_for(self, position: int) -> int:
+        """The attention length a step writing at ``position`` runs with."""
+        return min(self.max_len, (position // self.bucket + 1) * self.bucket)
+
+    # ----- CUDA graphs ----------------------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def capture(self) -> int:
+        """Record one CUDA graph per attention bucket (call before serving: capture is slow and syncs)."""
+        if not self.use_graphs:
+            return 0
+        buckets = sorted({self.bucket_for(p) for p in range(0, self.max_len, self.bucket)})
+        self.pos.fill_(0)
+        side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # cuBLAS workspaces and kernels are set up outside capture
+            for kv_len in buckets:
+                self.pos.fill_(kv_len - 1)
+                self.step_no.fill_(0)
+                self._decode(kv_len)
+        torch.cuda.current_stream().wait_stream(side)
+        for kv_len in buckets:
+            if kv_len in self.graphs:
+                continue
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self._pool):
+                self._decode(kv_len)
+            self._pool = graph.pool()
+            self.graphs[kv_len] = graph
+        torch.cuda.synchronize()
+        return len(self.graphs)
+
+    def _step(self, position: int) -> None:
+        kv_len = self.bucket_for(position)
+        graph = self.graphs.get(kv_len) if self.use_graphs else None
+        if graph is not None:
+            graph.replay()
+        else:
+            self._decode(kv_len)
+
+    # ----- generation -----------------------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def generate(
+        self,
+        t3_cond: Any,
+        text_tokens: torch.Tensor,
+        sampling: Any,
+        max_tokens: int,
+        should_stop: Callable[[], bool],
+        blocks: Sequence[int] = (16,),
+    ) -> Iterator[int]:
+        """Yield speech tokens until the stop token, ``max_tokens`` or ``should_stop()``.
+
+        Tokens come back from the device in blocks (``blocks[0]`` first, then each later size, the last repeating):
+        the only host syncs are one per block, and ``should_stop()`` is asked once per block.
+        """
+        start = torch.full((1, 1), self.start, dtype=torch.long, device=self.device)
+        embeds, _ = self.t3.prepare_input_embeds(
+            t3_cond=t3_cond, text_tokens=text_tokens, speech_tokens=start, cfg_weight=0.0
+        )
+        length = int(embeds.shape[1])
+        if length + max_tokens > self.max_len:  # a prompt beyond PREFILL_MAX (text of many tokens per character)
+            logger.warning(
+                "prompt of %d positions and %d speech tokens exceed the static cache of %d: this piece runs on "
+                "the dynamic cache",
+                length,
+                max_tokens,
+                self.max_len,
+            )
+            yield from iter_speech_tokens_reference(self.t3, t3_cond, text_tokens, sampling, max_tokens, should_stop)
+            return
+        budget = max_tokens
+        self.temperature.fill_(sampling.temperature if sampling.temperature > 0 else 1.0)
+        self.top_p.fill_(sampling.top_p)
+        self.penalty.fill_(sampling.repetition_penalty)
+        if sampling.top_k != self.top_k:
+            raise ValueError(f"top_k {sampling.top_k}: this decoder was built for top_k {self.top_k}")
+        self.seen.zero_()
+        self.seen[0, self.start] = True  # upstream's history starts with the start token
+        self.step_no.zero_()
+        logits = self.prefill(embeds)
+        self._accept(sample_next(logits, self.seen, self.temperature, self.top_p, self.penalty, self.top_k))
+        self.pos.fill_(length)
+        done = 1  # tokens sampled so far (the first came from the prefill)
+        handed = 0
+        block_no = 0
+        while handed < budget:
+            size = blocks[min(block_no, len(blocks) - 1)]
+            block_no += 1
+            target = min(budget, handed + size)
+            while done < target:
+                self._step(length + done - 1)
+                done += 1
+            for value in self.out[handed:target].tolist():  # the one sync of this block
+                if value == self.stop:
+                    return
+                yield int(value)
+            handed = target
+            if should_stop():
+                return
+
+
+@torch.inference_mode()
+def iter_speech_tokens_reference(
+    t3: Any,
+    t3_cond: Any,
+    text_tokens: torch.Tensor,
+    sampling: Any,
+    max_tokens: int,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> Iterator[int]:
+    """Upstream's loop (HF dynamic cache, one sync per token) with :func:`sample_next`: the eager reference, and
+    the fallback for prompts too long for the static cache."""
+    start = t3.hp.start_speech_token * torch.ones_like(text_tokens[:, :1])
+    embeds, _ = t3.prepare_input_embeds(t3_cond=t3_cond, text_tokens=text_tokens, speech_tokens=start, cfg_weight=0.0)
+    out = t3.tfmr(inputs_embeds=embeds, use_cache=True)
+    past = out.past_key_values
+    logits = t3.speech_head(out[0][:, -1:])[:, -1, :]
+    vocab = logits.shape[-1]
+    seen = torch.zeros(1, vocab, dtype=torch.bool, device=logits.device)
+    seen[0, int(t3.hp.start_speech_token)] = True
+    temperature = torch.tensor(sampling.temperature if sampling.temperature > 0 else 1.0, device=logits.device)
+    top_p = torch.tensor(sampling.top_p, device=logits.device)
+    penalty = torch.tensor(sampling.repetition_penalty, device=logits.device)
+    for _ in range(max_tokens):
+        token = sample_next(logits, seen, temperature, top_p, penalty, sampling.top_k)
+        value = int(token.item())
+        if value == t3.hp.stop_speech_token or should_stop():
+            return
+        yield value
+        seen.scatter_(1, token, True)
+        out = t3.tfmr(inputs_embeds=t3.speech_emb(token), past_key_values=past, use_cache=True)
+        past = out.past_key_values
+        logits = t3.speech_head(out[0])[:, -1, :]
