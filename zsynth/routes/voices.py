@@ -409,7 +409,7 @@ async def edit(request: web.Request) -> web.Response:
         changes["name"] = name
     if "description" in upload.fields:
         changes["description"] = upload.fields["description"].strip() or None
-    if "labels" in upload.fields:
+    if upload.fields.get("labels", "").strip() not in ("", "null"):  # the SDK sends "null" for "leave them"
         changes["labels"] = _labels(upload.fields["labels"])
     reference: bytes | None = None
     if upload.files:
