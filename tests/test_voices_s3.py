@@ -34,9 +34,7 @@ async def bucket_keys(bucket: str) -> set[str]:
 
 
 async def start_front(aiohttp_client, redis_url: str, data_dir: Path, bucket: str, **overrides: object):
-    settings = make_settings(
-        redis_url, data_dir, voices_bucket=bucket, voices_prefix=PREFIX, voices_mirror_retry_s=0.05, **overrides
-    )
+    settings = make_settings(redis_url, data_dir, voices_bucket=bucket, voices_prefix=PREFIX, **overrides)
     return await aiohttp_client(create_app(settings))
 
 

@@ -193,10 +193,6 @@ class Settings:
     # objects live under <prefix><voice_id>/ (see zsynth/voices/bucket.py).
     voices_bucket: str | None = _env("VOICES_BUCKET", _optional_str, default=None)
     voices_prefix: str = _env("VOICES_PREFIX", _s3_prefix, default="voices/")
-    # Tries per background bucket operation (removing a deleted voice's objects, uploading voices cloned before the
-    # bucket was set) before it waits for the next start; delays double from the base.
-    voices_mirror_attempts: int = _env("VOICES_MIRROR_ATTEMPTS", _positive_int, default=5)
-    voices_mirror_retry_s: float = _env("VOICES_MIRROR_RETRY", _positive_float, default=1.0)
     # How long a request (front) or a job (worker) for a cloned voice this box lacks waits while it is fetched from
     # the bucket before the answer is 404 voice_not_found.
     voices_fetch_wait_s: float = _env("VOICES_FETCH_WAIT", _positive_float, default=5.0)
