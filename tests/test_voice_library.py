@@ -444,3 +444,25 @@ async def test_second_box_without_a_bucket_warns_and_readyz_says_why(aiohttp_cli
     alone = await aiohttp_client(create_app(make_settings(private_redis_url.rsplit("/", 1)[0] + "/9", tmp_path / "3")))
     await alone.app[VOICE_LIBRARY].check_boxes()
     assert alone.app[VOICE_LIBRARY].warning is None and "voice_library" not in await (await alone.get("/readyz")).json()
+
+
+def test_resolve_never_swaps_a_clone_id_or_a_builtin_id(tmp_path):
+    from zsynth.voices import VoiceCatalog, VoiceStore
+
+    catalog = VoiceCatalog(VoiceStore(tmp_path), "piper")
+    assert catalog.resolve("custom-NotHereYet0") == "custom-NotHereYet0"  # fetched or refused, never swapped
+    assert catalog.resolve("joe") == "joe"
+    assert catalog.resolve("21m00Tcm4TlvDq8ikWAM") == "joe"  # a stock id: the swap-out voice
+
+
+def test_saved_settings_are_defaults_under_the_request_s_own(tmp_path):
+    from workers.engines.base import VoiceSpec, job_settings
+    from zsynth.voices import VoiceStore
+
+    store = VoiceStore(tmp_path)
+    store.save_builtin_settings("joe", 3, {"speed": 0.8, "stability": 0.9})
+    assert store.builtin_settings("joe") == (3, {"speed": 0.8, "stability": 0.9})
+    assert store.builtin_settings("../etc") == (0, {})
+    voice = VoiceSpec("joe", saved_settings=store.saved_settings("joe"))
+    assert job_settings(voice, {}) == {"speed": 0.8, "stability": 0.9}
+    assert job_settings(voice, {"speed": 1.1, "stability": None}) == {"speed": 1.1, "stability": 0.9}
