@@ -430,6 +430,34 @@ async def test_a_worker_that_cannot_fetch_a_voice_fails_the_job(boxes, shared, t
         await delete(box_a.url, voice_id)
 
 
+async def test_a_worker_only_box_has_the_clone_for_its_job(boxes, shared, tmp_path):
+    import redis as sync_redis
+
+    from workers.engines.piper import PiperEngine
+    from workers.worker import Worker
+
+    box_a, _ = boxes
+    voice_id = await clone(box_a.url, "for a box with no front")
+    # A GPU box stands in: a worker alone, on an empty disk and its own queue (another Redis database).
+    redis_url = shared[0].rsplit("/", 1)[0] + "/8"
+    settings = make_settings(redis_url, tmp_path, voices_bucket=_bucket(box_a), voices_prefix=PREFIX)
+    redis = Redis.from_url(redis_url)
+    chunk_redis = sync_redis.Redis.from_url(redis_url)
+    worker = Worker(settings, PiperEngine(threads=1), redis, chunk_redis)
+    try:
+        waiting = asyncio.create_task(run_jobs(redis_url, tmp_path, voice_id, 1))
+        await asyncio.sleep(0.5)
+        await worker.run(burst=True)
+        [(chunks, failure)] = await waiting
+        assert failure is None and chunks > 0
+        assert (tmp_path / "voices" / voice_id / "reference.wav").is_file()
+    finally:
+        chunk_redis.close()
+        await redis.flushdb()
+        await redis.aclose()
+        await delete(box_a.url, voice_id)
+
+
 async def test_second_box_without_a_bucket_warns_and_readyz_says_why(aiohttp_client, private_redis_url, tmp_path):
     first = await aiohttp_client(create_app(make_settings(private_redis_url, tmp_path / "one")))
     await clone(str(first.make_url("")).rstrip("/"), "only on the first box")
