@@ -45,12 +45,14 @@ class Box:
         self.data_dir = data_dir
         self.env = env
         self.url = ""
+        self.worker_id = ""
         self._stack: contextlib.ExitStack | None = None
 
     def start(self) -> Box:
         """Start the worker and the front, and wait until both serve."""
         stack = contextlib.ExitStack()
-        worker = WorkerProcess(self.redis_url, f"{self.name}-worker-{uuid.uuid4().hex[:4]}", self.data_dir, **self.env)
+        self.worker_id = f"{self.name}-worker-{uuid.uuid4().hex[:4]}"
+        worker = WorkerProcess(self.redis_url, self.worker_id, self.data_dir, **self.env)
         stack.callback(worker.stop)
         try:
             _, self.url = stack.enter_context(front_process(self.redis_url, self.data_dir, **self.env))
@@ -163,21 +165,25 @@ def assert_clone_pitch(clone_pcm: Any, base_pcm: Any, reference: Any) -> None:
     assert abs(math.log(clone_f0 / ref_f0)) < 0.4 * abs(math.log(base_f0 / ref_f0)), (base_f0, clone_f0, ref_f0)
 
 
-async def run_jobs(redis_url: str, tmp_path: Path, voice_id: str, count: int) -> list[tuple[int, JobFailed | None]]:
-    """Submit ``count`` jobs straight to the queue (no front in between); (chunks, failure) of each."""
+async def run_jobs(
+    redis_url: str, tmp_path: Path, voice_id: str, count: int
+) -> list[tuple[int, JobFailed | None, str | None]]:
+    """Submit ``count`` jobs straight to the queue (no front in between); (chunks, failure, worker id) of each."""
     redis = Redis.from_url(redis_url)
     dispatcher = Dispatcher(make_settings(redis_url, tmp_path), redis)
     await dispatcher.start()
 
-    async def one() -> tuple[int, JobFailed | None]:
-        chunks = 0
-        async with await dispatcher.submit(protocol.Job(TEXT, voice_id, FORMAT)) as stream:
+    async def one() -> tuple[int, JobFailed | None, str | None]:
+        chunks, failure = 0, None
+        job = protocol.Job(TEXT, voice_id, FORMAT)
+        async with await dispatcher.submit(job) as stream:
             try:
                 async for _ in stream.chunks():
                     chunks += 1
             except JobFailed as err:
-                return chunks, err
-        return chunks, None
+                failure = err
+        worker = await redis.hget(protocol.job_key(job.job_id), "worker_id")
+        return chunks, failure, worker.decode() if worker else None
 
     try:
         return list(await asyncio.gather(*(one() for _ in range(count))))
@@ -231,11 +237,17 @@ async def test_delete_on_a_is_a_404_on_b_within_5_s_and_every_worker_refuses_it(
     status, body = await speak(box_b.url, voice_id)
     assert status == 404 and body["detail"]["status"] == "voice_not_found"
     assert not (box_b.voices / voice_id).exists()
-    # Straight to the queue, past any front: whichever worker claims a job refuses it, with no audio.
-    results = await run_jobs(shared[0], tmp_path, voice_id, 4)
-    for chunks, failure in results:
-        assert chunks == 0 and failure is not None and failure.code == "voice_not_found", (chunks, failure)
-        assert voice_id in failure.message and "no other voice" in failure.message
+    # Straight to the queue, past any front: whichever worker claims a job refuses it, with no audio. Jobs are
+    # sent until both boxes' workers have refused some (a handful of rounds at most).
+    refused_by: set[str | None] = set()
+    for _ in range(5):
+        for chunks, failure, worker in await run_jobs(shared[0], tmp_path, voice_id, 4):
+            assert chunks == 0 and failure is not None and failure.code == "voice_not_found", (chunks, failure)
+            assert voice_id in failure.message and "no other voice" in failure.message
+            refused_by.add(worker)
+        if refused_by >= {box_a.worker_id, box_b.worker_id}:
+            break
+    assert refused_by == {box_a.worker_id, box_b.worker_id}
 
 
 async def test_b_restarted_with_a_stale_copy_keeps_the_deleted_voice_gone_everywhere(boxes):
@@ -420,7 +432,7 @@ async def test_a_worker_that_cannot_fetch_a_voice_fails_the_job(boxes, shared, t
         waiting = asyncio.create_task(run_jobs(redis_url, tmp_path, voice_id, 1))
         await asyncio.sleep(0.5)
         await worker.run(burst=True)
-        [(chunks, failure)] = await waiting
+        [(chunks, failure, _)] = await waiting
         assert chunks == 0 and failure is not None and failure.code == "voice_storage_unavailable", failure
         assert voice_id in failure.message and "no other voice" in failure.message
     finally:
@@ -448,7 +460,7 @@ async def test_a_worker_only_box_has_the_clone_for_its_job(boxes, shared, tmp_pa
         waiting = asyncio.create_task(run_jobs(redis_url, tmp_path, voice_id, 1))
         await asyncio.sleep(0.5)
         await worker.run(burst=True)
-        [(chunks, failure)] = await waiting
+        [(chunks, failure, _)] = await waiting
         assert failure is None and chunks > 0
         assert (tmp_path / "voices" / voice_id / "reference.wav").is_file()
     finally:
