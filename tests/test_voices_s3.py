@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
 
@@ -119,3 +120,23 @@ async def test_voices_cloned_before_the_bucket_was_set_are_uploaded_at_start(
     assert f"{PREFIX}{voice_id}/meta.json" in await bucket_keys(bucket)
     library = box.app[VOICE_LIBRARY]
     assert library.catch_up_report is not None and library.catch_up_report.uploaded == 1
+
+
+async def test_a_removal_whose_announcement_was_lost_is_settled_by_the_periodic_comparison(
+    aiohttp_client, aws_endpoint, private_redis_url, tmp_path
+):
+    from zsynth.voices.bucket import VoiceBucket
+
+    bucket = await create_bucket()
+    box = await start_front(aiohttp_client, private_redis_url, tmp_path, bucket, voices_resync_s=0.3)
+    voice_id = await clone(box, "removed behind the box's back")
+    # Another box removed it, and Redis never took the announcement: only the bucket knows.
+    remote = VoiceBucket(bucket, PREFIX)
+    await remote.open()
+    await remote.remove_voice(voice_id)
+    await remote.close()
+    deadline = asyncio.get_running_loop().time() + 5.0
+    while (await box.get(f"/v1/voices/{voice_id}")).status != 404:
+        assert asyncio.get_running_loop().time() < deadline, "the periodic comparison did not drop the voice"
+        await asyncio.sleep(0.1)
+    assert not (tmp_path / "voices" / voice_id).exists()

@@ -44,6 +44,7 @@ class WorkerVoices:
             bucket,
             role="worker",
             fetch_wait_s=settings.voices_fetch_wait_s,
+            resync_s=settings.voices_resync_s,
             on_change=getattr(engine, "forget_voice", None),  # test stand-in engines may lack it
         )
         self._loop: asyncio.AbstractEventLoop | None = None

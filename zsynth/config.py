@@ -196,6 +196,9 @@ class Settings:
     # How long a request (front) or a job (worker) for a cloned voice this box lacks waits while it is fetched from
     # the bucket before the answer is 404 voice_not_found.
     voices_fetch_wait_s: float = _env("VOICES_FETCH_WAIT", _positive_float, default=5.0)
+    # How often every front and worker compares its disk with the bucket besides following the announcements (a safety
+    # net for an announcement Redis did not take): removed voices go, missing ones come.
+    voices_resync_s: float = _env("VOICES_RESYNC", _positive_float, default=300.0)
     # GPU engine (ZSYNTH_ENGINE=turbo): the checkpoint directory an operator downloaded once (no default: required).
     turbo_checkpoint: Path | None = _env("TURBO_CHECKPOINT", _optional_path, default=None)
     # cuda in production; cpu only when asked for explicitly (tests, benchmarks of the random-weight checkpoint).

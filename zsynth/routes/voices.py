@@ -71,6 +71,7 @@ async def voices_context(app: web.Application) -> AsyncIterator[None]:
         bucket,
         role="front",
         fetch_wait_s=settings.voices_fetch_wait_s,
+        resync_s=settings.voices_resync_s,
         on_failure=count_failure,
     )
     await library.start()

@@ -15,6 +15,8 @@ Every front and every worker runs one :class:`VoiceLibrary` on its box's :class:
   how many announcements it missed and how far behind it was. A bucket that is down at start is retried in the
   background; the process serves the voices on its disk meanwhile.
 * **A cloned id this box lacks** is fetched on demand (:meth:`ensure`), waiting at most ``fetch_wait_s``.
+* **Every ``resync_s``** the disk is compared with the bucket again, so an announcement Redis did not take (the
+  change itself is in the bucket) is settled within that time even without a restart.
 
 Without a bucket nothing is shared: the disk is the truth, announcements only tell the box's other processes to
 forget cached engine state, and fronts announce themselves (:func:`protocol.voice_box_key`) so that a second box on
@@ -92,6 +94,7 @@ class VoiceLibrary:
         *,
         role: Literal["front", "worker"],
         fetch_wait_s: float,
+        resync_s: float = 300.0,
         on_change: Callable[[str], None] | None = None,
         on_failure: Callable[[], Awaitable[Any]] | None = None,
     ) -> None:
@@ -99,6 +102,7 @@ class VoiceLibrary:
         self.bucket = bucket
         self.role = role
         self.fetch_wait_s = fetch_wait_s
+        self.resync_s = resync_s
         self.on_change = on_change
         self.on_failure = on_failure
         self.box_id = store.box_id()
@@ -124,6 +128,8 @@ class VoiceLibrary:
         self._tasks.append(asyncio.create_task(self._follow(), name="voice-library"))
         if not report.bucket_ok:
             self._tasks.append(asyncio.create_task(self._reconcile_until_done(), name="voice-library-resync"))
+        if self.bucket is not None:
+            self._tasks.append(asyncio.create_task(self._resync_loop(), name="voice-library-periodic"))
         if self.role == "front":
             self._tasks.append(asyncio.create_task(self._announce_box(), name="voice-library-box"))
 
@@ -512,6 +518,20 @@ class VoiceLibrary:
     async def _pause(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stop.wait(), seconds)
+
+    async def _resync_loop(self) -> None:
+        while not self._stop.is_set():
+            await self._pause(self.resync_s)
+            if self._stop.is_set():
+                return
+            report = await self.reconcile(CatchUp())
+            if report.removed or report.restored:
+                logger.warning(
+                    "voice library: the periodic comparison with the bucket restored %d and removed %d voices "
+                    "(an announcement was lost)",
+                    report.restored,
+                    report.removed,
+                )
 
     async def _reconcile_until_done(self) -> None:
         while not self._stop.is_set():
