@@ -123,8 +123,9 @@ class PiperEngine:
 
     def forget_voice(self, voice_id: str) -> None:
         """Drop the remembered pitch of a voice that was edited or removed."""
-        for key in [k for k in self._reference_f0s if Path(k[0]).name == voice_id]:
-            self._reference_f0s.pop(key, None)
+        for key in list(self._reference_f0s):  # one C-level copy: the engine thread may add keys meanwhile
+            if Path(key[0]).name == voice_id:
+                self._reference_f0s.pop(key, None)
 
     def _measure_reference(self, voice: VoiceSpec, cache: Path, name: str) -> float | None:
         assert voice.path is not None
