@@ -278,7 +278,7 @@ class VoiceStore:
         return True
 
     def read_files(self, voice_id: str) -> tuple[bytes, bytes] | None:
-        """The meta.json and reference bytes of a voice (what the mirror uploads)."""
+        """The meta.json and reference bytes of a voice (what a start-up uploads when the bucket lacks it)."""
         voice = self.get(voice_id)
         if voice is None:
             return None
