@@ -225,6 +225,18 @@ async def test_real_answers_match_the_document(client):
     assert (await c.call(client, "POST", "/v1/voices/add", data=clone_form("x", b"not audio at all")))[0] == 400
     status, added = await c.call(client, "POST", "/v1/voices/add", data=clone_form("OpenAPI add", clip))
     assert status == 200
+    vid = added["voice_id"]
+    renamed = aiohttp.FormData(default_to_multipart=True)
+    renamed.add_field("name", "OpenAPI edited")
+    assert (await c.call(client, "POST", "/v1/voices/{voice_id}/edit", voice_id=vid, data=renamed))[0] == 200
+    unnamed = aiohttp.FormData(default_to_multipart=True)
+    unnamed.add_field("name", "")
+    assert (await c.call(client, "POST", "/v1/voices/{voice_id}/edit", voice_id=vid, data=unnamed))[0] == 422
+    saved = {"stability": 0.8}
+    path = "/v1/voices/{voice_id}/settings/edit"
+    assert (await c.call(client, "POST", path, voice_id=vid, json=saved))[0] == 200
+    assert (await c.call(client, "POST", path, voice_id=vid, json={"speed": "fast"}))[0] == 422
+    assert (await c.call(client, "POST", path, voice_id="custom-NotThereAtAll", json=saved))[0] == 404
     assert (await c.call(client, "DELETE", "/v1/voices/{voice_id}", voice_id=added["voice_id"]))[0] == 200
     assert (await c.call(client, "DELETE", "/v1/voices/{voice_id}", voice_id="joe"))[0] == 400
 

@@ -1,7 +1,8 @@
-"""The S3 mirror of cloned voices against a real S3-compatible server (moto's server mode) on loopback."""
+"""The bucket that holds the voice library, against a real S3-compatible server (moto's server mode) on loopback."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from redis.asyncio import Redis
 from zsynth import protocol
 from zsynth.app import create_app
 from zsynth.config import Settings
-from zsynth.keys import VOICE_MIRROR
+from zsynth.keys import VOICE_LIBRARY
 
 from .conftest import make_settings
 from .voice_clips import reference_file
@@ -34,9 +35,7 @@ async def bucket_keys(bucket: str) -> set[str]:
 
 
 async def start_front(aiohttp_client, redis_url: str, data_dir: Path, bucket: str, **overrides: object):
-    settings = make_settings(
-        redis_url, data_dir, voices_bucket=bucket, voices_prefix=PREFIX, voices_mirror_retry_s=0.05, **overrides
-    )
+    settings = make_settings(redis_url, data_dir, voices_bucket=bucket, voices_prefix=PREFIX, **overrides)
     return await aiohttp_client(create_app(settings))
 
 
@@ -55,11 +54,13 @@ def test_prefix_setting_is_normalised():
     assert Settings.from_env({}).voices_prefix == "voices/" and Settings.from_env({}).voices_bucket is None
 
 
-async def test_mirror_add_restore_on_empty_disk_and_remove(aiohttp_client, aws_endpoint, private_redis_url, tmp_path):
+async def test_clone_is_in_the_bucket_before_200_restored_on_an_empty_disk_and_removed_for_good(
+    aiohttp_client, aws_endpoint, private_redis_url, tmp_path
+):
     bucket = await create_bucket()
     box_a = await start_front(aiohttp_client, private_redis_url, tmp_path / "a", bucket)
     voice_id = await clone(box_a, "mirrored")
-    await box_a.app[VOICE_MIRROR].drain()
+    # No waiting: the answer came after the bucket had the voice.
     assert await bucket_keys(bucket) == {f"{PREFIX}{voice_id}/meta.json", f"{PREFIX}{voice_id}/reference.wav"}
     await box_a.close()
 
@@ -74,47 +75,68 @@ async def test_mirror_add_restore_on_empty_disk_and_remove(aiohttp_client, aws_e
 
     resp = await box_b.delete(f"/v1/voices/{voice_id}")
     assert resp.status == 200
-    await box_b.app[VOICE_MIRROR].drain()
-    assert await bucket_keys(bucket) == set()
-    assert not stored.exists() and not (empty / "voices" / ".deleted" / voice_id).exists()
+    # The tombstone stays in the bucket for good; the voice's files are gone.
+    assert await bucket_keys(bucket) == {f"{PREFIX}{voice_id}/tombstone.json"}
+    assert not stored.exists()
     await box_b.close()
 
-    # A third empty box restores nothing: the removal reached the bucket.
-    box_c = await start_front(aiohttp_client, private_redis_url, tmp_path / "c", bucket)
-    assert (await box_c.get(f"/v1/voices/{voice_id}")).status == 404
+    # Box A still has the voice on its disk (it was down): its next start drops it instead of uploading it again.
+    assert original.exists()
+    box_a = await start_front(aiohttp_client, private_redis_url, tmp_path / "a", bucket)
+    assert (await box_a.get(f"/v1/voices/{voice_id}")).status == 404
+    assert not original.exists()
+    assert await bucket_keys(bucket) == {f"{PREFIX}{voice_id}/tombstone.json"}
 
 
-async def test_mirror_failure_keeps_the_voice_is_counted_and_settled_at_next_start(
+async def test_unreachable_bucket_refuses_changes_with_503_and_keeps_nothing(
     aiohttp_client, aws_endpoint, private_redis_url, tmp_path
 ):
     missing = f"missing-{uuid.uuid4().hex[:10]}"
-    box = await start_front(aiohttp_client, private_redis_url, tmp_path, missing, voices_mirror_attempts=3)
-    voice_id = await clone(box, "kept locally")
-    mirror = box.app[VOICE_MIRROR]
-    await mirror.drain()
-    # Listing the bucket at start failed once, then the upload failed on each of its 3 tries.
-    assert mirror.failures == 4
+    box = await start_front(aiohttp_client, private_redis_url, tmp_path, missing)
+    form = aiohttp.FormData()
+    form.add_field("name", "nowhere to keep it")
+    form.add_field("files", reference_file("flac"), filename="ref.flac", content_type="audio/flac")
+    resp = await box.post("/v1/voices/add", data=form)
+    assert resp.status == 503 and resp.headers["Retry-After"] == "5"
+    assert (await resp.json())["detail"]["status"] == "voice_storage_unavailable"
+    assert [v for v in (await (await box.get("/v1/voices")).json())["voices"] if v["category"] == "cloned"] == []
+    assert not [p for p in (tmp_path / "voices").iterdir() if p.name.startswith("custom-")]
     redis = Redis.from_url(private_redis_url)
-    assert int(await redis.get(protocol.VOICE_MIRROR_FAILURES) or 0) == 4
+    assert int(await redis.get(protocol.VOICE_MIRROR_FAILURES) or 0) >= 2  # the listing at start, then the upload
     await redis.aclose()
-    assert (await box.get(f"/v1/voices/{voice_id}")).status == 200
+    # Built-in voices still answer.
+    assert (await box.get("/v1/voices/joe")).status == 200
     await box.close()
 
-    # The bucket exists now: the next start uploads what the bucket lacks.
+
+async def test_voices_cloned_before_the_bucket_was_set_are_uploaded_at_start(
+    aiohttp_client, aws_endpoint, private_redis_url, tmp_path
+):
+    alone = await aiohttp_client(create_app(make_settings(private_redis_url, tmp_path)))
+    voice_id = await clone(alone, "from the one-box days")
+    await alone.close()
     bucket = await create_bucket()
     box = await start_front(aiohttp_client, private_redis_url, tmp_path, bucket)
-    await box.app[VOICE_MIRROR].drain()
     assert f"{PREFIX}{voice_id}/meta.json" in await bucket_keys(bucket)
-    await box.close()
+    library = box.app[VOICE_LIBRARY]
+    assert library.catch_up_report is not None and library.catch_up_report.uploaded == 1
 
-    # A removal the bucket cannot take is remembered (tombstone) and re-sent at the next start.
-    box = await start_front(aiohttp_client, private_redis_url, tmp_path, missing, voices_mirror_attempts=1)
-    assert (await box.delete(f"/voices/{voice_id}")).status == 200
-    await box.app[VOICE_MIRROR].drain()
-    assert (tmp_path / "voices" / ".deleted" / voice_id).exists()
-    await box.close()
-    box = await start_front(aiohttp_client, private_redis_url, tmp_path, bucket)
-    await box.app[VOICE_MIRROR].drain()
-    assert await bucket_keys(bucket) == set()
-    assert not (tmp_path / "voices" / ".deleted" / voice_id).exists()
-    assert (await box.get(f"/v1/voices/{voice_id}")).status == 404
+
+async def test_a_removal_whose_announcement_was_lost_is_settled_by_the_periodic_comparison(
+    aiohttp_client, aws_endpoint, private_redis_url, tmp_path
+):
+    from zsynth.voices.bucket import VoiceBucket
+
+    bucket = await create_bucket()
+    box = await start_front(aiohttp_client, private_redis_url, tmp_path, bucket, voices_resync_s=0.3)
+    voice_id = await clone(box, "removed behind the box's back")
+    # Another box removed it, and Redis never took the announcement: only the bucket knows.
+    remote = VoiceBucket(bucket, PREFIX)
+    await remote.open()
+    await remote.remove_voice(voice_id)
+    await remote.close()
+    deadline = asyncio.get_running_loop().time() + 5.0
+    while (await box.get(f"/v1/voices/{voice_id}")).status != 404:
+        assert asyncio.get_running_loop().time() < deadline, "the periodic comparison did not drop the voice"
+        await asyncio.sleep(0.1)
+    assert not (tmp_path / "voices" / voice_id).exists()

@@ -29,10 +29,10 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from zsynth import protocol
 from zsynth.audio import Encoder, OutputFormat, OutputFormatError, parse_output_format
 from zsynth.config import Settings
-from zsynth.voices import VoiceStore
 
 from .engines import Engine, VoiceSpec
 from .synthesis import ChunkMeta
+from .voice_sync import VoiceUnavailable, WorkerVoices
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class Worker:
         self.chunk_redis = chunk_redis  # blocking client, used only by the engine thread
         self.worker_id = settings.worker_id
         self.processing = protocol.processing_key(self.worker_id)
-        self.voices = VoiceStore(settings.voices_dir)
+        self.voices = WorkerVoices(settings, engine)  # the voice library: follows it, loads each job's voice
         self.current: protocol.Job | None = None
         self._abort = threading.Event()  # read by the engine thread between chunks
         self._stopping = asyncio.Event()
@@ -95,6 +95,7 @@ class Worker:
 
     async def run(self, *, burst: bool = False, on_ready: Callable[[], object] | None = None) -> None:
         """Serve jobs until stopped (or, with ``burst``, until the queue is empty)."""
+        await self.voices.start()
         await self._recover_in_flight()
         await self._beat()
         tasks = [
@@ -110,6 +111,7 @@ class Worker:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            await self.voices.close()
             with contextlib.suppress(Exception):
                 await self.redis.delete(protocol.heartbeat_key(self.worker_id))
             logger.info("worker %s stopped after %d jobs", self.worker_id, self.jobs_done)
@@ -284,6 +286,9 @@ class Worker:
             # Redis went away mid-job: handled by the claim loop, as for any Redis failure. (redis-py wraps socket
             # errors in these; a bare OSError here comes from the engine, e.g. a missing file, and fails the job.)
             raise
+        except VoiceUnavailable as err:  # never another voice instead
+            log.error("voice refused: %s", err)
+            return protocol.error_event(progress.seq, err.code, str(err))
         except Exception as err:
             log.error("synthesis failed: %r", err)
             return protocol.error_event(progress.seq, "synthesis_failed", f"Synthesis failed: {err}")
@@ -330,11 +335,8 @@ class Worker:
         progress.samples += int(meta.get("samples", 0))
 
     def voice_spec(self, voice_id: str) -> VoiceSpec:
-        """The job's voice as the engine needs it: a clone's directory and metadata, read from the shared store."""
-        stored = self.voices.get(voice_id)
-        if stored is None:
-            return VoiceSpec(voice_id)
-        return VoiceSpec(voice_id, str(stored.path), stored.meta)
+        """The job's voice as the engine needs it (a clone fetched from the library if missing, or refused)."""
+        return self.voices.spec(voice_id)
 
     async def _record_terminal(
         self, job: protocol.Job, terminal: protocol.Event, release: bytes | str | None = None

@@ -196,12 +196,16 @@ class Settings:
     swapout_default_voice: str | None = _env("SWAPOUT_DEFAULT_VOICE", _optional_str, default=None)
     # Largest reference clip accepted by cloning (bytes of one uploaded file).
     voice_clip_max_bytes: int = _env("VOICE_CLIP_MAX_BYTES", _positive_int, default=20 * 1024 * 1024)
-    # S3 mirror of cloned voices (off when no bucket); objects live under <prefix><voice_id>/.
+    # The bucket that holds the voice library shared by every box (off when unset: voices stay on this box's disk);
+    # objects live under <prefix><voice_id>/ (see zsynth/voices/bucket.py).
     voices_bucket: str | None = _env("VOICES_BUCKET", _optional_str, default=None)
     voices_prefix: str = _env("VOICES_PREFIX", _s3_prefix, default="voices/")
-    # Tries per mirror operation before it waits for the next start; delays double from the base.
-    voices_mirror_attempts: int = _env("VOICES_MIRROR_ATTEMPTS", _positive_int, default=5)
-    voices_mirror_retry_s: float = _env("VOICES_MIRROR_RETRY", _positive_float, default=1.0)
+    # How long a request (front) or a job (worker) for a cloned voice this box lacks waits while it is fetched from
+    # the bucket before the answer is 404 voice_not_found.
+    voices_fetch_wait_s: float = _env("VOICES_FETCH_WAIT", _positive_float, default=5.0)
+    # How often every front and worker compares its disk with the bucket besides following the announcements (a safety
+    # net for an announcement Redis did not take): removed voices go, missing ones come.
+    voices_resync_s: float = _env("VOICES_RESYNC", _positive_float, default=300.0)
     # GPU engine (ZSYNTH_ENGINE=turbo): the checkpoint directory an operator downloaded once (no default: required).
     turbo_checkpoint: Path | None = _env("TURBO_CHECKPOINT", _optional_path, default=None)
     # cuda in production; cpu only when asked for explicitly (tests, benchmarks of the random-weight checkpoint).

@@ -14,7 +14,7 @@ from .config import Settings
 from .dispatch import Dispatcher
 from .metrics import Metrics
 from .voices import VoiceCatalog
-from .voices.mirror import VoiceMirror
+from .voices.library import VoiceLibrary
 
 if TYPE_CHECKING:
     from .avatar.renderers import AvatarRenderer
@@ -27,7 +27,7 @@ DISPATCHER: Final = web.AppKey("dispatcher", Dispatcher)
 AUTHENTICATOR: Final = web.AppKey("authenticator", Authenticator)
 METRICS: Final = web.AppKey("metrics", Metrics)
 VOICES: Final = web.AppKey("voices", VoiceCatalog)
-VOICE_MIRROR: Final = web.AppKey("voice_mirror", VoiceMirror)  # present only when ZSYNTH_VOICES_BUCKET is set
+VOICE_LIBRARY: Final = web.AppKey("voice_library", VoiceLibrary)  # the voice library across boxes
 # Open realtime sockets, closed with GOING_AWAY when the front shuts down.
 WS_REGISTRY: Final = web.AppKey("ws_registry", weakref.WeakSet[web.WebSocketResponse])
 # Open realtime sockets per credential fingerprint on this front (ZSYNTH_WS_MAX_SOCKETS_PER_CREDENTIAL).

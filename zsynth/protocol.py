@@ -35,6 +35,20 @@ CANCEL_CHANNEL: Final = PREFIX + "cancel"  # pub/sub: job ids to stop now
 WORKERS: Final = PREFIX + "workers"  # set of worker ids that have ever registered
 VOICE_MIRROR_FAILURES: Final = PREFIX + "voices:mirror_failures"  # counter: S3 mirror attempts that failed
 
+# ----- the voice library across boxes (see zsynth/voices/library.py) ---------------------------------------------
+# Stream of voice changes, one entry per add, edit, removal or saved settings: fields op (put, delete, settings),
+# voice_id, revision and box. Every front and worker reads it with XREAD BLOCK (live) from the last entry it applied
+# (catch-up after a disconnection or a restart); trimmed to about VOICES_LOG_MAXLEN entries.
+VOICES_LOG: Final = PREFIX + "voices:log"
+VOICES_LOG_MAXLEN: Final = 10000
+VOICE_BOX_PREFIX: Final = PREFIX + "voices:box:"  # + box id: JSON {"clones", "bucket"} of a live front, with a TTL
+
+
+def voice_box_key(box_id: str) -> str:
+    """A front's announcement that its box (a data directory) is up, how many clones it holds, and its bucket."""
+    return VOICE_BOX_PREFIX + box_id
+
+
 Priority = Literal["realtime", "batch"]
 
 EventKind = Literal["chunk", "done", "error"]

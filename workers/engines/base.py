@@ -29,6 +29,13 @@ class VoiceSpec:
     # Directory of a cloned voice (reference clip, metadata, cached conditioning); None for built-in voices.
     path: str | None = None
     meta: Mapping[str, Any] = field(default_factory=dict)
+    # The voice's saved settings (``POST /v1/voices/{id}/settings/edit``): the defaults under a job's own settings.
+    saved_settings: Mapping[str, Any] = field(default_factory=dict)
+
+
+def job_settings(voice: VoiceSpec, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings a job speaks with: the voice's saved ones, overridden field by field by the request's."""
+    return {**voice.saved_settings, **{k: v for k, v in settings.items() if v is not None}}
 
 
 class Engine(Protocol):
@@ -50,6 +57,9 @@ class Engine(Protocol):
     ) -> Iterator[EngineChunk]:
         """Yield chunks sentence by sentence (or finer); stop early when ``should_stop()`` turns true."""
         ...
+
+    def forget_voice(self, voice_id: str) -> None:
+        """Drop whatever the engine keeps about a cloned voice (it was edited or removed); called from any thread."""
 
 
 def clamp_setting(value: Any, low: float, high: float, default: float) -> float:

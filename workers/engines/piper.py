@@ -33,7 +33,7 @@ import soundfile as sf
 
 from zsynth.text import split_sentences
 
-from .base import EngineChunk, VoiceSpec, clamp_setting
+from .base import EngineChunk, VoiceSpec, clamp_setting, job_settings
 from .pitch import median_f0, pitch_shift
 
 logger = logging.getLogger(__name__)
@@ -83,7 +83,8 @@ class PiperEngine:
         self._base_noise_w = float(config.noise_w_scale)
         self.threads = threads
         self._base_f0: float | None = None
-        self._reference_f0s: dict[str, float | None] = {}
+        # (voice directory, reference file name) -> median pitch: an edit with a new clip writes a new name.
+        self._reference_f0s: dict[tuple[str, str], float | None] = {}
 
     def warm_up(self) -> None:
         """Synthesize one short sentence (loads espeak data, allocates onnxruntime arenas), then calibrate pitch."""
@@ -104,20 +105,31 @@ class PiperEngine:
         """The median pitch of a cloned voice's reference: from memory, the voice's cache, or measured once."""
         if voice.path is None:
             return None
-        if voice.path in self._reference_f0s:
-            return self._reference_f0s[voice.path]
+        name = str(voice.meta.get("reference", "reference.wav"))
+        key = (voice.path, name)
+        if key in self._reference_f0s:
+            return self._reference_f0s[key]
         cache = Path(voice.path) / "cache" / PITCH_CACHE
         value: float | None
         try:
-            value = json.loads(cache.read_text(encoding="utf-8"))["median_f0_hz"]
-        except (OSError, ValueError, KeyError, TypeError):
-            value = self._measure_reference(voice, cache)
-        self._reference_f0s[voice.path] = value
+            cached = json.loads(cache.read_text(encoding="utf-8"))
+            if cached.get("reference", "reference.wav") != name:
+                raise ValueError("the cache describes another clip")
+            value = cached["median_f0_hz"]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            value = self._measure_reference(voice, cache, name)
+        self._reference_f0s[key] = value
         return value
 
-    def _measure_reference(self, voice: VoiceSpec, cache: Path) -> float | None:
+    def forget_voice(self, voice_id: str) -> None:
+        """Drop the remembered pitch of a voice that was edited or removed."""
+        for key in list(self._reference_f0s):  # one C-level copy: the engine thread may add keys meanwhile
+            if Path(key[0]).name == voice_id:
+                self._reference_f0s.pop(key, None)
+
+    def _measure_reference(self, voice: VoiceSpec, cache: Path, name: str) -> float | None:
         assert voice.path is not None
-        reference = Path(voice.path) / str(voice.meta.get("reference", "reference.wav"))
+        reference = Path(voice.path) / name
         try:
             pcm, rate = sf.read(reference, dtype="float32", always_2d=True)
         except (OSError, RuntimeError) as err:
@@ -129,7 +141,7 @@ class PiperEngine:
             # Other workers read this cache too: write a temporary file and rename it into place.
             cache.parent.mkdir(exist_ok=True)
             tmp = cache.with_name(f".{PITCH_CACHE}.{secrets.token_hex(4)}")
-            tmp.write_text(json.dumps({"median_f0_hz": value}), encoding="utf-8")
+            tmp.write_text(json.dumps({"median_f0_hz": value, "reference": name}), encoding="utf-8")
             os.replace(tmp, cache)
         except OSError as err:
             logger.warning("piper: could not cache the pitch of voice %s: %s", voice.voice_id, err)
@@ -167,6 +179,7 @@ class PiperEngine:
         seed: int | None = None,
     ) -> Iterator[EngineChunk]:
         """Yield one chunk per sentence, each with Piper's per-phoneme sample counts as timing."""
+        settings = job_settings(voice, settings)
         config = self._config(settings)
         shift = self.clone_shift(voice, settings)
         if seed is not None:

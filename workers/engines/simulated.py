@@ -41,6 +41,9 @@ class SimulatedEngine:
     def warm_up(self) -> None:
         """Nothing to warm."""
 
+    def forget_voice(self, voice_id: str) -> None:
+        """Nothing is kept about voices."""
+
     def synthesize(
         self,
         text: str,

@@ -32,7 +32,7 @@ import numpy as np
 from zsynth.config import Settings
 from zsynth.text import split_sentences
 
-from .base import EngineChunk, VoiceSpec, clamp_setting
+from .base import EngineChunk, VoiceSpec, clamp_setting, job_settings
 from .turbo_ckpt import BUILTIN_CONDS, WEIGHT_FILES, backbone, backbone_config, is_random, missing_files
 from .turbo_compat import TurboUnavailable, apply_workarounds, require_packages
 from .turbo_voices import ConditioningCache
@@ -168,6 +168,10 @@ class TurboEngine:
                 return candidate
         return None
 
+    def forget_voice(self, voice_id: str) -> None:
+        """Drop a voice's conditioning from the device (it was edited or removed)."""
+        self.voices.forget(voice_id)
+
     def conditioning(self, voice: VoiceSpec) -> Any:
         """The voice's conditionals on the device (cached); the checkpoint's own voice when it is not cloned."""
         voice_dir = self.voice_dir(voice)
@@ -208,6 +212,7 @@ class TurboEngine:
 
         from .turbo_stream import LOOKAHEAD_TOKENS, SPEECH_VOCAB, PieceDecoder, Sampling, fresh_t3_cond
 
+        settings = job_settings(voice, settings)
         conds = self.conditioning(voice)
         stability = clamp_setting(settings.get("stability"), 0.0, 1.0, 0.5)
         sampling = Sampling(temperature=1.2 - 0.8 * stability)

@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import tempfile
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -137,6 +138,7 @@ class ConditioningCache:
         self._entries: OrderedDict[tuple[str, str], Any] = OrderedDict()
         # Clip path -> (size, mtime, inode) and digest; a few hundred bytes a voice, capped all the same.
         self._digests: OrderedDict[str, tuple[tuple[int, int, int], str]] = OrderedDict()
+        self._lock = threading.Lock()  # the engine thread reads, the worker's loop forgets
         self.built = 0
         self.loaded = 0
         self.hashed = 0
@@ -149,18 +151,20 @@ class ConditioningCache:
         reference = find_reference(voice_dir, meta)
         sha = self._digest(reference)
         key = (str(voice_dir.resolve()), sha)
-        if key in self._entries:
-            self._entries.move_to_end(key)
-            return self._entries[key]
+        with self._lock:
+            if key in self._entries:
+                self._entries.move_to_end(key)
+                return self._entries[key]
         conds = self._from_disk(voice_dir, sha)
         if conds is None:
             check_clip(reference)
             conds = self._build(reference)
             self._save(voice_dir, reference, sha, conds)
             self.built += 1
-        self._entries[key] = conds
-        while len(self._entries) > self.capacity:
-            self._entries.popitem(last=False)
+        with self._lock:
+            self._entries[key] = conds
+            while len(self._entries) > self.capacity:
+                self._entries.popitem(last=False)
         return conds
 
     def _digest(self, reference: Path) -> str:
@@ -178,6 +182,12 @@ class ConditioningCache:
         while len(self._digests) > DIGESTS_KEPT:
             self._digests.popitem(last=False)
         return sha
+
+    def forget(self, voice_id: str) -> None:
+        """Drop every cached conditioning of the voice (edited or removed); the files go with its directory."""
+        with self._lock:
+            for key in [k for k in self._entries if Path(k[0]).name == voice_id]:
+                del self._entries[key]
 
     def _from_disk(self, voice_dir: Path, sha: str) -> Any:
         info_path, conds_path = voice_dir / CONDS_INFO, voice_dir / CONDS_FILE

@@ -1,4 +1,4 @@
-"""Voices: listing (v1, v2), settings, cloning (``POST /voices``, ``POST /v1/voices/add``) and removal."""
+"""Voices: listing (v1, v2), settings, cloning (``POST /voices``, ``POST /v1/voices/add``), edits and removal."""
 
 from __future__ import annotations
 
@@ -115,6 +115,39 @@ SCHEMAS: Final[dict[str, Schema]] = {
         "required": ["status"],
         "properties": {"status": {"const": "ok"}},
     },
+    "EditVoiceRequest": {
+        "type": "object",
+        "required": ["name"],
+        "description": "Fields left out keep their value; new files replace the reference clip on every box.",
+        "properties": {
+            "name": {"type": "string", "minLength": 1, "maxLength": 200},
+            "description": {"type": "string"},
+            "labels": {"type": "string", "description": 'A JSON object of strings; "null" keeps the labels.'},
+            "files": {
+                "type": "array",
+                "maxItems": 10,
+                "description": "A new reference (same rules as cloning).",
+                "items": {"type": "string", "contentMediaType": "application/octet-stream"},
+            },
+        },
+    },
+    "VoiceSettingsEdit": {
+        "type": "object",
+        "description": "Any of the five settings; the ones sent are saved over the voice's saved ones (other "
+        "fields are ignored, null keeps the saved value). They become the defaults of every job for the voice.",
+        "properties": {
+            "stability": {"type": "number"},
+            "similarity_boost": {"type": "number"},
+            "style": {"type": "number"},
+            "use_speaker_boost": {"type": "boolean"},
+            "speed": {"type": "number"},
+        },
+    },
+    "EditResponse": {
+        "type": "object",
+        "required": ["status"],
+        "properties": {"status": {"const": "ok"}},
+    },
 }
 
 _VOICE_ID: Final = path_param("voice_id", "A voice id (built-in, or custom-... for clones).")
@@ -150,9 +183,15 @@ def _v2_parameters() -> list[Schema]:
     ]
 
 
+_STORAGE_503: Final = (
+    " With ZSYNTH_VOICES_BUCKET set the change is in the bucket before the answer; a bucket that cannot be reached "
+    "answers 503 voice_storage_unavailable with Retry-After and changes nothing."
+)
+
+
 def _delete(op_id: str, summary: str) -> Schema:
-    ok = json_body("Removed (and queued for removal from the S3 mirror).", ref("DeleteResponse"))
-    return operation(op_id, "voices", summary, responses({200: ok}, 400, 404), parameters=[_VOICE_ID])
+    ok = json_body("Removed on every box (the bucket keeps a tombstone).", ref("DeleteResponse"))
+    return operation(op_id, "voices", summary + _STORAGE_503, responses({200: ok}, 400, 404), parameters=[_VOICE_ID])
 
 
 def paths() -> PathItems:
@@ -193,16 +232,46 @@ def paths() -> PathItems:
             "get": operation(
                 "voice_settings",
                 "voices",
-                "A voice's settings.",
+                "A voice's saved settings (the defaults where none were saved).",
                 responses({200: settings}, 404),
                 parameters=[_VOICE_ID],
+            )
+        },
+        "/v1/voices/{voice_id}/edit": {
+            "post": operation(
+                "edit_voice",
+                "voices",
+                "Rename, describe, relabel or re-record a cloned voice (the SDK's voices.update); built-in voices "
+                "answer 400 voice_not_editable." + _STORAGE_503,
+                responses({200: json_body("Saved on every box.", ref("EditResponse"))}, 400, 404, 413, 422),
+                parameters=[_VOICE_ID],
+                body={
+                    "required": True,
+                    "content": {
+                        "multipart/form-data": {
+                            "schema": ref("EditVoiceRequest"),
+                            "encoding": {"files": {"contentType": "audio/*, application/octet-stream"}},
+                        }
+                    },
+                },
+            )
+        },
+        "/v1/voices/{voice_id}/settings/edit": {
+            "post": operation(
+                "edit_voice_settings",
+                "voices",
+                "Save a voice's settings (the SDK's voices.settings.update), built-in voices included; jobs for "
+                "the voice start from them." + _STORAGE_503,
+                responses({200: json_body("Saved on every box.", ref("EditResponse"))}, 400, 404, 422),
+                parameters=[_VOICE_ID],
+                body={"required": True, "content": {"application/json": {"schema": ref("VoiceSettingsEdit")}}},
             )
         },
         "/v1/voices/add": {
             "post": operation(
                 "add_voice",
                 "voices",
-                "Instant voice cloning (ElevenLabs shape of the answer).",
+                "Instant voice cloning (ElevenLabs shape of the answer)." + _STORAGE_503,
                 responses({200: json_body("The new voice's id.", ref("AddVoiceResponse"))}, 400, 413, 422, 500),
                 body=_CLONE_BODY,
             )
@@ -211,7 +280,7 @@ def paths() -> PathItems:
             "post": operation(
                 "clone_voice",
                 "voices",
-                "Clone a voice from a reference clip; answers the whole voice object.",
+                "Clone a voice from a reference clip; answers the whole voice object." + _STORAGE_503,
                 responses({200: json_body("The new voice.", ref("Voice"))}, 400, 413, 422, 500),
                 body=_CLONE_BODY,
             )

@@ -7,7 +7,7 @@ import asyncio
 from aiohttp import web
 
 from .. import protocol
-from ..keys import REDIS
+from ..keys import REDIS, VOICE_LIBRARY
 
 
 async def live_workers(app: web.Application) -> list[str]:
@@ -27,16 +27,21 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
-    """Ready when Redis answers and at least one worker's heartbeat is fresh; reveals counts only."""
+    """Ready when Redis answers and at least one worker's heartbeat is fresh; reveals counts only.
+
+    ``voice_library`` says why this box cannot share the voice library when it cannot (another box on this Redis
+    holds cloned voices and no bucket is set here); the box still serves its own voices, so readiness stands.
+    """
     try:
         workers = await asyncio.wait_for(live_workers(request.app), 2.0)
     except Exception:
         return web.json_response({"status": "not_ready", "redis": False, "workers": 0}, status=503)
     ready = bool(workers)
-    return web.json_response(
-        {"status": "ready" if ready else "not_ready", "redis": True, "workers": len(workers)},
-        status=200 if ready else 503,
-    )
+    body: dict[str, object] = {"status": "ready" if ready else "not_ready", "redis": True, "workers": len(workers)}
+    library = request.app.get(VOICE_LIBRARY)
+    if library is not None and library.warning:  # a box on a shared Redis without the shared bucket
+        body["voice_library"] = library.warning
+    return web.json_response(body, status=200 if ready else 503)
 
 
 def setup(app: web.Application) -> None:

@@ -32,6 +32,7 @@ _UNAVAILABLE = {
     "deadline_exceeded",
     "redis_unavailable",
 }
+_VOICE_FAILURES = {"voice_not_found": 404, "voice_storage_unavailable": 503}
 
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 # voice_settings fields that must be numbers when present.
@@ -132,6 +133,9 @@ def job_failure(err: JobFailed) -> ApiError:
         return ApiError(429, "system_busy", err.message, headers={"Retry-After": "1"})
     if err.code in _UNAVAILABLE:
         return ApiError(503, "system_busy", err.message, headers={"Retry-After": "1"})
+    if err.code in _VOICE_FAILURES:  # the worker could not load the voice (it never speaks another one)
+        status = _VOICE_FAILURES[err.code]
+        return ApiError(status, err.code, err.message, headers={"Retry-After": "5"} if status == 503 else None)
     return ApiError(500, err.code, err.message)
 
 

@@ -1,7 +1,10 @@
-"""Voices: listing (``/v1/voices``, ``/v2/voices``), settings, cloning (``POST /voices``, ``POST /v1/voices/add``)
-and removal (``DELETE /voices/{id}``, ``DELETE /v1/voices/{id}``).
+"""Voices: listing (``/v1/voices``, ``/v2/voices``), settings, cloning (``POST /voices``, ``POST /v1/voices/add``),
+edits (``POST /v1/voices/{id}/edit``, ``POST /v1/voices/{id}/settings/edit``) and removal (``DELETE /voices/{id}``,
+``DELETE /v1/voices/{id}``).
 
-Full-key-only scope on cloning and removal is enforced by the auth middleware, by path.
+Every change goes through the box's :class:`~zsynth.voices.library.VoiceLibrary`: with a bucket it is durable there
+before the answer, and a bucket that cannot be reached answers 503 ``voice_storage_unavailable`` with
+``Retry-After`` and changes nothing. Full-key-only scope on the changes is enforced by the auth middleware, by path.
 """
 
 from __future__ import annotations
@@ -16,21 +19,25 @@ from typing import Any, Final
 
 from aiohttp import BodyPartReader, web
 from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.typedefs import Handler
 
 from .. import protocol
 from ..errors import ApiError
 from ..jsonbody import BadJson, loads
-from ..keys import REDIS, REQUEST_ID, SETTINGS, VOICE_MIRROR, VOICES
-from ..voices import DEFAULT_SETTINGS, StoredVoice, VoiceCatalog, VoiceConfigError, VoiceStore
+from ..keys import REDIS, REQUEST_ID, SETTINGS, VOICE_LIBRARY, VOICES
+from ..voices import DEFAULT_SETTINGS, StoredVoice, VoiceCatalog, VoiceConfigError, VoiceStore, is_clone_id
+from ..voices.bucket import VoiceBucket
 from ..voices.catalog import clone_object, new_clone_meta
 from ..voices.clips import ADVICE, STORE_RATE, Clip, ClipError, build_reference, decode_clip, encode_wav
-from ..voices.mirror import VoiceMirror
+from ..voices.library import StorageUnavailable, VoiceGone, VoiceLibrary
+from ..voices.store import reference_name, revision
 
 logger = logging.getLogger(__name__)
 
 MAX_FILES: Final = 10
 MAX_FIELD_BYTES: Final = 64 * 1024
 MAX_NAME_CHARS: Final = 200
+RETRY_AFTER_S: Final = 5
 SORTS: Final = ("created_at_unix", "name")
 # v2 voice_type values mapped to the categories they cover (clones are the caller's own, personal voices).
 VOICE_TYPES: Final[dict[str, tuple[str, ...]]] = {
@@ -48,39 +55,70 @@ VOICE_TYPES: Final[dict[str, tuple[str, ...]]] = {
 
 
 async def voices_context(app: web.Application) -> AsyncIterator[None]:
-    """Open the store, restore from the bucket when mirroring, and check the pinned swap-out voice."""
+    """Open the store and the voice library (catching up with the bucket and the log), check the swap-out pin."""
     settings = app[SETTINGS]
     store = VoiceStore(settings.voices_dir)
     await asyncio.to_thread(store.ensure)
     catalog = VoiceCatalog(store, settings.engine, settings.swapout_default_voice)
-    mirror: VoiceMirror | None = None
-    if settings.voices_bucket:
 
-        async def count_failure() -> None:
-            await app[REDIS].incr(protocol.VOICE_MIRROR_FAILURES)
+    async def count_failure() -> None:
+        await app[REDIS].incr(protocol.VOICE_MIRROR_FAILURES)
 
-        mirror = VoiceMirror(
-            store,
-            settings.voices_bucket,
-            settings.voices_prefix,
-            attempts=settings.voices_mirror_attempts,
-            retry_s=settings.voices_mirror_retry_s,
-            on_failure=count_failure,
-        )
-        await mirror.start()
-        await mirror.restore()
-        app[VOICE_MIRROR] = mirror
+    bucket = VoiceBucket(settings.voices_bucket, settings.voices_prefix) if settings.voices_bucket else None
+    library = VoiceLibrary(
+        store,
+        settings.redis_url,
+        bucket,
+        role="front",
+        fetch_wait_s=settings.voices_fetch_wait_s,
+        resync_s=settings.voices_resync_s,
+        on_failure=count_failure,
+    )
+    await library.start()
     try:
         catalog.check_swapout()
     except VoiceConfigError as err:
         logger.critical("%s", err)
-        if mirror is not None:
-            await mirror.close(grace_s=0)
+        await library.close()
         raise
     app[VOICES] = catalog
+    app[VOICE_LIBRARY] = library
     yield
-    if mirror is not None:
-        await mirror.close()
+    await library.close()
+
+
+def storage_unavailable(err: StorageUnavailable) -> ApiError:
+    """The answer when the bucket that holds the voice library cannot be reached: nothing was changed."""
+    return ApiError(
+        503,
+        "voice_storage_unavailable",
+        f"The voice library's storage cannot be reached ({err}); nothing was changed. Try again shortly.",
+        headers={"Retry-After": str(RETRY_AFTER_S)},
+    )
+
+
+def voice_not_found(voice_id: str) -> ApiError:
+    """404 ``voice_not_found``."""
+    return ApiError(404, "voice_not_found", f"A voice with the voice_id {voice_id} was not found.", param="voice_id")
+
+
+@web.middleware
+async def fetch_missing_voice(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Before any route with a ``{voice_id}`` that is a cloned voice's id this box lacks: fetch it from the library.
+
+    The request waits at most ``ZSYNTH_VOICES_FETCH_WAIT``; a voice that is in the bucket is then spoken (or shown),
+    one that is not gets 404 ``voice_not_found``, never the swap-out voice; a bucket that does not answer gets 503.
+    Runs after authentication (it is the innermost middleware), so only callers with a valid key make it fetch.
+    """
+    voice_id = request.match_info.get("voice_id")
+    if voice_id and is_clone_id(voice_id) and not request.app[VOICES].store.has(voice_id):
+        try:
+            found = await request.app[VOICE_LIBRARY].ensure(voice_id)
+        except StorageUnavailable as err:
+            raise storage_unavailable(err) from err
+        if not found:
+            raise voice_not_found(voice_id)
+    return await handler(request)
 
 
 # ----- listing and settings --------------------------------------------------------------------------------------
@@ -89,7 +127,7 @@ async def voices_context(app: web.Application) -> AsyncIterator[None]:
 def _voice_or_404(catalog: VoiceCatalog, voice_id: str) -> dict[str, Any]:
     voice = catalog.get(voice_id)
     if voice is None:
-        raise ApiError(404, "voice_not_found", f"A voice with the voice_id {voice_id} was not found.", param="voice_id")
+        raise voice_not_found(voice_id)
     return voice
 
 
@@ -188,7 +226,7 @@ async def default_settings(request: web.Request) -> web.Response:
 
 
 async def voice_settings(request: web.Request) -> web.Response:
-    """``GET /v1/voices/{voice_id}/settings``."""
+    """``GET /v1/voices/{voice_id}/settings``: the voice's saved settings (the defaults where none were saved)."""
     return web.json_response(_voice_or_404(request.app[VOICES], request.match_info["voice_id"])["settings"])
 
 
@@ -274,38 +312,49 @@ def _labels(raw: str | None) -> dict[str, str]:
     return {str(k): str(v) for k, v in value.items() if v is not None}
 
 
-def _create(store: VoiceStore, upload: Upload, name: str, labels: dict[str, str], limit: int) -> StoredVoice:
-    """Decode, validate and store a clone (runs in a thread: decoding a minute of MP3 takes a while)."""
+def _decode(upload: Upload, limit: int) -> tuple[list[Clip], Any]:
+    """Decode and validate the uploaded clips into one reference (runs in a thread: a minute of MP3 takes a while)."""
     clips: list[Clip] = [decode_clip(data, file_name, limit) for file_name, data in upload.files]
-    pcm = build_reference(clips)
-    description = upload.fields.get("description") or None
-    meta = new_clone_meta(name, description, labels, [clip.sample() for clip in clips], len(pcm) / STORE_RATE)
-    return store.install(meta, encode_wav(pcm))
+    return clips, build_reference(clips)
 
 
-async def create_voice(request: web.Request) -> StoredVoice:
-    """Validate a cloning request, store the voice atomically, and queue its mirroring."""
-    upload = await read_upload(request)
-    name = upload.fields.get("name", "").strip()
+async def _reference(request: web.Request, upload: Upload) -> tuple[list[Clip], Any]:
+    try:
+        return await asyncio.to_thread(_decode, upload, request.app[SETTINGS].voice_clip_max_bytes)
+    except ClipError as err:
+        raise ApiError(400, err.code, err.message, param="files") from err
+
+
+def _name(raw: str | None, *, required: bool) -> str | None:
+    name = (raw or "").strip()
+    if not name and not required and raw is None:
+        return None
     if not name or len(name) > MAX_NAME_CHARS:
         raise ApiError(
             422, "invalid_parameters", f"Field 'name' is required (1-{MAX_NAME_CHARS} characters).", param="name"
         )
+    return name
+
+
+async def create_voice(request: web.Request) -> StoredVoice:
+    """Validate a cloning request and add the voice to the library (the bucket first, when there is one)."""
+    upload = await read_upload(request)
+    name = _name(upload.fields.get("name"), required=True)
+    assert name is not None
     if not upload.files:
         raise ApiError(
             422, "invalid_parameters", f"Send the reference clip as 'files' or 'file'. {ADVICE}", param="files"
         )
     labels = _labels(upload.fields.get("labels"))
-    catalog = request.app[VOICES]
-    limit = request.app[SETTINGS].voice_clip_max_bytes
+    clips, pcm = await _reference(request, upload)
+    description = upload.fields.get("description") or None
+    meta = new_clone_meta(name, description, labels, [clip.sample() for clip in clips], len(pcm) / STORE_RATE)
     try:
-        voice = await asyncio.to_thread(_create, catalog.store, upload, name, labels, limit)
-    except ClipError as err:
-        raise ApiError(400, err.code, err.message, param="files") from err
+        voice = await request.app[VOICE_LIBRARY].add(meta, await asyncio.to_thread(encode_wav, pcm))
+    except StorageUnavailable as err:
+        logger.error("request %s: cloning refused, the voice library is unreachable: %s", request[REQUEST_ID], err)
+        raise storage_unavailable(err) from err
     logger.info("request %s: cloned voice %s (%r)", request[REQUEST_ID], voice.voice_id, name)
-    mirror = request.app.get(VOICE_MIRROR)
-    if mirror is not None:
-        mirror.put(voice.voice_id)
     return voice
 
 
@@ -320,8 +369,13 @@ async def add(request: web.Request) -> web.Response:
     return web.json_response({"voice_id": voice.voice_id, "requires_verification": False})
 
 
+def _refuse_builtin_change(catalog: VoiceCatalog, voice_id: str, what: str) -> None:
+    if voice_id in catalog.builtins:
+        raise ApiError(400, "voice_not_editable", f"{voice_id} is a built-in voice and cannot be {what}.")
+
+
 async def delete(request: web.Request) -> web.Response:
-    """``DELETE /voices/{voice_id}`` and ``DELETE /v1/voices/{voice_id}``: remove a cloned voice."""
+    """``DELETE /voices/{voice_id}`` and ``DELETE /v1/voices/{voice_id}``: remove a cloned voice on every box."""
     voice_id = request.match_info["voice_id"]
     catalog = request.app[VOICES]
     if voice_id in catalog.builtins:
@@ -331,26 +385,102 @@ async def delete(request: web.Request) -> web.Response:
             400, "voice_not_deletable", f"{voice_id} is the pinned swap-out voice (ZSYNTH_SWAPOUT_DEFAULT_VOICE)."
         )
     _voice_or_404(catalog, voice_id)
-    mirror = request.app.get(VOICE_MIRROR)
-    if mirror is not None:
-        await asyncio.to_thread(catalog.store.add_tombstone, voice_id)
-    if not await asyncio.to_thread(catalog.store.remove, voice_id):
-        await asyncio.to_thread(catalog.store.drop_tombstone, voice_id)
-        raise ApiError(404, "voice_not_found", f"A voice with the voice_id {voice_id} was not found.")
+    try:
+        await request.app[VOICE_LIBRARY].remove(voice_id)
+    except StorageUnavailable as err:
+        raise storage_unavailable(err) from err
     logger.info("request %s: removed voice %s", request[REQUEST_ID], voice_id)
-    if mirror is not None:
-        mirror.delete(voice_id)
+    return web.json_response({"status": "ok"})
+
+
+async def edit(request: web.Request) -> web.Response:
+    """``POST /v1/voices/{voice_id}/edit`` (the SDK's ``voices.update``): name, description, labels, new clip.
+
+    Fields left out keep their value; new ``files`` replace the reference (and so the voice's conditioning on every
+    box). Built-in voices cannot be edited (their settings can, through ``settings/edit``).
+    """
+    voice_id = request.match_info["voice_id"]
+    catalog = request.app[VOICES]
+    _refuse_builtin_change(catalog, voice_id, "renamed or edited")
+    _voice_or_404(catalog, voice_id)
+    upload = await read_upload(request)
+    name = _name(upload.fields.get("name"), required=False)
+    changes: dict[str, Any] = {}
+    if name is not None:
+        changes["name"] = name
+    if "description" in upload.fields:
+        changes["description"] = upload.fields["description"].strip() or None
+    if upload.fields.get("labels", "").strip() not in ("", "null"):  # the SDK sends "null" for "leave them"
+        changes["labels"] = _labels(upload.fields["labels"])
+    reference: bytes | None = None
+    if upload.files:
+        clips, pcm = await _reference(request, upload)
+        changes["samples"] = [clip.sample() for clip in clips]
+        changes["reference_seconds"] = round(len(pcm) / STORE_RATE, 3)
+        reference = await asyncio.to_thread(encode_wav, pcm)
+    await _save_edit(request, voice_id, changes, reference)
+    return web.json_response({"status": "ok"})
+
+
+async def _save_edit(request: web.Request, voice_id: str, changes: dict[str, Any], reference: bytes | None) -> None:
+    library = request.app[VOICE_LIBRARY]
+    try:
+        current = await library.current_meta(voice_id)
+        rev = revision(current) + 1
+        meta = {**current, **changes, "revision": rev}
+        old_reference = reference_name(current)
+        if reference is not None:
+            meta["reference"] = f"reference-{rev}.wav"
+        await library.edit(meta, reference, old_reference if reference is not None else None)
+    except StorageUnavailable as err:
+        raise storage_unavailable(err) from err
+    except VoiceGone as err:
+        raise voice_not_found(voice_id) from err
+    logger.info("request %s: edited voice %s (%s)", request[REQUEST_ID], voice_id, ", ".join(sorted(changes)))
+
+
+async def edit_settings(request: web.Request) -> web.Response:
+    """``POST /v1/voices/{voice_id}/settings/edit`` (the SDK's ``voices.settings.update``).
+
+    The settings sent are merged over the voice's saved ones and saved; jobs for the voice start from them (a
+    request's own ``voice_settings`` still win, field by field). Built-in voices may save settings too.
+    """
+    from .tts import check_voice_settings  # the speech routes own the rules for voice_settings
+
+    voice_id = request.match_info["voice_id"]
+    catalog = request.app[VOICES]
+    voice = _voice_or_404(catalog, voice_id)
+    try:
+        body = loads(await request.read())
+    except BadJson as err:
+        raise ApiError(400, "invalid_json", f"The body is not valid JSON: {err}") from err
+    if not isinstance(body, dict):
+        raise ApiError(422, "invalid_parameters", "The body must be a JSON object of voice settings.")
+    # Fields other than the five settings are ignored (newer SDKs may send more); null keeps the saved value.
+    sent = {k: v for k, v in check_voice_settings(body).items() if k in DEFAULT_SETTINGS and v is not None}
+    saved = {**dict(voice["settings"]), **sent}
+    if voice_id in catalog.builtins:
+        try:
+            await request.app[VOICE_LIBRARY].save_builtin_settings(voice_id, saved)
+        except StorageUnavailable as err:
+            raise storage_unavailable(err) from err
+        logger.info("request %s: saved the settings of built-in voice %s", request[REQUEST_ID], voice_id)
+    else:
+        await _save_edit(request, voice_id, {"settings": saved}, None)
     return web.json_response({"status": "ok"})
 
 
 def setup(app: web.Application) -> None:
-    """Register the voice routes and the store's lifecycle."""
+    """Register the voice routes, the library's lifecycle, and the fetch of clones this box lacks."""
     app.cleanup_ctx.append(voices_context)
+    app.middlewares.append(fetch_missing_voice)
     app.router.add_get("/v1/voices", list_v1)
     app.router.add_get("/v2/voices", list_v2)
     app.router.add_get("/v1/voices/settings/default", default_settings)
     app.router.add_get("/v1/voices/{voice_id}", get_voice)
     app.router.add_get("/v1/voices/{voice_id}/settings", voice_settings)
+    app.router.add_post("/v1/voices/{voice_id}/edit", edit)
+    app.router.add_post("/v1/voices/{voice_id}/settings/edit", edit_settings)
     app.router.add_post("/v1/voices/add", add)
     app.router.add_delete("/v1/voices/{voice_id}", delete)
     app.router.add_post("/voices", clone)

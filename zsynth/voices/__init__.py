@@ -1,6 +1,7 @@
-"""Voices: the on-disk store of clones, the catalog with built-in voices and the swap-out rule, the S3 mirror.
+"""Voices: the on-disk store of clones, the catalog with built-in voices and the swap-out rule, and the voice library
+shared by several boxes (``.library``: the bucket in ``.bucket`` is the truth, Redis carries the announcements).
 
-Importing this package pulls in neither aiohttp nor aioboto3 (workers read the store); import ``.mirror`` for S3.
+Importing this package pulls in neither aiohttp nor aioboto3; import ``.library`` or ``.bucket`` for those.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from .store import StoredVoice, VoiceStore, new_voice_id
+from .store import StoredVoice, VoiceStore, is_clone_id, new_voice_id
 
 DEFAULT_SETTINGS: Final[Mapping[str, Any]] = {
     "stability": 0.5,
@@ -119,8 +119,8 @@ def _voice_object(
     }
 
 
-def builtin_object(voice: BuiltinVoice) -> dict[str, Any]:
-    """The API object of a built-in voice (created_at_unix 0: it ships with the engine)."""
+def builtin_object(voice: BuiltinVoice, saved: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The API object of a built-in voice (created_at_unix 0: it ships with the engine), with its saved settings."""
     return _voice_object(
         voice.voice_id,
         voice.name,
@@ -129,7 +129,7 @@ def builtin_object(voice: BuiltinVoice) -> dict[str, Any]:
         labels=voice.labels,
         created_at_unix=0,
         samples=None,
-        settings=DEFAULT_SETTINGS,
+        settings={**DEFAULT_SETTINGS, **dict(saved or {})},
     )
 
 
@@ -161,6 +161,7 @@ def new_clone_meta(
         "created_at_unix": int(time.time()),
         "samples": samples,
         "settings": dict(DEFAULT_SETTINGS),
+        "revision": 0,
         "reference": "reference.wav",
         "reference_seconds": round(seconds, 3),
     }
@@ -191,14 +192,15 @@ class VoiceCatalog:
         """One voice object, or None."""
         builtin = self.builtins.get(voice_id)
         if builtin is not None:
-            return builtin_object(builtin)
+            return builtin_object(builtin, self.store.builtin_settings(voice_id)[1])
         stored = self.store.get(voice_id)
         return clone_object(stored) if stored is not None else None
 
     def all(self) -> list[dict[str, Any]]:
         """Built-in voices first, then clones oldest first."""
         clones = sorted(self.store.all().values(), key=lambda v: (int(v.meta.get("created_at_unix", 0)), v.voice_id))
-        return [builtin_object(v) for v in self.builtins.values()] + [clone_object(v) for v in clones]
+        builtins = [builtin_object(v, self.store.builtin_settings(v.voice_id)[1]) for v in self.builtins.values()]
+        return builtins + [clone_object(v) for v in clones]
 
     def clone_count(self) -> int:
         """How many cloned voices this box has."""
@@ -211,7 +213,12 @@ class VoiceCatalog:
         return next(iter(self.builtins))
 
     def resolve(self, voice_id: str) -> str:
-        """The voice id synthesis will actually use for ``voice_id``."""
-        if self.exists(voice_id):
+        """The voice id synthesis will actually use for ``voice_id``.
+
+        A cloned voice's id is never swapped: the voice is fetched from the library before the job is queued (the
+        voice routes' middleware) and a worker that still cannot load it fails the job. Only ids that are neither
+        clone ids nor built-in ids get the swap-out voice.
+        """
+        if voice_id in self.builtins or is_clone_id(voice_id):
             return voice_id
         return self.swapout()  # the routes log both ids with the job

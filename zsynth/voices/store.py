@@ -2,14 +2,19 @@
 
 Layout under ``Settings.voices_dir``::
 
-    <voice_id>/meta.json        what the API shows about the voice (and the reference's format)
-    <voice_id>/reference.wav    the reference clip, mono 16-bit PCM
+    <voice_id>/meta.json        what the API shows about the voice: name, labels, saved settings, its ``revision``
+                                and the file name of its reference clip
+    <voice_id>/reference*.wav   the reference clip, mono 16-bit PCM (an edit with a new clip writes a new name)
     <voice_id>/cache/           engine caches (conditioning computed once from the reference)
     .tmp-<pid>-<random>/        a voice being written by process <pid>; renamed into place only when complete
-    .deleted/<voice_id>         tombstone of a removal the S3 mirror has not finished yet
+    .deleted/<voice_id>         tombstone of a removal (kept: a removed voice is never restored from anywhere)
+    .settings/<voice_id>.json   saved settings of a built-in voice
+    .box-id                     this box's id in the voice library (one per data directory)
+    .cursor                     the last voice-library announcement this box applied
 
-A voice appears and disappears with a single ``rename``, so a reader never sees half a voice. This module does not
-import aiohttp: the workers read the same store.
+A voice appears and disappears with a single ``rename``, so a reader never sees half a voice; an edit writes the new
+clip under a new name first and then replaces meta.json (one ``rename``), so a reader sees the old voice or the new
+one. This module does not import aiohttp: the workers read the same store.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ _ID_RE: Final = re.compile(r"^custom-[A-Za-z0-9_-]{4,64}$")
 # Directory mtimes tick coarsely (a few ms): a listing is cached only once the directory has been still this long.
 LEFTOVER_AGE_S: Final = 3600.0  # a temporary directory this old belongs to a writer that crashed
 _SETTLED_NS: Final = 2_000_000_000
+_SETTINGS_ID_RE: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 def is_clone_id(voice_id: str) -> bool:
@@ -90,6 +96,31 @@ def _write_file(path: Path, data: bytes) -> None:
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
+
+
+def _replace_file(path: Path, data: bytes) -> None:
+    """Write ``path`` whole or not at all: a temporary file next to it, fsynced, renamed over it."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}")
+    try:
+        _write_file(tmp, data)
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+def revision(meta: Mapping[str, Any]) -> int:
+    """A voice's revision: 0 at cloning, one more with every edit (meta.json written before revisions count 0)."""
+    try:
+        return int(meta.get("revision", 0))
+    except (TypeError, ValueError):
+        return 0
+
+
+def reference_name(meta: Mapping[str, Any]) -> str:
+    """The file name of a voice's reference clip (a bare name inside the voice's directory)."""
+    name = str(meta.get("reference") or REFERENCE)
+    return name if name == os.path.basename(name) and not name.startswith(".") else REFERENCE
 
 
 class VoiceStore:
@@ -152,6 +183,10 @@ class VoiceStore:
         """Whether the voice is stored, from the same cached listing (no copy, no file read per request)."""
         return voice_id in self._current()
 
+    def invalidate(self) -> None:
+        """Forget the cached listing: an edit replaces a meta.json without touching the root's mtime."""
+        self._cache_stamp = None
+
     def _current(self) -> dict[str, StoredVoice]:
         try:
             stamp = os.stat(self.root).st_mtime_ns
@@ -201,6 +236,33 @@ class VoiceStore:
         logger.info("voice store: wrote %s", voice_id)
         return StoredVoice(voice_id, final, dict(meta))
 
+    def update(self, meta: Mapping[str, Any], reference: bytes | None) -> StoredVoice:
+        """Replace a stored voice's metadata (and, with ``reference``, its clip) in place.
+
+        The new clip is written under the name ``meta["reference"]`` before meta.json is replaced, so a reader sees
+        either the old voice or the new one; the old clip is removed afterwards. Raises FileNotFoundError when the
+        voice is not stored.
+        """
+        voice_id = str(meta["voice_id"])
+        if not is_clone_id(voice_id):
+            raise ValueError(f"not a cloned voice id: {voice_id!r}")
+        voice_dir = self.root / voice_id
+        if not (voice_dir / META).is_file():
+            raise FileNotFoundError(voice_dir)
+        name = reference_name(meta)
+        if reference is not None:
+            _replace_file(voice_dir / name, reference)
+        elif not (voice_dir / name).is_file():
+            raise FileNotFoundError(voice_dir / name)
+        _replace_file(voice_dir / META, json.dumps(dict(meta), indent=1, ensure_ascii=False).encode())
+        for old in voice_dir.glob("reference*.wav"):
+            if old.name != name:
+                with contextlib.suppress(FileNotFoundError):
+                    old.unlink()
+        self.invalidate()
+        logger.info("voice store: updated %s to revision %d", voice_id, revision(meta))
+        return StoredVoice(voice_id, voice_dir, dict(meta))
+
     def remove(self, voice_id: str) -> bool:
         """Remove a voice with one rename (then delete the renamed tree); False when it was not there."""
         if not is_clone_id(voice_id):
@@ -216,7 +278,7 @@ class VoiceStore:
         return True
 
     def read_files(self, voice_id: str) -> tuple[bytes, bytes] | None:
-        """The meta.json and reference bytes of a voice (what the mirror uploads)."""
+        """The meta.json and reference bytes of a voice (what a start-up uploads when the bucket lacks it)."""
         voice = self.get(voice_id)
         if voice is None:
             return None
@@ -225,10 +287,72 @@ class VoiceStore:
         except FileNotFoundError:
             return None
 
-    # ----- tombstones (removals the mirror still owes the bucket) ----------------------------------------------
+    # ----- saved settings of built-in voices (a clone keeps its own in meta.json) ------------------------------
+
+    def builtin_settings(self, voice_id: str) -> tuple[int, dict[str, Any]]:
+        """The revision and saved settings of a built-in voice; (0, {}) when none were saved."""
+        if not _SETTINGS_ID_RE.match(voice_id):
+            return 0, {}
+        try:
+            saved = json.loads((self.root / ".settings" / f"{voice_id}.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return 0, {}
+        if not isinstance(saved, dict) or not isinstance(saved.get("settings"), dict):
+            return 0, {}
+        return revision(saved), dict(saved["settings"])
+
+    def save_builtin_settings(self, voice_id: str, rev: int, settings: Mapping[str, Any]) -> None:
+        """Save a built-in voice's settings (atomically: other processes of the box read them per job)."""
+        if not _SETTINGS_ID_RE.match(voice_id):
+            raise ValueError(f"not a voice id: {voice_id!r}")
+        (self.root / ".settings").mkdir(parents=True, exist_ok=True)
+        body = json.dumps({"voice_id": voice_id, "revision": rev, "settings": dict(settings)}).encode()
+        _replace_file(self.root / ".settings" / f"{voice_id}.json", body)
+
+    def saved_settings(self, voice_id: str) -> dict[str, Any]:
+        """The saved settings a job for ``voice_id`` starts from: a clone's from its meta.json, else a built-in's."""
+        if is_clone_id(voice_id):
+            voice = self.get(voice_id)
+            return dict(voice.meta.get("settings") or {}) if voice is not None else {}
+        return self.builtin_settings(voice_id)[1]
+
+    # ----- this box in the voice library -------------------------------------------------------------------------
+
+    def box_id(self) -> str:
+        """This data directory's id in the voice library, made once and kept."""
+        path = self.root / ".box-id"
+        with contextlib.suppress(FileNotFoundError):
+            stored = path.read_text(encoding="utf-8").strip()
+            if stored:
+                return stored
+        self.root.mkdir(parents=True, exist_ok=True)
+        fresh = secrets.token_hex(8)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return path.read_text(encoding="utf-8").strip() or fresh  # another process of the box made it first
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(fresh + "\n")
+        return fresh
+
+    def cursor(self) -> str | None:
+        """The id of the last voice-library announcement applied on this box, or None."""
+        with contextlib.suppress(OSError):
+            value = (self.root / ".cursor").read_text(encoding="utf-8").strip()
+            return value or None
+        return None
+
+    def save_cursor(self, entry_id: str) -> None:
+        """Remember the last announcement applied (best effort: a lost cursor only means a longer catch-up)."""
+        try:
+            _replace_file(self.root / ".cursor", entry_id.encode())
+        except OSError as err:
+            logger.warning("voice store: could not save the library cursor: %s", err)
+
+    # ----- tombstones ------------------------------------------------------------------------------------------
 
     def add_tombstone(self, voice_id: str) -> None:
-        """Remember a removal until the bucket has forgotten the voice too."""
+        """Remember a removal: a start-up never uploads a voice removed here (the bucket keeps its own tombstone)."""
         (self.root / ".deleted").mkdir(parents=True, exist_ok=True)
         _write_file(self.root / ".deleted" / voice_id, b"")
 
@@ -238,7 +362,7 @@ class VoiceStore:
             os.unlink(self.root / ".deleted" / voice_id)
 
     def tombstones(self) -> set[str]:
-        """Ids removed here whose removal the bucket may not have seen."""
+        """Ids removed on this box."""
         with contextlib.suppress(FileNotFoundError):
             return {name for name in os.listdir(self.root / ".deleted") if is_clone_id(name)}
         return set()

@@ -1,0 +1,91 @@
+"""A worker's part in the voice library: keep the box's voice cache current, and find each job's voice or refuse.
+
+The worker runs a :class:`~zsynth.voices.library.VoiceLibrary` in its event loop: announcements of new, edited and
+removed voices are applied to the box's disk and make the engine forget what it kept about the voice. The engine
+thread asks :meth:`WorkerVoices.spec` for a job's voice; a cloned voice missing from the disk is fetched from the
+bucket (at most ``ZSYNTH_VOICES_FETCH_WAIT``), and one that cannot be had fails the job with
+:class:`VoiceUnavailable`. Another voice is never substituted: the swap-out voice is the front's decision, made only
+for ids that are neither clone ids nor built-in ids.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from zsynth.config import Settings
+from zsynth.voices import StoredVoice, VoiceStore, is_clone_id
+from zsynth.voices.bucket import VoiceBucket
+from zsynth.voices.library import StorageUnavailable, VoiceLibrary
+
+from .engines import Engine, VoiceSpec
+
+logger = logging.getLogger(__name__)
+
+
+class VoiceUnavailable(RuntimeError):
+    """A job's voice cannot be loaded; ``code`` is the error code its client gets."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class WorkerVoices:
+    """The voices of one worker: the box's store, the library that keeps it current, and the engine to tell."""
+
+    def __init__(self, settings: Settings, engine: Engine) -> None:
+        self.settings = settings
+        self.store = VoiceStore(settings.voices_dir)
+        bucket = VoiceBucket(settings.voices_bucket, settings.voices_prefix) if settings.voices_bucket else None
+        self.library = VoiceLibrary(
+            self.store,
+            settings.redis_url,
+            bucket,
+            role="worker",
+            fetch_wait_s=settings.voices_fetch_wait_s,
+            resync_s=settings.voices_resync_s,
+            on_change=getattr(engine, "forget_voice", None),  # test stand-in engines may lack it
+        )
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def start(self) -> None:
+        """Catch up with the library and follow its announcements (in this event loop)."""
+        self._loop = asyncio.get_running_loop()
+        await asyncio.to_thread(self.store.ensure)
+        await self.library.start()
+
+    async def close(self) -> None:
+        """Stop following."""
+        await self.library.close()
+
+    def spec(self, voice_id: str) -> VoiceSpec:
+        """In the engine thread: the job's voice with its saved settings, or VoiceUnavailable."""
+        if not is_clone_id(voice_id):
+            return VoiceSpec(voice_id, saved_settings=self.store.builtin_settings(voice_id)[1])
+        stored = self.store.get(voice_id)
+        if stored is None:
+            stored = self._fetch(voice_id)
+        return VoiceSpec(voice_id, str(stored.path), stored.meta, dict(stored.meta.get("settings") or {}))
+
+    def _fetch(self, voice_id: str) -> StoredVoice:
+        if self._loop is None:
+            raise VoiceUnavailable("voice_not_found", f"The voice {voice_id} is not on this box.")
+        future = asyncio.run_coroutine_threadsafe(self.library.ensure(voice_id), self._loop)
+        try:
+            found = future.result(timeout=self.settings.voices_fetch_wait_s + 5.0)
+        except (StorageUnavailable, TimeoutError) as err:
+            future.cancel()
+            raise VoiceUnavailable(
+                "voice_storage_unavailable",
+                f"The voice {voice_id} is not on this box and the voice library's storage did not answer ({err}); "
+                "no other voice was used. Try again shortly.",
+            ) from err
+        stored = self.store.get(voice_id) if found else None
+        if stored is None:
+            raise VoiceUnavailable(
+                "voice_not_found",
+                f"The voice {voice_id} is not in the voice library (removed, or never cloned); "
+                "no other voice was used.",
+            )
+        return stored

@@ -1,0 +1,588 @@
+"""The voice library across boxes: the bucket is the truth, Redis carries the news, each box's disk is a cache.
+
+Every front and every worker runs one :class:`VoiceLibrary` on its box's :class:`VoiceStore`:
+
+* **Changes** made through a front (clone, edit, saved settings, removal) reach the bucket before the API answers;
+  a bucket that cannot be reached makes the change fail with :class:`StorageUnavailable` (the routes answer 503
+  ``voice_storage_unavailable`` with ``Retry-After``) and leaves nothing behind, so no box ever serves a voice another
+  box cannot get. The change is then written to the box's disk and announced on :data:`protocol.VOICES_LOG`.
+* **Announcements** are read by every process with ``XREAD BLOCK`` from the last entry it applied: a new or edited
+  voice is fetched from the bucket into the disk cache, a removed one is dropped, and ``on_change`` lets a worker drop
+  its engine state for the voice. The stream is both the live feed and the catch-up log, so no announcement falls
+  between a subscription and a catch-up.
+* **At start** a process compares the bucket with its disk (fetching what it lacks, dropping what was removed,
+  uploading voices cloned before the bucket was set, never one the bucket or this box has a tombstone for) and logs
+  how many announcements it missed and how far behind it was. A bucket that is down at start is retried in the
+  background; the process serves the voices on its disk meanwhile.
+* **A cloned id this box lacks** is fetched on demand (:meth:`ensure`), waiting at most ``fetch_wait_s``.
+* **Every ``resync_s``** the disk is compared with the bucket again, so an announcement Redis did not take (the
+  change itself is in the bucket) is settled within that time even without a restart.
+
+Without a bucket nothing is shared: the disk is the truth, announcements only tell the box's other processes to
+forget cached engine state, and fronts announce themselves (:func:`protocol.voice_box_key`) so that a second box on
+the same Redis without a bucket, while cloned voices exist, says so loudly (:attr:`VoiceLibrary.warning`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from .. import protocol
+from .bucket import S3_ERRORS, VoiceBucket
+from .store import StoredVoice, VoiceStore, is_clone_id, reference_name, revision
+
+logger = logging.getLogger(__name__)
+
+Op = Literal["put", "delete", "settings"]
+READ_BLOCK_MS: Final = 5000
+BOX_TTL_S: Final = 45
+BOX_EVERY_S: Final = 15.0
+RESYNC_EVERY_S: Final = 30.0  # while the bucket is unreachable: how often the start-up reconciliation is retried
+MAX_BACKOFF_S: Final = 5.0
+
+
+class StorageUnavailable(RuntimeError):
+    """The bucket could not be reached; nothing was changed. Try again later."""
+
+
+class VoiceGone(LookupError):
+    """The voice is not in the library (never was, or was removed)."""
+
+
+@dataclass(slots=True)
+class CatchUp:
+    """What a start-up caught up on."""
+
+    missed: int = 0  # announcements made while this box was away
+    behind_s: float = 0.0  # from the last announcement applied here to the newest one
+    trimmed: bool = False  # the log no longer reaches back to this box's cursor: the bucket was compared in full
+    restored: int = 0
+    removed: int = 0
+    uploaded: int = 0
+    refreshed: int = 0
+    bucket_ok: bool = True
+
+
+def _entry_ms(entry_id: str) -> int:
+    with contextlib.suppress(ValueError):
+        return int(entry_id.split("-", 1)[0])
+    return 0
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class VoiceLibrary:
+    """One process's part in the voice library (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: VoiceStore,
+        redis_url: str,
+        bucket: VoiceBucket | None,
+        *,
+        role: Literal["front", "worker"],
+        fetch_wait_s: float,
+        resync_s: float = 300.0,
+        on_change: Callable[[str], None] | None = None,
+        on_failure: Callable[[], Awaitable[Any]] | None = None,
+    ) -> None:
+        self.store = store
+        self.bucket = bucket
+        self.role = role
+        self.fetch_wait_s = fetch_wait_s
+        self.resync_s = resync_s
+        self.on_change = on_change
+        self.on_failure = on_failure
+        self.box_id = store.box_id()
+        self.redis: Redis = Redis.from_url(
+            redis_url, socket_connect_timeout=2.0, socket_timeout=READ_BLOCK_MS / 1000 + 10, health_check_interval=30
+        )
+        self.warning: str | None = None  # why this box cannot share the voice library, when it cannot
+        self.catch_up_report: CatchUp | None = None
+        self.applied = 0  # announcements applied since start
+        self._cursor = "0-0"
+        self._fetches: dict[str, asyncio.Task[bool]] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        # Loops end on this as well as on cancellation: a redis-py command interrupted by a cancel may swallow it.
+        self._stop = asyncio.Event()
+
+    # ----- lifecycle -------------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Catch up with the bucket and the log, then follow the log (and, on a front, announce the box)."""
+        if self.bucket is not None:
+            await self.bucket.open()
+        report = await self.catch_up()
+        self._tasks.append(asyncio.create_task(self._follow(), name="voice-library"))
+        if not report.bucket_ok:
+            self._tasks.append(asyncio.create_task(self._reconcile_until_done(), name="voice-library-resync"))
+        if self.bucket is not None:
+            self._tasks.append(asyncio.create_task(self._resync_loop(), name="voice-library-periodic"))
+        if self.role == "front":
+            self._tasks.append(asyncio.create_task(self._announce_box(), name="voice-library-box"))
+
+    async def close(self) -> None:
+        """Stop following and close the clients."""
+        self._stop.set()
+        for task in [*self._tasks, *self._fetches.values()]:
+            task.cancel()
+        await asyncio.gather(*self._tasks, *self._fetches.values(), return_exceptions=True)
+        if self.role == "front":
+            with contextlib.suppress(RedisError, OSError):
+                await self.redis.delete(protocol.voice_box_key(self.box_id))
+        await self.redis.aclose()
+        if self.bucket is not None:
+            await self.bucket.close()
+
+    async def _failed(self, what: str, err: BaseException) -> None:
+        logger.error("voice library: %s: %s", what, err)
+        if self.on_failure is not None:
+            try:
+                await self.on_failure()
+            except Exception as count_err:  # the counter is best effort
+                logger.warning("voice library: could not count a bucket failure: %s", count_err)
+
+    # ----- changes made through this front ---------------------------------------------------------------------
+
+    async def add(self, meta: Mapping[str, Any], reference: bytes) -> StoredVoice:
+        """A new clone: in the bucket first, then on this disk, then announced."""
+        voice_id = str(meta["voice_id"])
+        if self.bucket is not None:
+            try:
+                await self.bucket.put_voice(meta, reference)
+            except S3_ERRORS as err:
+                await self._failed(f"storing the new voice {voice_id} in the bucket failed", err)
+                raise StorageUnavailable(str(err)) from err
+        try:
+            voice = await asyncio.to_thread(self.store.install, meta, reference)
+        except BaseException:
+            if self.bucket is not None:  # the client gets an error: the voice must not exist anywhere
+                with contextlib.suppress(*S3_ERRORS):
+                    await self.bucket.remove_voice(voice_id)
+            raise
+        await self._announce("put", voice_id, revision(meta))
+        return voice
+
+    async def current_meta(self, voice_id: str) -> dict[str, Any]:
+        """A clone's metadata as the library holds it (the bucket's when there is one); VoiceGone when absent."""
+        if self.bucket is not None:
+            try:
+                meta = await self.bucket.get_meta(voice_id)
+            except (*S3_ERRORS, ValueError) as err:
+                await self._failed(f"reading {voice_id} from the bucket failed", err)
+                raise StorageUnavailable(str(err)) from err
+            if meta is None:
+                await self._drop_local(voice_id)
+                raise VoiceGone(voice_id)
+            return meta
+        stored = await asyncio.to_thread(self.store.get, voice_id)
+        if stored is None:
+            raise VoiceGone(voice_id)
+        return dict(stored.meta)
+
+    async def edit(self, meta: Mapping[str, Any], reference: bytes | None, old_reference: str | None) -> StoredVoice:
+        """Save an edited clone (``meta`` with its revision already raised): bucket, disk, announcement.
+
+        ``reference`` is the new clip (stored under ``meta["reference"]``), ``old_reference`` the clip it replaces.
+        """
+        voice_id = str(meta["voice_id"])
+        if self.bucket is not None:
+            try:
+                await self.bucket.put_voice(meta, reference)
+            except S3_ERRORS as err:
+                await self._failed(f"storing the edit of {voice_id} in the bucket failed", err)
+                raise StorageUnavailable(str(err)) from err
+            if old_reference is not None and old_reference != reference_name(meta):
+                try:
+                    await self.bucket.delete_object(voice_id, old_reference)
+                except S3_ERRORS as err:  # an unused clip left behind costs storage only
+                    await self._failed(f"removing the replaced clip of {voice_id} failed", err)
+        stored = await self._write_local(meta, reference)
+        await self._announce("put", voice_id, revision(meta))
+        return stored
+
+    async def _write_local(self, meta: Mapping[str, Any], reference: bytes | None) -> StoredVoice:
+        voice_id = str(meta["voice_id"])
+        try:
+            return await asyncio.to_thread(self.store.update, meta, reference)
+        except FileNotFoundError:
+            if reference is None and self.bucket is not None:
+                remote = await self.bucket.get_voice(voice_id)
+                if remote is None:
+                    raise VoiceGone(voice_id) from None
+                reference = remote.reference
+            if reference is None:
+                raise VoiceGone(voice_id) from None
+            try:
+                return await asyncio.to_thread(self.store.install, meta, reference)
+            except FileExistsError:
+                return await asyncio.to_thread(self.store.update, meta, reference)
+
+    async def remove(self, voice_id: str) -> bool:
+        """Remove a clone everywhere: the bucket's tombstone first (that is the removal), then this disk."""
+        if self.bucket is not None:
+            try:
+                await self.bucket.remove_voice(voice_id)
+            except S3_ERRORS as err:
+                await self._failed(f"removing {voice_id} from the bucket failed", err)
+                if not await self._tombstoned(voice_id):
+                    raise StorageUnavailable(str(err)) from err
+        removed = await self._drop_local(voice_id)
+        await self._announce("delete", voice_id, 0)
+        return removed
+
+    async def _tombstoned(self, voice_id: str) -> bool:
+        assert self.bucket is not None
+        try:
+            return await self.bucket.is_removed(voice_id)
+        except S3_ERRORS:
+            return False
+
+    async def save_builtin_settings(self, voice_id: str, settings: Mapping[str, Any]) -> None:
+        """Save a built-in voice's settings everywhere."""
+        rev = (await asyncio.to_thread(self.store.builtin_settings, voice_id))[0]
+        if self.bucket is not None:
+            try:
+                remote = await self.bucket.get_settings(voice_id)
+                rev = max(rev, remote[0] if remote else 0) + 1
+                await self.bucket.put_settings(voice_id, rev, settings)
+            except (*S3_ERRORS, ValueError) as err:
+                await self._failed(f"saving the settings of {voice_id} in the bucket failed", err)
+                raise StorageUnavailable(str(err)) from err
+        else:
+            rev += 1
+        await asyncio.to_thread(self.store.save_builtin_settings, voice_id, rev, settings)
+        await self._announce("settings", voice_id, rev)
+
+    async def _announce(self, op: Op, voice_id: str, rev: int) -> None:
+        fields = {"op": op, "voice_id": voice_id, "revision": str(rev), "box": self.box_id}
+        try:
+            await self.redis.xadd(
+                protocol.VOICES_LOG,
+                fields,  # type: ignore[arg-type]
+                maxlen=protocol.VOICES_LOG_MAXLEN,
+                approximate=True,
+            )
+        except (RedisError, OSError) as err:
+            # The change is in the bucket: other boxes fetch the voice on demand and settle at their next start.
+            logger.error("voice library: could not announce %s of %s: %s", op, voice_id, err)
+
+    # ----- fetching on demand ----------------------------------------------------------------------------------
+
+    async def ensure(self, voice_id: str) -> bool:
+        """Whether ``voice_id`` is (now) on this disk: fetched from the bucket when missing, waiting at most
+        ``fetch_wait_s``. False when it is in neither place; StorageUnavailable when the bucket did not answer."""
+        if await asyncio.to_thread(self.store.get, voice_id) is not None:
+            return True
+        if self.bucket is None or not is_clone_id(voice_id) or voice_id in self.store.tombstones():
+            return False
+        task = self._fetches.get(voice_id)
+        if task is None:
+            task = asyncio.create_task(self._fetch(voice_id), name=f"voice-fetch-{voice_id}")
+            self._fetches[voice_id] = task
+            task.add_done_callback(lambda _: self._fetches.pop(voice_id, None))
+        try:
+            async with asyncio.timeout(self.fetch_wait_s):
+                return await asyncio.shield(task)
+        except TimeoutError as err:
+            raise StorageUnavailable(f"fetching {voice_id} took longer than {self.fetch_wait_s:g} s") from err
+
+    async def _fetch(self, voice_id: str) -> bool:
+        assert self.bucket is not None
+        started = time.monotonic()
+        try:
+            remote = await self.bucket.get_voice(voice_id)
+        except (*S3_ERRORS, ValueError) as err:
+            await self._failed(f"fetching {voice_id} from the bucket failed", err)
+            raise StorageUnavailable(str(err)) from err
+        if remote is None:
+            return False
+        with contextlib.suppress(FileExistsError):
+            await asyncio.to_thread(self.store.install, remote.meta, remote.reference)
+        self.store.invalidate()
+        logger.info("voice library: fetched %s on demand in %.2fs", voice_id, time.monotonic() - started)
+        return True
+
+    # ----- applying announcements ------------------------------------------------------------------------------
+
+    async def _follow(self) -> None:
+        """Read the log from the cursor for ever, applying each entry; reconcile with the bucket after an outage."""
+        backoff = 0.2
+        lost = False
+        while not self._stop.is_set():
+            try:
+                answer: Any = await self.redis.xread(
+                    {protocol.VOICES_LOG: self._cursor}, block=READ_BLOCK_MS, count=100
+                )
+                if lost:
+                    logger.info("voice library: redis is back; comparing with the bucket")
+                    lost = False
+                    await self.reconcile(CatchUp(trimmed=True))
+                backoff = 0.2
+            except (RedisError, OSError) as err:
+                if not lost:
+                    logger.warning("voice library: lost redis (%s); retrying", err)
+                lost = True
+                await self._pause(backoff)
+                backoff = min(MAX_BACKOFF_S, backoff * 2)
+                continue
+            for _stream, entries in answer or []:
+                for entry_id, raw in entries:
+                    fields = {_text(k): _text(v) for k, v in raw.items()}
+                    await self._apply_safely(fields)
+                    self._cursor = _text(entry_id)
+                await asyncio.to_thread(self.store.save_cursor, self._cursor)
+
+    async def _apply_safely(self, fields: Mapping[str, str]) -> None:
+        try:
+            await self.apply(fields)
+        except (*S3_ERRORS, ValueError) as err:
+            # The voice stays fetchable on demand; the next start settles it.
+            await self._failed(f"applying {dict(fields)} failed", err)
+        except Exception:
+            logger.exception("voice library: applying %s failed", dict(fields))
+
+    async def apply(self, fields: Mapping[str, str]) -> None:
+        """Apply one announcement to this disk (idempotent: every process of the box applies it)."""
+        op, voice_id = fields.get("op", ""), fields.get("voice_id", "")
+        try:
+            rev = int(fields.get("revision", "0"))
+        except ValueError:
+            rev = 0
+        if op == "delete" and is_clone_id(voice_id):
+            await self._drop_local(voice_id)
+        elif op == "put" and is_clone_id(voice_id):
+            await self._refresh(voice_id, rev)
+        elif op == "settings" and self.bucket is not None:
+            local_rev = (await asyncio.to_thread(self.store.builtin_settings, voice_id))[0]
+            if local_rev < rev:
+                remote = await self.bucket.get_settings(voice_id)
+                if remote is not None:
+                    await asyncio.to_thread(self.store.save_builtin_settings, voice_id, *remote)
+        self.store.invalidate()
+        self.applied += 1
+        if self.on_change is not None:
+            self.on_change(voice_id)
+
+    async def _refresh(self, voice_id: str, rev: int | None) -> bool:
+        """Bring a clone on this disk up to the bucket's revision; True when something was written or removed."""
+        if self.bucket is None:
+            return False  # one box: its disk is already the truth
+        local = await asyncio.to_thread(self.store.get, voice_id)
+        if local is not None and rev is not None and revision(local.meta) >= rev:
+            return False
+        if voice_id in self.store.tombstones():
+            return False
+        remote = await self.bucket.get_voice(voice_id)
+        if remote is None:
+            return await self._drop_local(voice_id) if local is not None else False
+        if local is not None and revision(local.meta) >= revision(remote.meta):
+            return False
+        await self._write_local(remote.meta, remote.reference)
+        logger.info("voice library: %s is at revision %d on this box", voice_id, revision(remote.meta))
+        return True
+
+    async def _drop_local(self, voice_id: str) -> bool:
+        await asyncio.to_thread(self.store.add_tombstone, voice_id)
+        removed = await asyncio.to_thread(self.store.remove, voice_id)
+        self.store.invalidate()
+        if removed and self.on_change is not None:
+            self.on_change(voice_id)
+        return removed
+
+    # ----- catching up -----------------------------------------------------------------------------------------
+
+    async def catch_up(self) -> CatchUp:
+        """At start: count what was missed since this box's cursor, compare with the bucket, then follow the log."""
+        report = CatchUp()
+        saved = await asyncio.to_thread(self.store.cursor)
+        newest = "0-0"
+        refresh: set[str] = set()
+        try:
+            last: Any = await self.redis.xrevrange(protocol.VOICES_LOG, count=1)
+            if last:
+                newest = _text(last[0][0])
+            if saved is not None and newest != "0-0":
+                first: Any = await self.redis.xrange(protocol.VOICES_LOG, count=1)
+                report.trimmed = bool(first) and _entry_ms(_text(first[0][0])) > _entry_ms(saved)
+                missed: Any = await self.redis.xrange(protocol.VOICES_LOG, min=f"({saved}", max="+")
+                report.missed = len(missed)
+                report.behind_s = max(0.0, (_entry_ms(newest) - _entry_ms(saved)) / 1000.0)
+                for _, raw in missed:
+                    fields = {_text(k): _text(v) for k, v in raw.items()}
+                    if fields.get("op") in ("put", "settings"):
+                        refresh.add(fields.get("voice_id", ""))
+            elif saved is None:
+                report.trimmed = True  # first start of this box: compare every voice
+        except (RedisError, OSError) as err:
+            logger.warning("voice library: cannot read the announcement log (%s); the bucket alone is compared", err)
+            report.trimmed = True
+        self._cursor = newest if newest != "0-0" else (saved or "0-0")
+        await self.reconcile(report, refresh)
+        if newest != "0-0":
+            await asyncio.to_thread(self.store.save_cursor, newest)
+        self.catch_up_report = report
+        logger.info(
+            "voice library: %s %s caught up: %d announcements missed, %.1f s behind%s; "
+            "restored %d, removed %d, refreshed %d, uploaded %d%s",
+            self.role,
+            self.box_id,
+            report.missed,
+            report.behind_s,
+            " (the log was trimmed or this is the box's first start: compared every voice)" if report.trimmed else "",
+            report.restored,
+            report.removed,
+            report.refreshed,
+            report.uploaded,
+            "" if report.bucket_ok else "; the bucket was unreachable, retrying in the background",
+        )
+        return report
+
+    async def reconcile(self, report: CatchUp, refresh: set[str] | None = None) -> CatchUp:
+        """Make this disk agree with the bucket; ``refresh`` names voices edited since the cursor (all when
+        ``report.trimmed``). A front also uploads the voices the bucket has never seen (cloned before the bucket was
+        set), but never one with a tombstone here or there."""
+        if self.bucket is None:
+            return report
+        try:
+            listing = await self.bucket.listing()
+        except S3_ERRORS as err:
+            await self._failed(f"cannot list s3://{self.bucket.bucket}/{self.bucket.prefix}; serving this disk", err)
+            report.bucket_ok = False
+            return report
+        local = set((await asyncio.to_thread(self.store.all)).keys())
+        removed_here = await asyncio.to_thread(self.store.tombstones)
+        for voice_id in sorted(local & listing.tombstones):
+            if await self._drop_local(voice_id):
+                report.removed += 1
+        report.restored += await self._refresh_all(listing.voices - local - removed_here, "restoring")
+        edited = listing.voices if report.trimmed else (listing.voices & (refresh or set()))
+        report.refreshed += await self._refresh_all(local & edited, "refreshing")
+        if self.role == "front":
+            for voice_id in sorted(removed_here & listing.voices):
+                # A removal made here before this box had a bucket: the bucket gets it now.
+                with contextlib.suppress(*S3_ERRORS):
+                    await self.bucket.remove_voice(voice_id)
+            report.uploaded += await self._upload_all(local - listing.voices - listing.tombstones - removed_here)
+        settings = listing.settings if report.trimmed else (listing.settings & (refresh or set()))
+        await self._refresh_settings(settings)
+        self.store.invalidate()
+        return report
+
+    async def _refresh_all(self, voice_ids: set[str], what: str) -> int:
+        done = 0
+        for voice_id in sorted(voice_ids):
+            try:
+                done += await self._refresh(voice_id, None)
+            except (*S3_ERRORS, ValueError) as err:
+                await self._failed(f"{what} {voice_id} failed", err)
+        return done
+
+    async def _upload_all(self, voice_ids: set[str]) -> int:
+        assert self.bucket is not None
+        done = 0
+        for voice_id in sorted(voice_ids):
+            files = await asyncio.to_thread(self.store.read_files, voice_id)
+            if files is None:
+                continue
+            try:
+                await self.bucket.put_voice(json.loads(files[0]), files[1])
+                done += 1
+            except (*S3_ERRORS, ValueError) as err:
+                await self._failed(f"uploading {voice_id} failed", err)
+        return done
+
+    async def _refresh_settings(self, voice_ids: set[str]) -> None:
+        assert self.bucket is not None
+        for voice_id in sorted(voice_ids):
+            try:
+                remote = await self.bucket.get_settings(voice_id)
+            except (*S3_ERRORS, ValueError) as err:
+                await self._failed(f"reading the settings of {voice_id} failed", err)
+                continue
+            if remote is not None and remote[0] > (await asyncio.to_thread(self.store.builtin_settings, voice_id))[0]:
+                await asyncio.to_thread(self.store.save_builtin_settings, voice_id, *remote)
+
+    async def _pause(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), seconds)
+
+    async def _resync_loop(self) -> None:
+        while not self._stop.is_set():
+            await self._pause(self.resync_s)
+            if self._stop.is_set():
+                return
+            report = await self.reconcile(CatchUp())
+            if report.removed or report.restored:
+                logger.warning(
+                    "voice library: the periodic comparison with the bucket restored %d and removed %d voices "
+                    "(an announcement was lost)",
+                    report.restored,
+                    report.removed,
+                )
+
+    async def _reconcile_until_done(self) -> None:
+        while not self._stop.is_set():
+            await self._pause(RESYNC_EVERY_S)
+            if self._stop.is_set():
+                return
+            report = await self.reconcile(CatchUp(trimmed=True))
+            if report.bucket_ok:
+                logger.info(
+                    "voice library: the bucket answers again: restored %d, removed %d, uploaded %d",
+                    report.restored,
+                    report.removed,
+                    report.uploaded,
+                )
+                return
+
+    # ----- a box without a bucket ------------------------------------------------------------------------------
+
+    async def _announce_box(self) -> None:
+        while not self._stop.is_set():
+            try:
+                await self.check_boxes()
+            except (RedisError, OSError) as err:
+                logger.debug("voice library: box announcement failed: %s", err)
+            await self._pause(BOX_EVERY_S)
+
+    async def check_boxes(self) -> None:
+        """Announce this box; without a bucket, warn when other boxes on this Redis hold voices this one cannot."""
+        clones = len(await asyncio.to_thread(self.store.all))
+        bucket = self.bucket.bucket if self.bucket is not None else None
+        await self.redis.set(
+            protocol.voice_box_key(self.box_id), json.dumps({"clones": clones, "bucket": bucket}), ex=BOX_TTL_S
+        )
+        if self.bucket is not None:
+            self.warning = None
+            return
+        others: list[dict[str, Any]] = []
+        async for key in self.redis.scan_iter(match=protocol.VOICE_BOX_PREFIX + "*", count=100):
+            if _text(key) == protocol.voice_box_key(self.box_id):
+                continue
+            raw = await self.redis.get(key)
+            with contextlib.suppress(TypeError, ValueError):
+                others.append(json.loads(raw) if raw is not None else {})
+        elsewhere = sum(int(o.get("clones") or 0) for o in others)
+        warning = None
+        if others and (elsewhere or clones):
+            warning = (
+                f"{len(others)} other box(es) share this Redis and cloned voices exist ({elsewhere} elsewhere, "
+                f"{clones} here), but ZSYNTH_VOICES_BUCKET is not set on this box: voices cloned on one box are "
+                "unknown on the others. Set the same ZSYNTH_VOICES_BUCKET on every box."
+            )
+        if warning != self.warning and warning is not None:
+            logger.critical("voice library: %s", warning)
+        self.warning = warning
