@@ -146,13 +146,13 @@ async def speech(request: web.Request) -> web.StreamResponse:
     """Synthesize ``input`` and stream it back as it is made (or as server-sent events)."""
     speech_request = await parse_speech_request(request)
     tts, fmt = speech_request.tts, speech_request.response_format
-    encoder = fmt.encoder()
     async with await submit(request, tts) as job_stream:
         chunks = job_stream.chunks()
         try:
             first = await anext(chunks, None)
         except JobFailed as err:
             raise job_failure(err) from err
+        encoder = fmt.encoder()
         headers = audio_headers(request, tts, job_stream.job)
         headers["Content-Type"] = "text/event-stream" if speech_request.sse else fmt.media_type
         if speech_request.sse:
