@@ -8,6 +8,7 @@ the same short text and times the first audio byte (request sent -> first body b
 * ElevenLabs ``/stream`` over http and over https, each with a new connection per request (the handshake counts,
   as for a one-shot client) and on a kept-alive connection;
 * OpenAI ``/v1/audio/speech`` against ElevenLabs ``/stream`` on the plain front, in pcm (24 kHz) and mp3;
+* OpenAI's aac (encoded in the front from the worker's pcm_24000) against the same ElevenLabs pcm_24000;
 * ``GET /healthz`` on a new connection over http and https: the handshake alone, without the engine's jitter.
 
 Bounded: ``--requests`` per case (default 20), a 60 s timeout each. Usage::
@@ -86,6 +87,11 @@ async def run(plain: str, tls: str, context: ssl.SSLContext, requests: int, engi
             plain + speech,
             {"model": "tts-1", "voice": "joe", "input": TEXT, "response_format": "pcm"},
         ),
+        "OpenAI /v1/audio/speech aac": (
+            keep_plain,
+            plain + speech,
+            {"model": "tts-1", "voice": "joe", "input": TEXT, "response_format": "aac"},
+        ),
         "ElevenLabs /stream mp3_44100_128": (keep_plain, plain + stream + "?output_format=mp3_44100_128", el),
         "OpenAI /v1/audio/speech mp3": (keep_plain, plain + speech, {"model": "tts-1", "voice": "joe", "input": TEXT}),
     }
@@ -125,6 +131,9 @@ async def run(plain: str, tls: str, context: ssl.SSLContext, requests: int, engi
     ):
         print(line(el_name, samples[el_name]))
         print(line(oa_name, samples[oa_name], samples[el_name]))
+        if oa_name.endswith("pcm"):
+            # aac is encoded in the front from the same pcm_24000 the worker makes for the pcm cases.
+            print(line("OpenAI /v1/audio/speech aac", samples["OpenAI /v1/audio/speech aac"], samples[el_name]))
 
 
 def main() -> None:

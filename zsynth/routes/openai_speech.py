@@ -16,7 +16,9 @@ ElevenLabs routes.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import functools
 import json
 import math
 from dataclasses import dataclass
@@ -147,18 +149,23 @@ async def speech(request: web.Request) -> web.StreamResponse:
     speech_request = await parse_speech_request(request)
     tts, fmt = speech_request.tts, speech_request.response_format
     async with await submit(request, tts) as job_stream:
+        encoder = fmt.encoder()  # made while the job waits for a worker
         chunks = job_stream.chunks()
         try:
             first = await anext(chunks, None)
         except JobFailed as err:
             raise job_failure(err) from err
-        encoder = fmt.encoder()
         headers = audio_headers(request, tts, job_stream.job)
         headers["Content-Type"] = "text/event-stream" if speech_request.sse else fmt.media_type
         if speech_request.sse:
             headers["Cache-Control"] = "no-cache"
         response = web.StreamResponse(headers=headers)
         await response.prepare(request)
+
+        async def encode(audio: bytes | None) -> bytes:
+            """Encode a chunk (None: flush), in a thread for the formats that cost milliseconds."""
+            step = encoder.finish if audio is None else functools.partial(encoder.encode, audio)
+            return await asyncio.to_thread(step) if fmt.threaded else step()
 
         async def send(audio: bytes) -> None:
             if not audio:
@@ -170,10 +177,10 @@ async def speech(request: web.Request) -> web.StreamResponse:
 
         async def write_all() -> None:
             if first is not None:
-                await send(encoder.encode(first.audio))
+                await send(await encode(first.audio))
                 async for event in chunks:
-                    await send(encoder.encode(event.audio))
-            await send(encoder.finish())
+                    await send(await encode(event.audio))
+            await send(await encode(None))
             if speech_request.sse:
                 chars = len(tts.text)
                 usage = {"input_tokens": chars, "output_tokens": 0, "total_tokens": chars}
