@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import io
 import json
 from pathlib import Path
@@ -12,11 +13,13 @@ import httpx
 import numpy as np
 import openai
 import pytest
+import redis
 import soundfile as sf
 
+from zsynth import protocol
 from zsynth.routes.openai_speech import engine_speed
 
-from .helpers import assert_speech, front_process
+from .helpers import assert_speech, front_process, wait_for
 from .voice_clips import pitch_of, reference_file
 
 KEY = "openai-route-static-key"
@@ -166,3 +169,22 @@ def test_ephemeral_token_as_api_key(front):
 )
 def test_speed_mapping(speed, engine):
     assert engine_speed(speed) == pytest.approx(engine, abs=1e-3)
+
+
+def test_full_queue_and_no_worker_raise_the_sdk_types(private_redis_url, data_dir):
+    """No worker on this Redis database: the queued job times out (503), and a full queue refuses at once (429)."""
+    env = {"ZSYNTH_MAX_QUEUE": "1", "ZSYNTH_FIRST_CHUNK_TIMEOUT": "4"}
+    with front_process(private_redis_url, data_dir, **env) as (_, base):
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="open", max_retries=0)
+        queue = redis.Redis.from_url(private_redis_url)
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(client.audio.speech.create, model="tts-1", voice="alloy", input=TEXT)
+            wait_for(lambda: queue.llen(protocol.QUEUE) == 1, 10, "the first job in the queue")
+            with pytest.raises(openai.RateLimitError) as busy:
+                client.audio.speech.create(model="tts-1", voice="alloy", input=TEXT)
+            assert busy.value.code == "system_busy" and busy.value.type == "rate_limit_error"
+            assert busy.value.response.headers["retry-after"] == "1"
+            with pytest.raises(openai.InternalServerError) as late:
+                waiting.result(timeout=30)
+            assert late.value.status_code == 503 and late.value.code == "system_busy"
+        queue.close()
