@@ -17,6 +17,7 @@ import redis
 import soundfile as sf
 
 from zsynth import protocol
+from zsynth.config import Settings, SettingsError
 from zsynth.routes.openai_speech import engine_speed
 
 from .helpers import assert_speech, front_process, wait_for
@@ -188,3 +189,11 @@ def test_full_queue_and_no_worker_raise_the_sdk_types(private_redis_url, data_di
                 waiting.result(timeout=30)
             assert late.value.status_code == 503 and late.value.code == "system_busy"
         queue.close()
+
+
+def test_voice_map_setting_is_parsed_and_checked():
+    parsed = Settings.from_env({"ZSYNTH_OPENAI_VOICES": " alloy=joe , nova=custom-abc "})
+    assert parsed.openai_voices == (("alloy", "joe"), ("nova", "custom-abc"))
+    for bad in ("alloy", "alloy=", "=joe"):
+        with pytest.raises(SettingsError, match="ZSYNTH_OPENAI_VOICES"):
+            Settings.from_env({"ZSYNTH_OPENAI_VOICES": bad})
