@@ -215,6 +215,15 @@ async def test_real_answers_match_the_document(client):
     pcm_audio = b"".join(base64.b64decode(line["audio_base64"]) for line in lines)
     assert_speech(*decode_audio(pcm_audio, "pcm_16000"), text)
 
+    speech = "/v1/audio/speech"
+    status, mp3 = await c.call(client, "POST", speech, json={"model": "tts-1", "voice": "alloy", "input": text})
+    assert status == 200 and len(mp3) > 1000
+    sse = {"model": "m", "voice": {"id": "joe"}, "input": text, "response_format": "aac", "stream_format": "sse"}
+    assert (await c.call(client, "POST", speech, json=sse))[0] == 200
+    assert (await c.call(client, "POST", speech, json={"model": "m", "voice": "alloy", "input": " "}))[0] == 422
+    bad_format = {"model": "m", "voice": "alloy", "input": "x", "response_format": "ogg"}
+    assert (await c.call(client, "POST", speech, json=bad_format))[0] == 400
+
     clip = reference_file("wav")
     assert (await c.call(client, "POST", "/voices", data=clone_form(None, clip)))[0] == 422
     assert (await c.call(client, "POST", "/voices", json={"name": "x"}))[0] == 400
@@ -250,3 +259,6 @@ async def test_auth_failures_match_the_document(aiohttp_client, redis_url, data_
     assert (await c.call(client, "GET", "/metrics", headers={"xi-api-key": "wrong"}))[0] == 401
     assert (await c.call(client, "GET", "/metrics", headers={"Authorization": "Bearer secret-key"}))[0] == 200
     assert (await c.call(client, "POST", "/v1/tokens/ephemeral", headers={"xi-api-key": "secret-key"}))[0] == 501
+    openai_body = {"model": "m", "voice": "alloy", "input": "Hi."}
+    status, body = await c.call(client, "POST", "/v1/audio/speech", json=openai_body)
+    assert status == 401 and body["error"]["code"] == "missing_api_key"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import ssl
 import uuid
 from collections.abc import AsyncIterator, Coroutine
 from typing import Any
@@ -20,6 +21,8 @@ from .keys import DISPATCHER, METRICS, REDIS, REQUEST_ID, SETTINGS
 from .metrics import Metrics
 from .routes import setup_routes
 from .sdnotify import notify
+from .tls import TlsError, server_context
+from .tls import reload as reload_tls
 from .voices import VoiceConfigError
 
 logger = logging.getLogger(__name__)
@@ -71,19 +74,24 @@ def create_app(settings: Settings) -> web.Application:
 async def serve_app(app: web.Application, settings: Settings, port: int, name: str) -> None:
     """Serve ``app`` until SIGTERM/SIGINT, then drain; shared by the front and the avatar server.
 
+    With ZSYNTH_TLS_CERT_FILE/KEY_FILE the port speaks HTTPS and WSS, and SIGHUP reloads the certificate.
     Drain order: stop accepting connections, run the shutdown hooks (open WebSockets are closed with 1001 "going
     away"), let running HTTP streams finish for up to ZSYNTH_DRAIN_TIMEOUT seconds, then cancel what is left.
     systemd (``Type=notify``) hears READY once the socket listens and STOPPING when the drain starts.
     """
+    ssl_context = server_context(settings)
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=settings.drain_timeout_s)
     await runner.setup()
-    site = web.TCPSite(runner, settings.host, port, reuse_port=settings.reuse_port)
+    site = web.TCPSite(runner, settings.host, port, reuse_port=settings.reuse_port, ssl_context=ssl_context)
     await site.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    logger.info("%s listening on http://%s:%d", name, settings.host, port)
+    # SIGHUP (systemctl reload) re-reads the certificate; without TLS it is ignored rather than ending the process.
+    loop.add_signal_handler(signal.SIGHUP, _on_sighup, ssl_context, settings, name)
+    scheme = "https" if ssl_context is not None else "http"
+    logger.info("%s listening on %s://%s:%d", name, scheme, settings.host, port)
     notify(f"READY=1\nSTATUS={name} serving")
     await stop.wait()
     logger.info("%s draining: no new connections; open streams get %gs to finish", name, settings.drain_timeout_s)
@@ -92,8 +100,15 @@ async def serve_app(app: web.Application, settings: Settings, port: int, name: s
     logger.info("%s stopped", name)
 
 
+def _on_sighup(ssl_context: ssl.SSLContext | None, settings: Settings, name: str) -> None:
+    if ssl_context is None:
+        logger.info("%s: SIGHUP ignored (no TLS certificate to reload)", name)
+        return
+    reload_tls(ssl_context, settings)
+
+
 def run_forever(main: Coroutine[Any, Any, None]) -> None:
-    """Run a server coroutine on uvloop when available; a bad voice pin exits with its message, no traceback."""
+    """Run a server coroutine on uvloop when available; a bad voice pin or TLS pair exits with its message only."""
     try:
         try:
             import uvloop
@@ -103,6 +118,8 @@ def run_forever(main: Coroutine[Any, Any, None]) -> None:
             asyncio.run(main)
     except VoiceConfigError as err:
         # Already logged as critical by the voices start-up; exit without a traceback.
+        raise SystemExit(f"zsynth: {err}") from err
+    except TlsError as err:
         raise SystemExit(f"zsynth: {err}") from err
 
 

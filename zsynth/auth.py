@@ -135,8 +135,8 @@ def secret_from_message(msg: Mapping[str, Any]) -> str | None:
 
 
 def ephemeral_allowed(method: str, path: str) -> bool:
-    """The speech API's scope rule: tokens may synthesize (any method, WebSockets included) and read voices."""
-    if path.startswith("/v1/text-to-speech/"):
+    """The speech API's scope rule: tokens may synthesize (any method, WebSockets, the OpenAI route) and read voices."""
+    if path.startswith("/v1/text-to-speech/") or path == "/v1/audio/speech":
         return True
     if method not in ("GET", "HEAD"):
         return False

@@ -145,6 +145,16 @@ def _min_tokens(raw: str) -> int:
     return value
 
 
+def _voice_map(raw: str) -> tuple[tuple[str, str], ...]:
+    pairs = []
+    for item in _parse_list(raw):
+        name, sep, voice_id = item.partition("=")
+        if not sep or not name.strip() or not voice_id.strip():
+            raise ValueError(f"{item!r} is not name=voice_id")
+        pairs.append((name.strip(), voice_id.strip()))
+    return tuple(pairs)
+
+
 # Each field's metadata names its environment variable (without the prefix) and its parser.
 def _env(name: str, parse: Callable[[str], Any] = str, **kwargs: Any) -> Any:
     return field(metadata={"env": name, "parse": parse}, **kwargs)
@@ -251,6 +261,12 @@ class Settings:
     demo_port: int = _env("DEMO_PORT", _parse_port, default=8200)
     demo_api_url: str | None = _env("DEMO_API_URL", _http_url, default=None)
     demo_avatar_url: str | None = _env("DEMO_AVATAR_URL", _http_url, default=None)
+    # OpenAI voice names (alloy, nova, ...) mapped to zsynth voice ids: "alloy=joe,nova=<clone id>". Names not
+    # listed here, and ids no voice has, get the swap-out voice.
+    openai_voices: tuple[tuple[str, str], ...] = _env("OPENAI_VOICES", _voice_map, default=())
+    # TLS for serve, avatar and demo: both files (PEM) set = HTTPS and WSS on their ports; SIGHUP re-reads them.
+    tls_cert_file: Path | None = _env("TLS_CERT_FILE", _optional_path, default=None)
+    tls_key_file: Path | None = _env("TLS_KEY_FILE", _optional_path, default=None)
     log_level: str = _env("LOG_LEVEL", default="INFO")
     log_json: bool = _env("LOG_JSON", _parse_bool, default=False)
 
@@ -269,13 +285,21 @@ class Settings:
             except (TypeError, ValueError) as err:
                 raise SettingsError(f"{var}={raw!r} is invalid: {err}") from err
         values.update(overrides)
-        return cls(**values)
+        settings = cls(**values)
+        if (settings.tls_cert_file is None) != (settings.tls_key_file is None):
+            raise SettingsError("ZSYNTH_TLS_CERT_FILE and ZSYNTH_TLS_KEY_FILE must be set together (or neither).")
+        return settings
 
     @property
     def static_keys(self) -> tuple[str, ...]:
         """Every configured full key (ZSYNTH_API_KEY first, then ZSYNTH_API_KEYS), without duplicates."""
         keys = ((self.api_key,) if self.api_key else ()) + self.api_keys
         return tuple(dict.fromkeys(keys))
+
+    @property
+    def tls(self) -> bool:
+        """Whether the servers speak HTTPS/WSS (both TLS files are set)."""
+        return self.tls_cert_file is not None and self.tls_key_file is not None
 
     @property
     def voices_dir(self) -> Path:

@@ -95,9 +95,10 @@ def run_dev(settings: Settings, workers: int = 1) -> int:
         for command in ("serve", "avatar", "demo"):
             children.append(subprocess.Popen([sys.executable, "-m", "zsynth", command], env=env))
         host = settings.host if ":" not in settings.host else f"[{settings.host}]"
+        scheme = "https" if settings.tls else "http"
         print(
-            f"zsynth dev: API on http://{host}:{settings.port} with {workers} worker(s), avatar server on "
-            f"http://{host}:{settings.avatar_port}; open the demo at http://{host}:{settings.demo_port}/ "
+            f"zsynth dev: API on {scheme}://{host}:{settings.port} with {workers} worker(s), avatar server on "
+            f"{scheme}://{host}:{settings.avatar_port}; open the demo at {scheme}://{host}:{settings.demo_port}/ "
             "(Ctrl-C stops all)",
             file=sys.stderr,
         )

@@ -27,6 +27,15 @@ ERROR_TYPES: Final = {
     503: "service_unavailable",
 }
 
+#: Routes under this prefix speak OpenAI's dialect, errors included.
+OPENAI_PREFIX: Final = "/v1/audio/"
+_OPENAI_TYPES: Final = {401: "authentication_error", 403: "permission_error", 429: "rate_limit_error"}
+
+
+def openai_error_type(http_status: int) -> str:
+    """OpenAI's ``error.type`` for a status: its own names for auth and rate limits, else request or server."""
+    return _OPENAI_TYPES.get(http_status, "invalid_request_error" if http_status < 500 else "server_error")
+
 
 class ApiError(Exception):
     """An error answered as ``{"detail": {"status", "code", "type", "message", "request_id"}}``."""
@@ -60,10 +69,21 @@ class ApiError(Exception):
             detail["param"] = self.param
         return {"detail": detail}
 
-    def response(self, request_id: str) -> web.Response:
-        """Render as a JSON response."""
+    def openai_body(self) -> dict[str, Any]:
+        """OpenAI's envelope, ``{"error": {"message", "type", "param", "code"}}`` (code: the ElevenLabs status)."""
+        return {
+            "error": {
+                "message": self.message,
+                "type": openai_error_type(self.http_status),
+                "param": self.param,
+                "code": self.status,
+            }
+        }
+
+    def response(self, request_id: str, *, openai: bool = False) -> web.Response:
+        """Render as a JSON response, in OpenAI's envelope when ``openai``."""
         return web.json_response(
-            self.body(request_id),
+            self.openai_body() if openai else self.body(request_id),
             status=self.http_status,
             headers={**self.headers, "request-id": request_id},
             dumps=lambda obj: json.dumps(obj, ensure_ascii=False),
@@ -77,19 +97,22 @@ _HTTP_STATUS_NAMES: Final = {404: "not_found", 405: "method_not_allowed", 413: "
 
 @web.middleware
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Turn ApiError and aiohttp's own HTTP errors into the envelope; never leak a traceback."""
+    """Turn ApiError and aiohttp's own HTTP errors into the route's envelope; never leak a traceback."""
+    openai = request.path.startswith(OPENAI_PREFIX)
     try:
         return await handler(request)
     except ApiError as err:
-        return err.response(request.get(REQUEST_ID, ""))
+        return err.response(request.get(REQUEST_ID, ""), openai=openai)
     except web.HTTPException as exc:
         if exc.status < 400 or exc.content_type == "application/json":
             raise
         status = _HTTP_STATUS_NAMES.get(exc.status, "invalid_request")
         allow = {k: v for k, v in exc.headers.items() if k == "Allow"}
-        return ApiError(exc.status, status, exc.reason, headers=allow).response(request.get(REQUEST_ID, ""))
+        return ApiError(exc.status, status, exc.reason, headers=allow).response(
+            request.get(REQUEST_ID, ""), openai=openai
+        )
     except Exception:
         logger.exception("request %s failed", request.get(REQUEST_ID, "-"))
         return ApiError(500, "internal_error", "Something went wrong on our side.").response(
-            request.get(REQUEST_ID, "")
+            request.get(REQUEST_ID, ""), openai=openai
         )

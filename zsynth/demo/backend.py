@@ -34,7 +34,8 @@ def _loopback_base(settings: Settings, port: int) -> str:
     host = "127.0.0.1" if settings.host in _WILDCARD_HOSTS else settings.host
     if ":" in host:
         host = f"[{host}]"
-    return f"http://{host}:{port}"
+    # With TLS the certificate must be valid for this host (or set ZSYNTH_DEMO_API_URL / _AVATAR_URL).
+    return f"{'https' if settings.tls else 'http'}://{host}:{port}"
 
 
 def _error_message(body: Any, status: int) -> str:

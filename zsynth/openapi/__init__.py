@@ -26,6 +26,7 @@ from . import (
     health,
     metrics,
     models,
+    openai_speech,
     timestamps,
     tokens,
     tts,
@@ -37,7 +38,7 @@ Kind = Literal["speech", "avatar"]
 
 #: The resource modules of each server's document.
 SERVERS: Final[dict[str, tuple[ModuleType, ...]]] = {
-    "speech": (health, metrics, tts, timestamps, tokens, voices, models, user),
+    "speech": (health, metrics, tts, openai_speech, timestamps, tokens, voices, models, user),
     "avatar": (avatar_ops, avatar_tokens, avatar_connect, avatar_manage),
 }
 #: Each server's shared pieces (error envelope, security schemes, default security): they differ between servers.
@@ -46,9 +47,11 @@ COMMON: Final[dict[str, ModuleType]] = {"speech": components, "avatar": avatar_c
 _INFO: Final[dict[str, dict[str, str]]] = {
     "speech": {
         "title": "zsynth speech API",
-        "description": "Self-hosted, ElevenLabs-compatible text to speech. Errors always carry the envelope "
-        '{"detail": {"status", "code", "type", "message", "request_id"}}. The realtime WebSocket routes '
-        "(/v1/text-to-speech/{voice_id}/stream-input and /multi-stream-input) are not modelled by OpenAPI.",
+        "description": "Self-hosted, ElevenLabs-compatible text to speech. Errors carry the envelope "
+        '{"detail": {"status", "code", "type", "message", "request_id"}}, except on the OpenAI route '
+        '(/v1/audio/speech), whose errors carry OpenAI\'s {"error": {"message", "type", "param", "code"}}. '
+        "The realtime WebSocket routes (/v1/text-to-speech/{voice_id}/stream-input and /multi-stream-input) "
+        "are not modelled by OpenAPI.",
     },
     "avatar": {
         "title": "zsynth avatar streaming server",

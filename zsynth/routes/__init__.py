@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from .. import ws
-from . import document, health, metrics, models, timestamps, tokens, tts, user, voices
+from . import document, health, metrics, models, openai_speech, timestamps, tokens, tts, user, voices
 
 
 def setup_routes(app: web.Application) -> None:
@@ -14,6 +14,7 @@ def setup_routes(app: web.Application) -> None:
     document.setup(app)
     metrics.setup(app)
     tts.setup(app)
+    openai_speech.setup(app)
     tokens.setup(app)
     voices.setup(app)
     models.setup(app)

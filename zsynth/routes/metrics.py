@@ -1,4 +1,4 @@
-"""``GET /metrics``: Prometheus text format. Needs a full key whenever keys are configured (see README)."""
+"""``GET /metrics``: Prometheus text format. Needs a full key whenever keys are configured (see docs/operations.md)."""
 
 from __future__ import annotations
 
