@@ -7,7 +7,10 @@ whether a credential kind may call it (:func:`ephemeral_allowed` is the speech A
 :class:`AuthError` in its own envelope. Secrets are never logged; log :func:`fingerprint` instead.
 
 Table look-ups are cached in memory for at most ``cache_ttl_s`` (30 s by default and at most), and never past a
-token's expiry, so a revoked key stops working within that time and an expired token at once.
+token's expiry, so a revoked key stops working within that time and an expired token at once. A token is checked
+against the key that minted it on every use (that look-up is cached too), so a token minted on a front that had not
+yet seen its key's revocation stops working within the same time. Unknown and revoked secrets are cached apart from
+the known ones, so a flood of made-up keys cannot evict real entries. Minting reads its key afresh.
 """
 
 from __future__ import annotations
@@ -19,8 +22,8 @@ import logging
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from .keystore import KeyRecord, KeyStore, KeyStoreError
@@ -62,6 +65,8 @@ class Credential:
     fingerprint: str = ""  # safe to log: a short hash, never the secret
     expires_at: float | None = None
     scope: str = "all"
+    key_hash: str | None = field(default=None, repr=False)  # the table row, for keys from the table
+    parent_hash: str | None = field(default=None, repr=False)  # a token's minting key's row
 
     @property
     def is_full(self) -> bool:
@@ -127,8 +132,8 @@ def secret_from_message(msg: Mapping[str, Any]) -> str | None:
     found = _from_authorization_value(msg.get("authorization"))
     if found:
         return found
-    for field in ("xi_api_key", "xi-api-key"):
-        value = msg.get(field)
+    for name in ("xi_api_key", "xi-api-key"):
+        value = msg.get(name)
         if isinstance(value, str) and value.strip():
             return value.strip()
     return None
@@ -155,6 +160,7 @@ def _invalid(message: str = "Invalid API key.") -> AuthError:
 class _Cached:
     credential: Credential | None  # None: unknown or revoked
     until: float
+    loaded: float  # when the table was read
 
 
 class Authenticator:
@@ -175,6 +181,8 @@ class Authenticator:
         self.cache_ttl_s = max(0.0, min(cache_ttl_s, MAX_CACHE_TTL_S))
         self._cache_size = cache_size
         self._cache: OrderedDict[str, _Cached] = OrderedDict()
+        # Unknown and revoked secrets: their own LRU, so made-up keys never push real ones out of the cache.
+        self._negative: OrderedDict[str, _Cached] = OrderedDict()
         self._inflight: dict[str, asyncio.Task[_Cached]] = {}
 
     @classmethod
@@ -207,9 +215,14 @@ class Authenticator:
     def clear_cache(self) -> None:
         """Forget every cached table look-up (benchmarks and tests)."""
         self._cache.clear()
+        self._negative.clear()
 
-    async def verify(self, secret: str | None) -> Credential:
-        """Return the credential for ``secret`` or raise AuthError (missing_api_key / invalid_api_key)."""
+    async def verify(self, secret: str | None, *, max_age: float | None = None) -> Credential:
+        """Return the credential for ``secret`` or raise AuthError (missing_api_key / invalid_api_key).
+
+        ``max_age``: use a cached table look-up only when it was read at most that many seconds ago (the periodic
+        re-check of live sockets passes half the cache time, so they end within the cache time of a revocation).
+        """
         if self.is_open:
             return OPEN
         if not secret:
@@ -224,18 +237,20 @@ class Authenticator:
         # Only our own prefixes can be in the table: anything else is refused without a look-up.
         if self.store is None or not secret.startswith((LIVE_PREFIX, TEMP_PREFIX)) or len(secret) > _MAX_SECRET_LEN:
             raise _invalid()
-        credential = await self._lookup(secret)
+        credential = await self._lookup(secret_hash(secret), secret, max_age)
         if credential is None:
             raise _invalid()
         if credential.expires_at is not None and credential.expires_at <= self.clock():
             raise _invalid("This token has expired.")
+        if credential.parent_hash is not None and await self._lookup(credential.parent_hash, None, max_age) is None:
+            raise _invalid("The key that minted this token has been revoked.")
         return credential
 
-    async def _lookup(self, secret: str) -> Credential | None:
-        key_hash = secret_hash(secret)
+    async def _lookup(self, key_hash: str, secret: str | None, max_age: float | None = None) -> Credential | None:
+        """The credential stored under ``key_hash``; ``secret`` None means a token's parent (a full key)."""
         now = self.clock()
-        cached = self._cache.get(key_hash)
-        if cached is not None and cached.until > now:
+        cached = self._cache.get(key_hash) or self._negative.get(key_hash)
+        if cached is not None and cached.until > now and (max_age is None or now - cached.loaded <= max_age):
             return cached.credential
         # One table read per hash at a time, however many requests wait for it.
         task = self._inflight.get(key_hash)
@@ -253,37 +268,45 @@ class Authenticator:
         self._remember(key_hash, task.result())
 
     def _remember(self, key_hash: str, entry: _Cached) -> None:
-        self._cache[key_hash] = entry
-        self._cache.move_to_end(key_hash)
-        while len(self._cache) > self._cache_size:
-            self._cache.popitem(last=False)
+        cache, other = (self._cache, self._negative) if entry.credential is not None else (self._negative, self._cache)
+        other.pop(key_hash, None)
+        cache[key_hash] = entry
+        cache.move_to_end(key_hash)
+        while len(cache) > self._cache_size:
+            cache.popitem(last=False)
 
-    async def _load(self, key_hash: str, secret: str) -> _Cached:
+    async def _load(self, key_hash: str, secret: str | None) -> _Cached:
         assert self.store is not None
         try:
             record = await self.store.get(key_hash)
         except KeyStoreError as err:
-            logger.warning("keys table look-up for key %s failed: %s", fingerprint(secret), err)
+            logger.warning("keys table look-up for key %s failed: %s", key_hash[:12], err)
             raise AuthError(
                 "service_unavailable", "The keys table cannot be reached; try again shortly.", http_status=503
             ) from err
         now = self.clock()
-        credential = self._credential(secret, record)
+        credential = self._credential(secret, key_hash, record)
         until = now + self.cache_ttl_s
         # Never cache a live token past its expiry; an expired one stays expired, so it may be cached in full.
         if credential is not None and credential.expires_at is not None and credential.expires_at > now:
             until = min(until, credential.expires_at)
-        return _Cached(credential, until)
+        return _Cached(credential, until, now)
 
     @staticmethod
-    def _credential(secret: str, record: KeyRecord | None) -> Credential | None:
+    def _credential(secret: str | None, key_hash: str, record: KeyRecord | None) -> Credential | None:
         if record is None or record.revoked_at is not None:
             return None
+        if secret is None:  # a token's parent: only a live full key counts
+            return (
+                Credential("full", record.key_id, record.expires_at, record.scope, key_hash)
+                if record.kind == "full"
+                else None
+            )
         # The prefix must agree with the stored kind, so a full key can never pass as a token or the reverse.
         if record.kind == "full" and secret.startswith(LIVE_PREFIX):
-            return Credential("full", record.key_id, record.expires_at, record.scope)
+            return Credential("full", record.key_id, record.expires_at, record.scope, key_hash)
         if record.kind == "ephemeral" and secret.startswith(TEMP_PREFIX) and record.expires_at is not None:
-            return Credential("ephemeral", record.key_id, record.expires_at, record.scope)
+            return Credential("ephemeral", record.key_id, record.expires_at, record.scope, key_hash, record.parent_hash)
         return None
 
     async def mint_token(
@@ -298,6 +321,10 @@ class Authenticator:
             raise AuthError("insufficient_scope", "An ephemeral token cannot mint tokens; use a full API key.")
         if ttl_seconds < 1:
             raise ValueError("ttl_seconds must be at least 1")
+        if parent is not None and parent.key_hash is not None:
+            # Read the key afresh: a front that cached it must not mint for it once it is revoked.
+            if await self._lookup(parent.key_hash, None, max_age=0.0) is None:
+                raise _invalid("This key has been revoked.")
         token = TEMP_PREFIX + secrets.token_urlsafe(24)  # 192 random bits
         now = self.clock()
         expires_at = int(now) + ttl_seconds
@@ -309,6 +336,7 @@ class Authenticator:
             created_at=int(now),
             expires_at=expires_at,
             parent=parent.fingerprint if parent is not None else None,
+            parent_hash=parent.key_hash if parent is not None else None,
         )
         try:
             await self.store.put(key_hash, record)
@@ -328,3 +356,39 @@ class Authenticator:
         record = KeyRecord(key_id=fingerprint(key), kind="full", scope="all", created_at=int(self.clock()), name=name)
         await self.store.put(secret_hash(key), record)
         return key, record
+
+
+# Shortest interval between re-checks of a live credential (with ZSYNTH_AUTH_CACHE_TTL=0).
+MIN_RECHECK_S: Final = 1.0
+
+
+async def watch_credential(
+    authenticator: Authenticator,
+    secret: str,
+    credential: Credential,
+    on_refused: Callable[[AuthError], Awaitable[None]],
+) -> None:
+    """For a live socket or session: call ``on_refused`` once its credential expires or is revoked, then return.
+
+    The credential is re-checked every half cache time with look-ups at most that old, so a revocation is seen
+    within ZSYNTH_AUTH_CACHE_TTL and an expiry at once. An unreachable keys table keeps the socket (it was valid
+    when last read). Static keys and open servers are never re-checked: they cannot expire or be revoked.
+    """
+    if credential.key_hash is None:
+        return
+    period = max(authenticator.cache_ttl_s / 2, MIN_RECHECK_S)
+    current: Credential | None = credential
+    while current is not None:
+        wait = period
+        if current.expires_at is not None:
+            wait = min(wait, current.expires_at - authenticator.clock())
+        await asyncio.sleep(max(wait, 0.0))
+        try:
+            current = await authenticator.verify(secret, max_age=period)
+        except AuthError as err:
+            if err.http_status >= 500:
+                logger.warning("credential %s: re-check failed: %s", credential.fingerprint, err.message)
+                continue
+            logger.info("credential %s: no longer valid (%s)", credential.fingerprint, err.message)
+            await on_refused(err)
+            return

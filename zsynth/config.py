@@ -243,6 +243,15 @@ class Settings:
     ws_max_messages_per_s: float = _env("WS_MAX_MESSAGES_PER_S", _positive_float, default=100.0)
     # Open realtime sockets one credential may hold on one front (not applied when the API is open).
     ws_max_sockets_per_credential: int = _env("WS_MAX_SOCKETS_PER_CREDENTIAL", _positive_int, default=100)
+    # Text with no white space is released as a segment once this many characters are buffered.
+    ws_max_word_chars: int = _env("WS_MAX_WORD_CHARS", _positive_int, default=1000)
+    # Characters and segments one context may hold waiting to be spoken; more ends the socket with an error frame.
+    ws_max_queued_chars: int = _env("WS_MAX_QUEUED_CHARS", _positive_int, default=50_000)
+    ws_max_queued_segments: int = _env("WS_MAX_QUEUED_SEGMENTS", _positive_int, default=500)
+    # Sockets on one front that have not authenticated yet; more are refused with HTTP 503 before the upgrade.
+    ws_max_unauthenticated: int = _env("WS_MAX_UNAUTHENTICATED", _positive_int, default=256)
+    # Largest first message of a socket that authenticates in it (read before the credential is known).
+    ws_first_message_max_bytes: int = _env("WS_FIRST_MESSAGE_MAX_BYTES", _positive_int, default=16 * 1024)
     # Avatar server (``zsynth avatar``): port, live sessions per box, timeouts, ICE and the default voice.
     avatar_port: int = _env("AVATAR_PORT", _parse_port, default=8100)
     avatar_max_sessions: int = _env("AVATAR_MAX_SESSIONS", _positive_int, default=4)

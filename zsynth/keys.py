@@ -32,6 +32,8 @@ VOICE_LIBRARY: Final = web.AppKey("voice_library", VoiceLibrary)  # the voice li
 WS_REGISTRY: Final = web.AppKey("ws_registry", weakref.WeakSet[web.WebSocketResponse])
 # Open realtime sockets per credential fingerprint on this front (ZSYNTH_WS_MAX_SOCKETS_PER_CREDENTIAL).
 WS_PER_CREDENTIAL: Final = web.AppKey("ws_per_credential", collections.Counter[str])
+# Realtime sockets on this front that have not authenticated yet, under the key "" (ZSYNTH_WS_MAX_UNAUTHENTICATED).
+WS_UNAUTHENTICATED: Final = web.AppKey("ws_unauthenticated", collections.Counter[str])
 
 # Per-request values.
 REQUEST_ID: Final = web.RequestKey("request_id", str)

@@ -41,6 +41,7 @@ class KeyRecord:
     revoked_at: int | None = None
     name: str = ""
     parent: str | None = None  # key id of the full key that minted a token
+    parent_hash: str | None = None  # its table hash: a token is refused once that row is revoked
 
     def to_item(self, key_hash: str) -> dict[str, dict[str, Any]]:
         """The DynamoDB item for this record."""
@@ -59,6 +60,8 @@ class KeyRecord:
             item["name"] = {"S": self.name}
         if self.parent:
             item["parent"] = {"S": self.parent}
+        if self.parent_hash:
+            item["parent_hash"] = {"S": self.parent_hash}
         return item
 
     @classmethod
@@ -77,6 +80,7 @@ class KeyRecord:
             revoked_at=num("revoked_at"),
             name=item.get("name", {}).get("S", ""),
             parent=item.get("parent", {}).get("S"),
+            parent_hash=item.get("parent_hash", {}).get("S"),
         )
 
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from ..auth import AuthError, Credential
+from ..auth import AuthError, Credential, watch_credential
 from ..keys import AUTHENTICATOR, CREDENTIAL
 from .errors import AvatarError
+from .session import AvatarSession
 
 
 def _header_secret(request: web.Request) -> str | None:
@@ -30,13 +31,32 @@ def auth_error(err: AuthError) -> AvatarError:
     return AvatarError(err.http_status, err.status, err.message)
 
 
+def _secret(request: web.Request) -> tuple[str | None, bool]:
+    """The presented secret, and whether it came in the query string."""
+    secret = _header_secret(request)
+    if secret is None and "session_token" in request.query:
+        return request.query["session_token"].strip(), True
+    return secret, False
+
+
+def watch_session(request: web.Request, credential: Credential, session: AvatarSession) -> None:
+    """End ``session`` with an ``error`` event (``code`` the auth status) once its credential expires or is revoked."""
+    secret, _ = _secret(request)
+    if secret is None:
+        return
+
+    async def refused(err: AuthError) -> None:
+        session.emit("error", code=err.status, message=err.message)
+        session.start_close("credential_invalid")
+
+    watcher = watch_credential(request.app[AUTHENTICATOR], secret, credential, refused)
+    session.add_task(watcher, f"avatar-auth-{session.session_id}")
+
+
 async def authorize(request: web.Request, *, stream_route: bool) -> Credential:
     """Resolve the caller's credential; session tokens pass only where ``stream_route`` is true."""
     authenticator = request.app[AUTHENTICATOR]
-    secret = _header_secret(request)
-    from_query = False
-    if secret is None and "session_token" in request.query:
-        secret, from_query = request.query["session_token"].strip(), True
+    secret, from_query = _secret(request)
     try:
         credential = await authenticator.verify(secret)
     except AuthError as err:

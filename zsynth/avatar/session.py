@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, Final
 
 from aiohttp import web
@@ -105,6 +105,10 @@ class AvatarSession:
             self._maybe_ready()
         elif state in ("failed", "closed"):
             self.start_close(f"peer_{state}")
+
+    def add_task(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        """Run ``coro`` alongside the session; it is cancelled when the session closes."""
+        self._tasks.append(asyncio.create_task(coro, name=name))
 
     # -- control socket -----------------------------------------------------------------------------------------
 

@@ -17,7 +17,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from aiohttp import BodyPartReader, web
+from aiohttp import BodyPartReader, MultipartReader, hdrs, web
+from aiohttp.helpers import parse_mimetype
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler
 
@@ -250,6 +251,12 @@ async def _read_part(part: BodyPartReader, limit: int, on_overflow: ApiError) ->
     return bytes(data)
 
 
+def _part_overhead(boundary: str, part: BodyPartReader | MultipartReader) -> int:
+    """The bytes a part takes besides its data: ``--boundary`` and CRLF, and each ``Name: value`` header line."""
+    headers = sum(len(name) + len(value) + 4 for name, value in part.headers.items())
+    return len(boundary) + 4 + headers + 2
+
+
 async def read_upload(request: web.Request) -> Upload:
     """Parse the multipart body: text fields plus the clip parts named ``files`` (repeatable) or ``file``."""
     if not request.content_type.startswith("multipart/"):
@@ -270,9 +277,14 @@ async def read_upload(request: web.Request) -> Upload:
         raise body_too_large
     upload = Upload()
     total = 0
+    boundary = parse_mimetype(request.headers.get(hdrs.CONTENT_TYPE, "")).parameters.get("boundary", "")
     try:
         reader = await request.multipart()
         while (part := await reader.next()) is not None:
+            # Every part counts, empty ones too: its boundary line and headers are body bytes like its data.
+            total += _part_overhead(boundary, part)
+            if total > body_limit:
+                raise body_too_large
             if not isinstance(part, BodyPartReader):
                 continue
             name = part.name or ""

@@ -7,6 +7,7 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -14,7 +15,7 @@ from aiohttp import WSMsgType, web
 
 from .. import jsonbody
 from ..audio import OutputFormat, OutputFormatError, parse_output_format
-from ..auth import AuthError, Credential, secret_from_message, secret_from_request
+from ..auth import AuthError, Credential, secret_from_message, secret_from_request, watch_credential
 from ..keys import AUTHENTICATOR, REQUEST_ID, SETTINGS, VOICES, WS_PER_CREDENTIAL
 
 logger = logging.getLogger(__name__)
@@ -121,7 +122,15 @@ def parse_params(request: web.Request) -> StreamParams:
 class Connection:
     """One realtime socket: every send goes through here (one at a time), and so do errors and the close."""
 
-    def __init__(self, request: web.Request, ws: web.WebSocketResponse, kind: str) -> None:
+    def __init__(
+        self,
+        request: web.Request,
+        ws: web.WebSocketResponse,
+        kind: str,
+        *,
+        on_authenticated: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.on_authenticated = on_authenticated  # the socket no longer counts as unauthenticated
         self.request = request
         self.ws = ws
         self.socket_id = request.get(REQUEST_ID) or uuid.uuid4().hex
@@ -129,6 +138,7 @@ class Connection:
         self.last_activity = time.monotonic()
         self._send_lock = asyncio.Lock()
         self.credential: Credential | None = None
+        self._watcher: asyncio.Task[None] | None = None  # ends the socket when its credential stops being valid
         self._counted: str | None = None  # the fingerprint this socket counts against, once authenticated
         settings = request.app[SETTINGS]
         # Token bucket for client messages: refills at the configured rate, holds a burst of twice that.
@@ -183,12 +193,20 @@ class Connection:
             async with self._send_lock:
                 await self.ws.close(code=code, message=reason)
 
-    async def receive(self, timeout: float | None) -> dict[str, Any] | None:
-        """The next JSON object from the client; None once the socket is closed; TimeoutError after ``timeout``."""
+    async def receive(self, timeout: float | None, max_chars: int | None = None) -> dict[str, Any] | None:
+        """The next JSON object from the client; None once the socket is closed; TimeoutError after ``timeout``.
+
+        ``max_chars`` bounds the message before it is parsed (a first message read before authentication).
+        """
         while True:
             msg = await self.ws.receive(timeout=timeout)
             if msg.type is WSMsgType.TEXT:
                 self._spend_token()
+                if max_chars is not None and len(msg.data) > max_chars:
+                    raise WsError(
+                        "message_too_large",
+                        f"The first message may hold at most {max_chars} characters before the key is verified.",
+                    )
                 try:
                     payload = jsonbody.loads(msg.data)  # also deep nesting and huge numbers: never an abrupt close
                 except jsonbody.BadJson as err:
@@ -212,6 +230,9 @@ class Connection:
 
     def release(self) -> None:
         """Stop counting this socket against its credential (called once, when it closes)."""
+        if self._watcher is not None and self._watcher is not asyncio.current_task():
+            self._watcher.cancel()
+            self._watcher = None
         if self._counted is not None:
             counts = self.request.app[WS_PER_CREDENTIAL]
             counts[self._counted] -= 1
@@ -237,9 +258,10 @@ class Connection:
             if message is not None and bos:
                 self._check_bos(message)
             return message
-        bound = self.request.app[SETTINGS].ws_first_message_timeout_s
+        settings = self.request.app[SETTINGS]
+        bound = settings.ws_first_message_timeout_s
         try:
-            message = await self.receive(bound)
+            message = await self.receive(bound, settings.ws_first_message_max_bytes)
         except TimeoutError as err:
             raise WsError(
                 "missing_first_message",
@@ -264,6 +286,7 @@ class Connection:
             self.credential = await self.request.app[AUTHENTICATOR].verify(secret)
         except AuthError as err:
             raise WsError(err.status, err.message) from err
+        self.on_authenticated()
         if self.credential.kind != "open":
             counts = self.request.app[WS_PER_CREDENTIAL]
             limit = self.request.app[SETTINGS].ws_max_sockets_per_credential
@@ -274,7 +297,19 @@ class Connection:
                 )
             counts[self.credential.fingerprint] += 1
             self._counted = self.credential.fingerprint
+        if secret is not None and self.credential.key_hash is not None and self._watcher is None:
+            # Expiry and revocation are enforced for the socket's whole life, not only at connect.
+            self._watcher = asyncio.create_task(self._watch(secret), name=f"ws-auth-{self.socket_id}")
         return self.credential
+
+    async def _watch(self, secret: str) -> None:
+        """End the socket with an error frame once its credential expires or is revoked."""
+        assert self.credential is not None
+
+        async def refused(err: AuthError) -> None:
+            await self.fail(WsError(err.status, err.message))
+
+        await watch_credential(self.request.app[AUTHENTICATOR], secret, self.credential, refused)
 
 
 def text_field(message: dict[str, Any]) -> str:

@@ -12,7 +12,8 @@ from typing import Final
 
 from aiohttp import WSCloseCode, web
 
-from ..keys import METRICS, SETTINGS, WS_PER_CREDENTIAL, WS_REGISTRY
+from ..errors import ApiError
+from ..keys import METRICS, SETTINGS, WS_PER_CREDENTIAL, WS_REGISTRY, WS_UNAUTHENTICATED
 from .connection import Connection, WsError
 from .speaker import Speaker, cancel_all
 
@@ -28,15 +29,35 @@ Body = Callable[[Connection, list[Speaker]], Awaitable[None]]
 
 async def run_socket(request: web.Request, kind: str, body: Body) -> web.WebSocketResponse:
     """Upgrade, run ``body``, and whatever happens cancel every job the socket still has in flight."""
-    max_size = request.app[SETTINGS].ws_max_message_bytes
-    ws = web.WebSocketResponse(heartbeat=HEARTBEAT_S, timeout=CLOSE_TIMEOUT_S, max_msg_size=max_size)
-    await ws.prepare(request)
+    settings = request.app[SETTINGS]
+    unauthenticated = request.app[WS_UNAUTHENTICATED]
+    if unauthenticated[""] >= settings.ws_max_unauthenticated:
+        # Refused before the upgrade: a socket that has not shown a credential costs nothing more.
+        raise ApiError(
+            503,
+            "system_busy",
+            "Too many sockets are waiting to authenticate on this server; try again shortly.",
+            headers={"Retry-After": "1"},
+        )
+    ws = web.WebSocketResponse(
+        heartbeat=HEARTBEAT_S, timeout=CLOSE_TIMEOUT_S, max_msg_size=settings.ws_max_message_bytes
+    )
+    unauthenticated[""] += 1
+    counted = True
+
+    def authenticated() -> None:
+        nonlocal counted
+        if counted:
+            counted = False
+            unauthenticated[""] -= 1
+
     registry = request.app[WS_REGISTRY]
-    registry.add(ws)
-    conn = Connection(request, ws, kind)
+    conn = Connection(request, ws, kind, on_authenticated=authenticated)
     speakers: list[Speaker] = []
-    logger.info("socket %s: %s open for voice %s", conn.socket_id, kind, request.match_info.get("voice_id"))
     try:
+        await ws.prepare(request)
+        registry.add(ws)
+        logger.info("socket %s: %s open for voice %s", conn.socket_id, kind, request.match_info.get("voice_id"))
         await body(conn, speakers)
     except WsError as err:
         await conn.fail(err)
@@ -45,6 +66,7 @@ async def run_socket(request: web.Request, kind: str, body: Body) -> web.WebSock
     finally:
         # Runs on a client close, an error and handler cancellation alike: queued and running segments stop.
         # Bookkeeping first, before any await: a cancelled handler may not get past the next one.
+        authenticated()
         conn.release()
         registry.discard(ws)
         closed_by_client = ws.closed
@@ -87,6 +109,7 @@ def setup_registry(app: web.Application) -> None:
     registry = weakref.WeakSet[web.WebSocketResponse]()
     app[WS_REGISTRY] = registry
     app[WS_PER_CREDENTIAL] = collections.Counter()
+    app[WS_UNAUTHENTICATED] = collections.Counter()
     if METRICS in app:
         app[METRICS].realtime_sockets.set_function(lambda: len(registry))
     app.on_startup.append(freeze_startup_heap)

@@ -32,6 +32,7 @@ from typing import Any, Final
 
 from aiohttp import web
 
+from ..keys import SETTINGS
 from .buffer import TextBuffer
 from .connection import Connection, StreamParams, WsError, inactivity_error, parse_params, voice_settings_field
 from .lifecycle import run_socket
@@ -74,7 +75,7 @@ class MultiSession:
                 f"Maximum simultaneous contexts per WebSocket connection exceeded ({MAX_CONTEXTS}). Please close "
                 "an existing context before opening a new one.",
             )
-        buffer = make_buffer(message, self.params)
+        buffer = make_buffer(message, self.params, self.conn.request.app[SETTINGS])
         speaker = Speaker(
             self.conn, self.params, voice_settings_field(message), context_id, multi=True, on_done=self._finished
         )

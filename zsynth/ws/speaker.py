@@ -24,7 +24,7 @@ from typing import Any, Final
 
 from ..alignment import CharAlignment, Timeline
 from ..dispatch import JobFailed, JobStream
-from ..keys import DISPATCHER
+from ..keys import DISPATCHER, SETTINGS
 from ..protocol import Event, Job
 from .connection import Connection, StreamParams, WsError
 
@@ -75,6 +75,7 @@ class Speaker:
         self._interrupted = False
         self._finisher: asyncio.Task[Any] | None = None  # the task sending the last frames and the close
         self._segments: asyncio.Queue[str | None] = asyncio.Queue()
+        self._queued_chars = 0  # characters in _segments (not yet submitted)
         self._streams: asyncio.Queue[JobStream | None] = asyncio.Queue()
         self._slots = asyncio.Semaphore(LOOKAHEAD)
         self._live: set[JobStream] = set()
@@ -93,9 +94,22 @@ class Speaker:
         self.last_activity = time.monotonic()
 
     def speak(self, segment: str) -> None:
-        """Queue a segment; it is spoken after every segment queued before it."""
+        """Queue a segment; it is spoken after every segment queued before it.
+
+        WsError when the context already holds ZSYNTH_WS_MAX_QUEUED_CHARS characters or
+        ZSYNTH_WS_MAX_QUEUED_SEGMENTS segments not yet submitted: a client sending text much faster than it can be
+        spoken would otherwise grow the queue without bound.
+        """
         if self.ended:
             return
+        settings = self.conn.request.app[SETTINGS]
+        chars, segments = settings.ws_max_queued_chars, settings.ws_max_queued_segments
+        if self._queued_chars + len(segment) > chars or self._segments.qsize() >= segments:
+            raise WsError(
+                "max_character_limit_exceeded",
+                f"Too much text waiting to be spoken: at most {chars} characters in {segments} segments per context.",
+            )
+        self._queued_chars += len(segment)
         self.pending += 1
         self._segments.put_nowait(segment)
 
@@ -149,6 +163,7 @@ class Speaker:
             if segment is None:
                 await self._streams.put(None)
                 return
+            self._queued_chars -= len(segment)
             await self._slots.acquire()
             job = Job(
                 text=segment,

@@ -12,6 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
+from ..config import Settings
 from ..keys import SETTINGS
 from .buffer import ScheduleError, TextBuffer, parse_schedule
 from .connection import (
@@ -32,7 +33,7 @@ MIN_WAIT_S = 0.05
 BUSY_POLL_S = 1.0
 
 
-def make_buffer(message: dict[str, Any], params: StreamParams) -> TextBuffer:
+def make_buffer(message: dict[str, Any], params: StreamParams, settings: Settings) -> TextBuffer:
     """A text buffer with the message's ``generation_config.chunk_length_schedule`` (or the default)."""
     config = message.get("generation_config") or message.get("generator_config") or {}
     if not isinstance(config, dict):
@@ -41,7 +42,12 @@ def make_buffer(message: dict[str, Any], params: StreamParams) -> TextBuffer:
         schedule = parse_schedule(config.get("chunk_length_schedule"))
     except ScheduleError as err:
         raise WsError("invalid_message", str(err)) from err
-    return TextBuffer(schedule, auto_mode=params.auto_mode)
+    return TextBuffer(
+        schedule,
+        auto_mode=params.auto_mode,
+        max_word_chars=settings.ws_max_word_chars,
+        max_segment_chars=settings.max_text_chars,
+    )
 
 
 def checked_text(conn: Connection, message: dict[str, Any]) -> str:
@@ -58,7 +64,7 @@ async def _serve(conn: Connection, speakers: list[Speaker]) -> None:
     first = await conn.start(params, bos=True)
     if first is None:
         return
-    buffer = make_buffer(first, params)
+    buffer = make_buffer(first, params, conn.request.app[SETTINGS])
 
     async def finished(_: Speaker) -> None:
         await conn.send({"isFinal": True})

@@ -8,7 +8,7 @@ import re
 from aiohttp import web
 
 from ...keys import AVATAR_SESSIONS, AVATARS, SETTINGS
-from ..access import authorize
+from ..access import authorize, watch_session
 from ..errors import AvatarError
 from .tokens import read_json_object
 
@@ -42,6 +42,7 @@ async def connect(request: web.Request) -> web.Response:
         raise AvatarError(404, "avatar_not_found", f"No avatar '{avatar_id}'; GET /v1/avatars lists them.")
     voice_id = _optional_str(body, "voice_id") or request.app[SETTINGS].avatar_voice_id
     session = request.app[AVATAR_SESSIONS].create(renderer, voice_id, credential.fingerprint)
+    watch_session(request, credential, session)
     try:
         answer = await session.answer(sdp)
     except BaseException:

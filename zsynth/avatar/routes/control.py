@@ -17,7 +17,7 @@ from typing import Any
 from aiohttp import WSMsgType, web
 
 from ...keys import AVATAR_SESSIONS, SETTINGS
-from ..access import authorize
+from ..access import authorize, watch_session
 from ..errors import AvatarError
 from ..session import AvatarSession
 
@@ -81,6 +81,8 @@ async def control(request: web.Request) -> web.WebSocketResponse:
     ws = web.WebSocketResponse(heartbeat=30.0, max_msg_size=256 * 1024)
     await ws.prepare(request)
     session.attach(ws)
+    if credential.fingerprint != session.owner:  # the owner's credential is re-checked since the session began
+        watch_session(request, credential, session)
     reason = "control_closed"
     max_chars = request.app[SETTINGS].max_text_chars
     try:
