@@ -200,6 +200,9 @@ class Connection:
         """
         while True:
             msg = await self.ws.receive(timeout=timeout)
+            # Queued messages are returned without a pause: yield once per message, so a client sending faster
+            # than it is served holds the event loop for one message at a time, never for its whole backlog.
+            await asyncio.sleep(0)
             if msg.type is WSMsgType.TEXT:
                 self._spend_token()
                 if max_chars is not None and len(msg.data) > max_chars:

@@ -12,8 +12,9 @@ from typing import Final
 
 from aiohttp import WSCloseCode, web
 
+from ..auth import secret_from_request
 from ..errors import ApiError
-from ..keys import METRICS, SETTINGS, WS_PER_CREDENTIAL, WS_REGISTRY, WS_UNAUTHENTICATED
+from ..keys import AUTHENTICATOR, METRICS, SETTINGS, WS_PER_CREDENTIAL, WS_REGISTRY, WS_UNAUTHENTICATED
 from .connection import Connection, WsError
 from .speaker import Speaker, cancel_all
 
@@ -31,7 +32,10 @@ async def run_socket(request: web.Request, kind: str, body: Body) -> web.WebSock
     """Upgrade, run ``body``, and whatever happens cancel every job the socket still has in flight."""
     settings = request.app[SETTINGS]
     unauthenticated = request.app[WS_UNAUTHENTICATED]
-    if unauthenticated[""] >= settings.ws_max_unauthenticated:
+    # Counted: sockets that will wait for a credential in their first message (one in the upgrade request is
+    # checked at once, with no wait).
+    counted = not request.app[AUTHENTICATOR].is_open and secret_from_request(request) is None
+    if counted and unauthenticated[""] >= settings.ws_max_unauthenticated:
         # Refused before the upgrade: a socket that has not shown a credential costs nothing more.
         raise ApiError(
             503,
@@ -42,8 +46,7 @@ async def run_socket(request: web.Request, kind: str, body: Body) -> web.WebSock
     ws = web.WebSocketResponse(
         heartbeat=HEARTBEAT_S, timeout=CLOSE_TIMEOUT_S, max_msg_size=settings.ws_max_message_bytes
     )
-    unauthenticated[""] += 1
-    counted = True
+    unauthenticated[""] += counted
 
     def authenticated() -> None:
         nonlocal counted
