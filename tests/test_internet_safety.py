@@ -13,14 +13,17 @@ import time
 from urllib.parse import quote
 
 import aiohttp
+import aioice.ice
 import pytest
 
 from zsynth.app import create_app
-from zsynth.auth import Authenticator, AuthError
-from zsynth.keys import AUTHENTICATOR
+from zsynth.auth import Authenticator, AuthError, secret_hash
+from zsynth.avatar.app import create_avatar_app
+from zsynth.keys import AUTHENTICATOR, AVATAR_SESSIONS
 from zsynth.keystore import HASH_ATTR
 from zsynth.ws.buffer import TextBuffer
 
+from .avatar_peer import Viewer, loopback_host_addresses
 from .conftest import make_settings
 from .ws_helpers import collect
 
@@ -32,7 +35,7 @@ STATIC_KEY = "sk-internet-safety"
 
 
 def test_text_without_white_space_is_released_at_the_word_bound():
-    buffer = TextBuffer(max_word_chars=1000, max_segment_chars=10_000)
+    buffer = TextBuffer()  # ZSYNTH_WS_MAX_WORD_CHARS' default: 1000
     out: list[str] = []
     for _ in range(25):
         out += buffer.add("x" * 100)
@@ -50,7 +53,7 @@ def test_segments_never_exceed_the_job_limit_and_are_cut_at_white_space():
 
 def test_work_per_message_does_not_grow_with_what_was_sent_before():
     # 10 MB with no white space in 10,000-character messages: each message is released as it comes.
-    buffer = TextBuffer(max_word_chars=1000, max_segment_chars=10_000)
+    buffer = TextBuffer()
     longest = 0.0
     for _ in range(1000):
         start = time.perf_counter()
@@ -179,7 +182,7 @@ async def test_a_token_is_refused_once_the_key_that_minted_it_is_revoked(table_f
     token = (await resp.json())["token"]
     headers = {"xi-api-key": token}
     assert (await client.get("/v1/voices", headers=headers)).status == 200
-    await _revoke_only(auth, (await auth.verify(key)).key_hash or "")
+    await _revoke_only(auth, secret_hash(key))
     revoked = time.monotonic()
     while (resp := await client.get("/v1/voices", headers=headers)).status == 200:
         assert time.monotonic() - revoked < 10, "the token outlived its revoked key"
@@ -265,6 +268,20 @@ async def test_made_up_keys_do_not_push_real_ones_out_of_the_cache(keys_table):
         await auth.close()
 
 
+async def test_an_address_sending_made_up_keys_is_rate_limited(aiohttp_client, redis_url, data_dir, keys_table):
+    settings = make_settings(redis_url, data_dir, api_keys_table=keys_table, auth_max_failures_per_min=5)
+    client = await aiohttp_client(create_app(settings))
+    key, _ = await client.server.app[AUTHENTICATOR].create_key("known")
+    assert (await client.get("/v1/voices", headers={"xi-api-key": key})).status == 200
+    statuses = [
+        (await client.get("/v1/voices", headers={"xi-api-key": f"zsk_live_made-up-{n}"})).status for n in range(8)
+    ]
+    assert statuses == [401] * 5 + [429] * 3
+    resp = await client.get("/v1/voices", headers={"xi-api-key": "zsk_live_made-up-9"})
+    assert resp.headers["Retry-After"] and (await resp.json())["detail"]["status"] == "rate_limit_exceeded"
+    assert (await client.get("/v1/voices", headers={"xi-api-key": key})).status == 200  # cached: still served
+
+
 # ----- 11: multipart framing counts against the body limit --------------------------------------------------------
 
 
@@ -283,3 +300,31 @@ async def test_multipart_part_headers_and_empty_parts_count(aiohttp_client, redi
     )
     assert resp.status == 413, await resp.text()
     assert (await resp.json())["detail"]["status"] == "request_too_large"
+
+
+async def test_an_avatar_session_ends_when_its_token_expires(
+    aiohttp_client, redis_url, data_dir, keys_table, monkeypatch
+):
+    monkeypatch.setattr(aioice.ice, "get_host_addresses", loopback_host_addresses)
+    settings = make_settings(redis_url, data_dir, api_keys=("avatar-key",), api_keys_table=keys_table)
+    tokens = Authenticator.from_settings(settings, cache_ttl_s=2.0)
+    server = await aiohttp_client(create_avatar_app(settings, tokens))
+    token, expires_at = await tokens.mint_token(4, scope="tts")
+    viewer = Viewer()
+    resp = await server.post(f"/connect?session_token={token}", json=await viewer.offer())
+    assert resp.status == 200, await resp.text()
+    session_id = (await resp.json())["session_id"]
+    ws = await server.ws_connect(f"/control/{session_id}?session_token={token}")
+    events = []
+    async with asyncio.timeout(15):
+        async for msg in ws:
+            if msg.type == aiohttp.WSMsgType.TEXT:
+                events.append(msg.json())
+    late = time.time() - expires_at
+    print(f"\navatar session ended {late:.2f} s after its token expired")
+    errors = [(e["code"], e["message"]) for e in events if e["type"] == "error"]
+    assert errors == [("invalid_api_key", "This token has expired.")]
+    assert events[-1]["type"] == "session.state" and events[-1]["state"] == "closed"
+    assert -0.5 < late < 2.0
+    assert session_id not in server.app[AVATAR_SESSIONS].sessions
+    await viewer.close()

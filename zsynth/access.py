@@ -82,7 +82,7 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
         return await handler(request)
     secret = secret_from_headers(request.headers)
     try:
-        credential = await request.app[AUTHENTICATOR].verify(secret)
+        credential = await request.app[AUTHENTICATOR].verify(secret, client=request.remote)
         if not credential.is_full and not ephemeral_allowed(request.method, route_path(request)):
             raise AuthError("insufficient_scope", "Ephemeral tokens may only synthesize speech and read voices.")
     except AuthError as err:

@@ -174,6 +174,7 @@ class Authenticator:
         clock: Callable[[], float] = time.time,
         cache_ttl_s: float = MAX_CACHE_TTL_S,
         cache_size: int = 10_000,
+        max_failures_per_min: int = 60,
     ) -> None:
         self._static = tuple(key.encode() for key in static_keys)
         self.store = store
@@ -184,12 +185,16 @@ class Authenticator:
         # Unknown and revoked secrets: their own LRU, so made-up keys never push real ones out of the cache.
         self._negative: OrderedDict[str, _Cached] = OrderedDict()
         self._inflight: dict[str, asyncio.Task[_Cached]] = {}
+        # Per client address: table look-ups that found nothing, as a token bucket (tokens, last refill).
+        self.max_failures_per_min = max_failures_per_min
+        self._failures: OrderedDict[str, tuple[float, float]] = OrderedDict()
 
     @classmethod
     def from_settings(cls, settings: Settings, **kwargs: Any) -> Authenticator:
         """The authenticator a server's settings describe (``kwargs``: clock, cache options, for tests)."""
         store = KeyStore(settings.api_keys_table) if settings.api_keys_table else None
         kwargs.setdefault("cache_ttl_s", settings.auth_cache_ttl_s)
+        kwargs.setdefault("max_failures_per_min", settings.auth_max_failures_per_min)
         return cls(settings.static_keys, store, **kwargs)
 
     @property
@@ -217,11 +222,15 @@ class Authenticator:
         self._cache.clear()
         self._negative.clear()
 
-    async def verify(self, secret: str | None, *, max_age: float | None = None) -> Credential:
+    async def verify(
+        self, secret: str | None, *, max_age: float | None = None, client: str | None = None
+    ) -> Credential:
         """Return the credential for ``secret`` or raise AuthError (missing_api_key / invalid_api_key).
 
         ``max_age``: use a cached table look-up only when it was read at most that many seconds ago (the periodic
         re-check of live sockets passes half the cache time, so they end within the cache time of a revocation).
+        ``client``: the caller's address; one that made ``max_failures_per_min`` look-ups of unknown keys in the
+        last minute gets 429 ``rate_limit_exceeded`` instead of more table reads (cached keys still pass).
         """
         if self.is_open:
             return OPEN
@@ -237,8 +246,13 @@ class Authenticator:
         # Only our own prefixes can be in the table: anything else is refused without a look-up.
         if self.store is None or not secret.startswith((LIVE_PREFIX, TEMP_PREFIX)) or len(secret) > _MAX_SECRET_LEN:
             raise _invalid()
-        credential = await self._lookup(secret_hash(secret), secret, max_age)
+        key_hash = secret_hash(secret)
+        if client is not None and not self._cached(key_hash, max_age):
+            self._check_failures(client)
+        credential = await self._lookup(key_hash, secret, max_age)
         if credential is None:
+            if client is not None:
+                self._count_failure(client)
             raise _invalid()
         if credential.expires_at is not None and credential.expires_at <= self.clock():
             raise _invalid("This token has expired.")
@@ -246,11 +260,36 @@ class Authenticator:
             raise _invalid("The key that minted this token has been revoked.")
         return credential
 
-    async def _lookup(self, key_hash: str, secret: str | None, max_age: float | None = None) -> Credential | None:
-        """The credential stored under ``key_hash``; ``secret`` None means a token's parent (a full key)."""
+    def _cached(self, key_hash: str, max_age: float | None) -> bool:
         now = self.clock()
         cached = self._cache.get(key_hash) or self._negative.get(key_hash)
-        if cached is not None and cached.until > now and (max_age is None or now - cached.loaded <= max_age):
+        return cached is not None and cached.until > now and (max_age is None or now - cached.loaded <= max_age)
+
+    def _bucket(self, client: str) -> float:
+        """The look-ups of unknown keys ``client`` may still make now (refilled at the per-minute rate)."""
+        now = time.monotonic()
+        tokens, last = self._failures.get(client, (float(self.max_failures_per_min), now))
+        tokens = min(float(self.max_failures_per_min), tokens + (now - last) * self.max_failures_per_min / 60.0)
+        self._failures[client] = (tokens, now)
+        self._failures.move_to_end(client)
+        while len(self._failures) > self._cache_size:
+            self._failures.popitem(last=False)
+        return tokens
+
+    def _check_failures(self, client: str) -> None:
+        if self._bucket(client) < 1.0:
+            raise AuthError(
+                "rate_limit_exceeded", "Too many unknown keys from this address; try again shortly.", http_status=429
+            )
+
+    def _count_failure(self, client: str) -> None:
+        self._failures[client] = (self._bucket(client) - 1.0, time.monotonic())
+
+    async def _lookup(self, key_hash: str, secret: str | None, max_age: float | None = None) -> Credential | None:
+        """The credential stored under ``key_hash``; ``secret`` None means a token's parent (a full key)."""
+        if self._cached(key_hash, max_age):
+            cached = self._cache.get(key_hash) or self._negative.get(key_hash)
+            assert cached is not None
             return cached.credential
         # One table read per hash at a time, however many requests wait for it.
         task = self._inflight.get(key_hash)

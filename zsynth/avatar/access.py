@@ -58,7 +58,7 @@ async def authorize(request: web.Request, *, stream_route: bool) -> Credential:
     authenticator = request.app[AUTHENTICATOR]
     secret, from_query = _secret(request)
     try:
-        credential = await authenticator.verify(secret)
+        credential = await authenticator.verify(secret, client=request.remote)
     except AuthError as err:
         if err.status == "missing_api_key":
             raise AvatarError(

@@ -286,7 +286,7 @@ class Connection:
         """Verify the credential from the upgrade request or the first message; WsError when refused."""
         secret = secret_from_request(self.request) or secret_from_message(first)
         try:
-            self.credential = await self.request.app[AUTHENTICATOR].verify(secret)
+            self.credential = await self.request.app[AUTHENTICATOR].verify(secret, client=self.request.remote)
         except AuthError as err:
             raise WsError(err.status, err.message) from err
         self.on_authenticated()
