@@ -18,6 +18,7 @@ import pytest
 import redis
 from redis.asyncio import Redis
 
+from workers.synthesis import text_pieces
 from zsynth import protocol
 from zsynth.app import create_app
 from zsynth.keys import METRICS
@@ -368,3 +369,16 @@ async def test_split_jobs_survive_a_worker_killed_between_and_during_pieces(aioh
         sync.close()
         if rescuer is not None:
             rescuer.stop()
+
+
+@pytest.mark.parametrize("max_chars", [40, 100, 200, 1_000_000])
+def test_text_pieces_pack_whole_sentences(max_chars):
+    text = LONG + " A sentence with a clause, then another clause; and a third one that runs on for a while."
+    pieces = text_pieces(text, max_chars)
+    assert " ".join(pieces) == squash(text)
+    assert all(len(piece) <= max_chars for piece in pieces)
+    if max_chars >= 100:
+        # Sentence boundaries are kept: every piece ends where a sentence ends.
+        assert all(piece.endswith(".") for piece in pieces)
+    if max_chars > len(text):
+        assert pieces == [squash(text)]

@@ -344,6 +344,8 @@ class Worker:
         pieces = text_pieces(job.text, self.settings.piece_max_chars)
         may_yield = job.priority == "batch" and fmt.codec in YIELDING_CODECS
         for index, piece in enumerate(pieces):
+            if self._abort.is_set():
+                return
             for chunk in self.engine.synthesize(piece, voice, job.voice_settings, self._abort.is_set, seed=job.seed):
                 audio = encoder.encode(chunk.pcm)
                 meta = metas.chunk(chunk, audio, offset)
@@ -356,7 +358,13 @@ class Worker:
                 if self._abort.is_set():
                     return
             rest = pieces[index + 1 :]
-            if rest and may_yield and not self._stopping.is_set() and self._should_yield(keys=[protocol.QUEUE]):
+            if (
+                rest
+                and may_yield
+                and not self._stopping.is_set()
+                and not self._abort.is_set()
+                and self._should_yield(keys=[protocol.QUEUE])
+            ):
                 self._finish_encoding(job, progress, encoder, metas)
                 remainder = dataclasses.replace(
                     job,
