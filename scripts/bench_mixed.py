@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Mixed load on real Piper workers: do realtime agents and short requests stay fast while long batch jobs run?
 
-Runs on one redis-server and one front, once per ``--pieces`` value (ZSYNTH_PIECE_MAX_CHARS; 200 is the default
+Runs on one redis-server and one front, once per ``--pieces`` value (ZSYNTH_PIECE_MAX_CHARS; 100 is the default
 setting) and once without yielding (pieces so large that no job is ever split). Each run starts ``--workers``
 Piper workers, then:
 
@@ -194,7 +194,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=40.0, help="length of each loaded phase")
-    parser.add_argument("--pieces", default="200", help="ZSYNTH_PIECE_MAX_CHARS of each yielding run, comma-separated")
+    parser.add_argument("--pieces", default="100", help="ZSYNTH_PIECE_MAX_CHARS of each yielding run, comma-separated")
     parser.add_argument("--long", type=int, default=0, help="long-stream clients (default: one per worker)")
     parser.add_argument("--agents", type=int, default=2)
     parser.add_argument("--every", type=float, default=3.0, help="seconds between an agent's flushes")

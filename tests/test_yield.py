@@ -376,9 +376,10 @@ def test_text_pieces_pack_whole_sentences(max_chars):
     text = LONG + " A sentence with a clause, then another clause; and a third one that runs on for a while."
     pieces = text_pieces(text, max_chars)
     assert " ".join(pieces) == squash(text)
-    assert all(len(piece) <= max_chars for piece in pieces)
-    if max_chars >= 100:
-        # Sentence boundaries are kept: every piece ends where a sentence ends.
-        assert all(piece.endswith(".") for piece in pieces)
+    # Whole sentences only: every piece ends where a sentence ends, and only a lone sentence exceeds the limit.
+    assert all(piece.endswith(".") for piece in pieces)
+    assert all(len(piece) <= max_chars or piece.count(". ") == 0 for piece in pieces)
+    if max_chars == 40:
+        assert len(pieces) == len(squash(text).split(". "))
     if max_chars > len(text):
         assert pieces == [squash(text)]

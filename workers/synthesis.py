@@ -16,14 +16,19 @@ from .engines import EngineChunk
 YIELDING_CODECS = frozenset({"pcm", "ulaw", "alaw", "mp3"})
 
 
-def text_pieces(text: str, max_chars: int) -> list[str]:
-    """Whole sentences packed into pieces of at most ``max_chars`` (a longer sentence is cut at clauses or words).
+# The longest sentence the engines speak in one go (Piper's sentences, Turbo's pieces): longer ones they cut at
+# clauses. Pieces are cut from the same sentences, so splitting a job never changes what the engine is given.
+SENTENCE_MAX_CHARS = 300
 
-    A worker speaks one piece before it may yield its slot; the engine splits a piece into sentences as it always
-    does, so the chunks are the ones the whole text would have given.
+
+def text_pieces(text: str, max_chars: int) -> list[str]:
+    """Whole sentences packed into pieces of at most ``max_chars``; a longer sentence is a piece of its own.
+
+    A worker speaks one piece before it may yield its slot. A sentence is never cut for the piece limit (that would
+    change its intonation): the engine gets the sentences the whole text would have given it.
     """
     pieces: list[str] = []
-    for sentence in split_sentences(text, max_chars):
+    for sentence in split_sentences(text, SENTENCE_MAX_CHARS):
         if pieces and len(pieces[-1]) + 1 + len(sentence) <= max_chars:
             pieces[-1] = f"{pieces[-1]} {sentence}"
         else:
