@@ -75,7 +75,7 @@ async def test_realtime_segment_goes_ahead_of_waiting_batch_jobs(
     aiohttp_client, private_redis_url, whole_job_worker, tmp_path
 ):
     client = await aiohttp_client(create_app(make_settings(private_redis_url, tmp_path, first_chunk_timeout_s=60.0)))
-    busy = "This batch request keeps the only worker busy for a little while, sentence after sentence. " * 3
+    busy = "This batch request keeps the only worker busy for a little while, sentence after sentence. " * 6
     running = asyncio.create_task(client.post("/v1/text-to-speech/v?output_format=pcm_16000", json={"text": busy}))
     await asyncio.sleep(1.0)  # it is claimed by now
     waiting = asyncio.create_task(
