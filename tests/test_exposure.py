@@ -3,12 +3,16 @@ capacity and cross-site requests. Each test measures what the item is about wher
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import aioboto3
 import aiohttp
+import pytest
 
 from .helpers import front_process
-from .voice_clips import flac_bomb
+from .test_voices_s3 import PREFIX, create_bucket, start_front
+from .voice_clips import flac_bomb, reference_file
 
 TIMEOUT = aiohttp.ClientTimeout(total=60)
 
@@ -41,3 +45,60 @@ async def test_a_20_mib_flac_bomb_is_refused_from_its_header_with_bounded_memory
         growth_mib = (peak - before) / 1024
         print(f"RSS growth for a 20 MiB FLAC bomb: {growth_mib:.1f} MiB (RSS before {before / 1024:.0f} MiB)")
         assert growth_mib < 120, growth_mib
+
+
+# ----- item 3: paths from the bucket and from meta.json ------------------------------------------------------------
+
+HOSTILE_REFERENCES = ["../../escape.wav", "ESCAPE_ABSOLUTE", "cache/../../x.wav", ".hidden.wav"]
+
+
+async def test_references_named_in_the_bucket_stay_inside_their_voice_directory(
+    aiohttp_client, aws_endpoint, private_redis_url, tmp_path
+):
+    bucket = await create_bucket()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    ids = [f"custom-hostile{i:02d}aaaa" for i in range(len(HOSTILE_REFERENCES))]
+    async with aioboto3.Session().client("s3") as s3:
+        for voice_id, name in zip(ids, HOSTILE_REFERENCES, strict=True):
+            name = str(outside / "absolute.wav") if name == "ESCAPE_ABSOLUTE" else name
+            meta = {"voice_id": voice_id, "name": "hostile", "revision": 0, "reference": name}
+            for key in (name.lstrip("/"), "reference.wav"):
+                await s3.put_object(Bucket=bucket, Key=f"{PREFIX}{voice_id}/{key}", Body=b"RIFF not really")
+            await s3.put_object(Bucket=bucket, Key=f"{PREFIX}{voice_id}/meta.json", Body=json.dumps(meta).encode())
+    data = tmp_path / "data"
+    front = await start_front(aiohttp_client, private_redis_url, data, bucket)
+    listed = {v["voice_id"] for v in (await (await front.get("/v1/voices")).json())["voices"]}
+    assert not listed & set(ids)
+    for voice_id in ids:  # asked for by id: refused, never written
+        assert (await front.get(f"/v1/voices/{voice_id}")).status in (404, 503)
+    written = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file() and "wav" in p.name)
+    assert written == [], written
+    assert list(outside.iterdir()) == []
+    await front.close()
+
+
+def test_a_meta_json_on_disk_naming_a_file_outside_is_neither_listed_nor_read_by_the_engine(tmp_path):
+    from workers.engines.base import VoiceSpec
+    from workers.engines.piper import PiperEngine
+    from zsynth.voices import VoiceStore
+
+    secret = tmp_path / "secret.wav"
+    secret.write_bytes(reference_file("wav"))
+    root = tmp_path / "voices"
+    voice_dir = root / "custom-hostileDisk1"
+    voice_dir.mkdir(parents=True)
+    meta = {"voice_id": voice_dir.name, "name": "hostile", "reference": "../../secret.wav"}
+    (voice_dir / "meta.json").write_text(json.dumps(meta))
+    store = VoiceStore(root)
+    assert store.all() == {} and store.get(voice_dir.name) is None
+    with pytest.raises(ValueError, match="outside"):
+        store.install({**meta, "voice_id": "custom-hostileDisk2"}, b"bytes")
+    assert not (tmp_path / "secret.wav.1").exists() and not (root / "custom-hostileDisk2").exists()
+    # The engine refuses the path itself too (a voice handed to it with such a meta.json is never read).
+    engine = PiperEngine(threads=1)
+    with pytest.raises(ValueError, match="outside"):
+        engine.reference_f0(VoiceSpec(voice_dir.name, str(voice_dir), meta))
+    (voice_dir / "link.wav").symlink_to(secret)
+    with pytest.raises(ValueError, match="outside"):
+        engine.reference_f0(VoiceSpec(voice_dir.name, str(voice_dir), {**meta, "reference": "link.wav"}))

@@ -24,7 +24,7 @@ import aioboto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from .store import META, is_clone_id, reference_name, revision
+from .store import META, check_meta, is_clone_id, reference_name, revision
 
 S3_ERRORS: Final = (BotoCoreError, ClientError, OSError, asyncio.TimeoutError)
 TOMBSTONE: Final = "tombstone.json"
@@ -119,8 +119,9 @@ class VoiceBucket:
             if is_missing(err):
                 return None
             raise
-        if not isinstance(meta, dict) or meta.get("voice_id") != voice_id:
-            raise ValueError(f"s3 meta.json of {voice_id} does not describe it")
+        if not isinstance(meta, dict):
+            raise ValueError(f"s3 meta.json of {voice_id} is not an object")
+        check_meta(meta, voice_id)  # ValueError: never written to a disk, never fetched
         return meta
 
     async def get_voice(self, voice_id: str) -> RemoteVoice | None:
