@@ -3,12 +3,21 @@ capacity and cross-site requests. Each test measures what the item is about wher
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
+import threading
+import time
 from pathlib import Path
 
 import aioboto3
 import aiohttp
 import pytest
+
+from zsynth.aws import client_config
+from zsynth.config import Settings
+from zsynth.keystore import KeyStore, KeyStoreError
+from zsynth.voices.bucket import VoiceBucket
 
 from .helpers import front_process
 from .test_voices_s3 import PREFIX, create_bucket, start_front
@@ -102,3 +111,89 @@ def test_a_meta_json_on_disk_naming_a_file_outside_is_neither_listed_nor_read_by
     (voice_dir / "link.wav").symlink_to(secret)
     with pytest.raises(ValueError, match="outside"):
         engine.reference_f0(VoiceSpec(voice_dir.name, str(voice_dir), {**meta, "reference": "link.wav"}))
+
+
+# ----- item 6: timeouts on every AWS call, a start that never waits long on S3 -------------------------------------
+
+
+class SilentEndpoint:
+    """A TCP listener on loopback that accepts connections and never answers (a hung S3 or DynamoDB); counts them."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                self.held.append(self.sock.accept()[0])
+
+    def close(self) -> None:
+        self.sock.close()
+        for conn in self.held:
+            conn.close()
+
+
+@pytest.fixture
+def silent_endpoint():
+    endpoint = SilentEndpoint()
+    yield endpoint
+    endpoint.close()
+
+
+def test_aws_clients_share_one_config_with_short_timeouts_and_bounded_attempts():
+    config = client_config()
+    assert (config.connect_timeout, config.read_timeout) == (2.0, 4.0)
+    assert config.retries == {"total_max_attempts": 2, "mode": "standard"}
+    assert KeyStore("t").config.read_timeout == VoiceBucket("b", "p/").config.read_timeout == 4.0
+    tuned = client_config(Settings.from_env({"ZSYNTH_AWS_READ_TIMEOUT": "0.5", "ZSYNTH_AWS_MAX_ATTEMPTS": "3"}))
+    assert tuned.read_timeout == 0.5 and tuned.retries["total_max_attempts"] == 3
+
+
+async def test_a_silent_keys_table_fails_a_lookup_within_the_bound(silent_endpoint, monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", silent_endpoint.url)
+    for name, value in (
+        ("AWS_ACCESS_KEY_ID", "x"),
+        ("AWS_SECRET_ACCESS_KEY", "x"),
+        ("AWS_DEFAULT_REGION", "us-east-1"),
+    ):
+        monkeypatch.setenv(name, value)
+    settings = Settings.from_env({"ZSYNTH_AWS_READ_TIMEOUT": "0.5", "ZSYNTH_AWS_MAX_ATTEMPTS": "2"})
+    store = KeyStore("keys", config=client_config(settings))
+    await store.open()
+    started = time.monotonic()
+    with pytest.raises(KeyStoreError):
+        await store.get("0" * 64)
+    took = time.monotonic() - started
+    await store.close()
+    assert len(silent_endpoint.held) == 2  # two attempts in all, each given up after its read timeout
+    assert took < 2 * 0.5 + 2.0, took
+
+
+async def test_start_up_with_a_silent_s3_is_bounded_and_serves_the_built_in_voices(
+    redis_url, silent_endpoint, tmp_path
+):
+    env = {
+        "AWS_ENDPOINT_URL": silent_endpoint.url,
+        "AWS_ACCESS_KEY_ID": "x",
+        "AWS_SECRET_ACCESS_KEY": "x",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "ZSYNTH_VOICES_BUCKET": "voices",
+        "ZSYNTH_VOICES_START_WAIT": "2",
+    }
+    started = time.monotonic()
+    with front_process(redis_url, tmp_path, **env) as (_proc, base):
+        up_s = time.monotonic() - started
+        async with aiohttp.ClientSession(timeout=TIMEOUT) as http:
+            async with http.get(f"{base}/v1/voices") as resp:
+                listing = await resp.json()
+            async with http.get(f"{base}/readyz") as resp:
+                ready = await resp.json()
+        print(f"start-up with a silent S3 (ZSYNTH_VOICES_START_WAIT=2): port answered after {up_s:.2f} s")
+        assert silent_endpoint.held, "the front never called the bucket"
+        assert "joe" in {v["voice_id"] for v in listing["voices"]}
+        assert listing["voices_arriving"] is True and listing["arriving_voice_ids"] == []
+        assert ready["voice_library_catching_up"] is True
+        assert up_s < 2 + 6, up_s

@@ -21,6 +21,7 @@ from .keys import DISPATCHER, METRICS, REDIS, REQUEST_ID, SETTINGS
 from .metrics import Metrics
 from .routes import setup_routes
 from .sdnotify import notify
+from .supervise import Supervisor
 from .tls import TlsError, server_context
 from .tls import reload as reload_tls
 from .voices import VoiceConfigError
@@ -50,7 +51,8 @@ async def redis_client(app: web.Application) -> AsyncIterator[None]:
 
 async def dispatcher(app: web.Application) -> AsyncIterator[None]:
     """The job dispatcher and its pub/sub listener."""
-    dispatch = Dispatcher(app[SETTINGS], app[REDIS], app[METRICS])
+    metrics = app[METRICS]
+    dispatch = Dispatcher(app[SETTINGS], app[REDIS], metrics, Supervisor(on_restart=metrics.count_restart))
     await dispatch.start()
     app[DISPATCHER] = dispatch
     yield

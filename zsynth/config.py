@@ -14,6 +14,10 @@ from pathlib import Path
 from typing import Any, Final, TypeVar
 
 PREFIX: Final = "ZSYNTH_"
+# Defaults of the AWS client settings, also used where no Settings are at hand (the keys admin command).
+AWS_CONNECT_TIMEOUT_S: Final = 2.0
+AWS_READ_TIMEOUT_S: Final = 4.0
+AWS_MAX_ATTEMPTS: Final = 2
 ENGINES: Final = ("piper", "turbo", "simulated")
 
 T = TypeVar("T")
@@ -216,6 +220,13 @@ class Settings:
     # How often every front and worker compares its disk with the bucket besides following the announcements (a safety
     # net for an announcement Redis did not take): removed voices go, missing ones come.
     voices_resync_s: float = _env("VOICES_RESYNC", _positive_float, default=300.0)
+    # How long a start waits for the comparison with the bucket before serving anyway (it goes on in the background).
+    voices_start_wait_s: float = _env("VOICES_START_WAIT", _positive_float, default=10.0)
+    # Every DynamoDB and S3 call (zsynth/aws.py): seconds to connect, seconds a read may wait for bytes, and attempts
+    # in all (the first one included) before the call fails.
+    aws_connect_timeout_s: float = _env("AWS_CONNECT_TIMEOUT", _positive_float, default=AWS_CONNECT_TIMEOUT_S)
+    aws_read_timeout_s: float = _env("AWS_READ_TIMEOUT", _positive_float, default=AWS_READ_TIMEOUT_S)
+    aws_max_attempts: int = _env("AWS_MAX_ATTEMPTS", _positive_int, default=AWS_MAX_ATTEMPTS)
     # GPU engine (ZSYNTH_ENGINE=turbo): the checkpoint directory an operator downloaded once (no default: required).
     turbo_checkpoint: Path | None = _env("TURBO_CHECKPOINT", _optional_path, default=None)
     # cuda in production; cpu only when asked for explicitly (tests, benchmarks of the random-weight checkpoint).
