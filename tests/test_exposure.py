@@ -3,6 +3,7 @@ capacity and cross-site requests. Each test measures what the item is about wher
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import socket
@@ -13,13 +14,19 @@ from pathlib import Path
 import aioboto3
 import aiohttp
 import pytest
+import redis
 
+from zsynth import protocol
+from zsynth.app import create_app
 from zsynth.aws import client_config
 from zsynth.config import Settings
+from zsynth.keys import DISPATCHER, VOICE_LIBRARY
 from zsynth.keystore import KeyStore, KeyStoreError
+from zsynth.supervise import Supervisor
 from zsynth.voices.bucket import VoiceBucket
 
-from .helpers import front_process
+from .conftest import make_settings
+from .helpers import RedisServer, WorkerProcess, assert_speech, decode_audio, front_process, wait_for
 from .test_voices_s3 import PREFIX, create_bucket, start_front
 from .voice_clips import flac_bomb, reference_file
 
@@ -197,3 +204,79 @@ async def test_start_up_with_a_silent_s3_is_bounded_and_serves_the_built_in_voic
         assert listing["voices_arriving"] is True and listing["arriving_voice_ids"] == []
         assert ready["voice_library_catching_up"] is True
         assert up_s < 2 + 6, up_s
+
+
+# ----- item 9: supervised background tasks --------------------------------------------------------------------------
+
+
+async def test_the_supervisor_restarts_a_crashed_task_with_backoff_counts_it_and_reports_it_down():
+    crashes: list[str] = []
+    runs: list[float] = []
+
+    async def flaky() -> None:
+        runs.append(time.monotonic())
+        if len(runs) <= 3:
+            raise RuntimeError(f"crash {len(runs)}")
+        await asyncio.sleep(3600)
+
+    supervisor = Supervisor(crashes.append, first_backoff_s=0.05, max_backoff_s=1.0, settle_s=0.2)
+    supervisor.spawn("flaky", flaky)
+    supervisor.spawn("optional", flaky, vital=False)
+    await asyncio.sleep(0.01)
+    assert supervisor.down() == ["flaky"]  # down from the crash until a restart has run settle_s
+    await asyncio.sleep(0.7)
+    assert supervisor.down() == []
+    assert crashes == ["flaky", "optional", "flaky"] and supervisor.restarts == 3
+    first = [t for t in runs][:3]
+    assert first[2] - first[1] >= 0.05  # backoff between restarts
+    await supervisor.close()
+
+
+async def test_a_malformed_reply_message_does_not_end_the_fronts_listener(client, aredis):
+    dispatcher = client.app[DISPATCHER]
+    for junk in (b"not json\n", b'{"k": "chunk"}\n', b"\xff\xfe", b'["a list"]\n'):
+        await aredis.publish(dispatcher.reply_channel, junk)
+    resp = await client.post("/v1/text-to-speech/joe?output_format=pcm_22050", json={"text": "Still listening."})
+    assert resp.status == 200, await resp.text()
+    assert_speech(*decode_audio(await resp.read(), "pcm_22050"), "Still listening.")
+    ready = await (await client.get("/readyz")).json()
+    assert ready["status"] == "ready" and "tasks_down" not in ready
+
+
+async def test_a_malformed_announcement_does_not_end_the_voice_library_follower(client, aredis):
+    library = client.app[VOICE_LIBRARY]
+    before = library.applied
+    await aredis.xadd(protocol.VOICES_LOG, {b"op": b"\xff\xfe", b"voice_id": b"\xc3"})
+    await aredis.xadd(protocol.VOICES_LOG, {"op": "settings", "voice_id": "joe", "revision": "0", "box": "test"})
+    deadline = time.monotonic() + 10
+    while library.applied == before and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert library.applied == before + 1
+
+
+async def test_a_worker_heartbeat_survives_redis_error_replies_and_its_restarts_are_counted(aiohttp_client, tmp_path):
+    """Redis out of memory answers every write with an OOM error reply: the heartbeat crashes, is restarted until
+    Redis takes writes again, and then beats again; the fronts count its restarts in /metrics."""
+    server = RedisServer().start()
+    worker = WorkerProcess(server.url, "hb-oom", tmp_path, ZSYNTH_HEARTBEAT_INTERVAL="0.2", ZSYNTH_HEARTBEAT_TTL="5")
+    sync = redis.Redis.from_url(server.url)
+    try:
+        worker.wait_ready()
+        key = protocol.heartbeat_key("hb-oom")
+        sync.config_set("maxmemory-policy", "noeviction")
+        sync.config_set("maxmemory", "1")
+        time.sleep(1.5)  # several beats refused
+        sync.config_set("maxmemory", "0")
+        first = json.loads(sync.get(key))["ts"]
+        wait_for(lambda: json.loads(sync.get(key) or b"{}").get("ts", 0) > first, 5, "a fresh heartbeat")
+        beat = json.loads(sync.get(key))
+        assert beat["restarts"] >= 1, beat
+        front = await aiohttp_client(create_app(make_settings(server.url, tmp_path)))
+        metrics = await (await front.get("/metrics")).text()
+        line = next(x for x in metrics.splitlines() if x.startswith("zsynth_worker_background_restarts "))
+        assert float(line.split()[1]) >= 1, line
+        assert worker.proc.poll() is None
+    finally:
+        sync.close()
+        worker.stop()
+        server.stop()
