@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 from aiohttp import web
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 
 from .access import auth_middleware, authenticator_ctx, setup_cors
 from .config import Settings
@@ -40,9 +40,21 @@ async def request_id_middleware(request: web.Request, handler: Handler) -> web.S
 
 
 async def redis_client(app: web.Application) -> AsyncIterator[None]:
-    """One Redis connection pool per front; fail start-up, not the first request, when Redis is down."""
+    """One Redis connection pool per front; fail start-up, not the first request, when Redis is down.
+
+    The pool blocks: with ZSYNTH_REDIS_POOL_SIZE commands in flight, the next one waits for a free connection (up to
+    ZSYNTH_REDIS_POOL_TIMEOUT) rather than failing with redis-py's MaxConnectionsError.
+    """
+    settings = app[SETTINGS]
     # Short connect timeout: while Redis is down, requests fail fast with 503 instead of hanging.
-    client = Redis.from_url(app[SETTINGS].redis_url, health_check_interval=30, socket_connect_timeout=1.0)
+    pool = BlockingConnectionPool.from_url(
+        settings.redis_url,
+        max_connections=settings.redis_pool_size,
+        timeout=settings.redis_pool_timeout_s,
+        health_check_interval=30,
+        socket_connect_timeout=1.0,
+    )
+    client = Redis.from_pool(pool)
     await client.ping()
     app[REDIS] = client
     yield

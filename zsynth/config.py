@@ -185,6 +185,13 @@ class Settings:
     heartbeat_ttl_s: int = _env("HEARTBEAT_TTL", _positive_int, default=10)
     # Jobs that may wait in the queue; beyond it requests get 429 system_busy with Retry-After.
     max_queue: int = _env("MAX_QUEUE", _positive_int, default=256)
+    # Largest piece of a batch job (characters, whole sentences packed up to it; a longer sentence is one piece) a
+    # worker speaks before it checks for waiting realtime or unstarted work and, if any, yields its slot.
+    piece_max_chars: int = _env("PIECE_MAX_CHARS", _positive_int, default=100)
+    # The front's Redis connection pool: at most this many commands in flight; more wait up to the timeout (then
+    # the request fails with 503 redis_unavailable) instead of failing at once.
+    redis_pool_size: int = _env("REDIS_POOL_SIZE", _positive_int, default=256)
+    redis_pool_timeout_s: float = _env("REDIS_POOL_TIMEOUT", _positive_float, default=5.0)
     # Longest text one synthesis request may carry (characters).
     max_text_chars: int = _env("MAX_TEXT_CHARS", _positive_int, default=10000)
     # Largest request body the front reads (bytes); cloning uploads are the big ones.

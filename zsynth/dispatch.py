@@ -94,6 +94,11 @@ class JobStream:
                 "lost_events", f"Audio events were lost (expected #{self._expected_seq}, got #{event.seq})."
             )
         self._expected_seq += 1
+        waited = event.meta.get("waited_s")
+        if waited is not None:
+            # The first chunk of each part says how long that part waited for a slot (see workers.worker).
+            part = "first" if int(event.meta.get("part", 0)) == 0 else "resumed"
+            self.dispatcher.metrics.slot_wait.labels(self.job.priority, part).observe(float(waited))
         if event.terminal:
             self.finished = True
             self.terminal = event
@@ -179,9 +184,9 @@ class Dispatcher:
         stream = JobStream(self, job)
         self._streams[job.job_id] = stream
         try:
-            # Realtime segments go ahead of batch jobs (see protocol.PUSH_BOUNDED_LUA).
+            # Realtime segments go ahead of batch jobs, new batch jobs ahead of remainders (protocol.PUSH_BOUNDED_LUA).
             pushed = await self._push(
-                keys=[protocol.QUEUE, protocol.REALTIME_TAIL],
+                keys=[protocol.QUEUE, protocol.REALTIME_TAIL, protocol.BATCH_TAIL],
                 args=[job.to_json(), self.settings.max_queue, job.priority],
             )
         except (RedisError, OSError, TimeoutError) as err:

@@ -44,6 +44,23 @@ class Metrics:
             buckets=_DURATION_BUCKETS,
             registry=r,
         )
+        self.slot_wait = Histogram(
+            "zsynth_slot_wait_seconds",
+            "How long a job waited in the queue for a worker's slot: before its first piece (part=first), or after "
+            "it yielded the slot to other work (part=resumed).",
+            ["priority", "part"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.queue_resumed = Gauge(
+            "zsynth_queue_resumed", "Batch jobs waiting to continue after yielding their slot.", registry=r
+        )
+        self.redis_pool_size = Gauge(
+            "zsynth_redis_pool_size", "Connections this front's Redis pool may open.", registry=r
+        )
+        self.redis_pool_in_use = Gauge(
+            "zsynth_redis_pool_in_use", "Connections of this front's Redis pool running a command now.", registry=r
+        )
         self.audio_seconds = Counter("zsynth_audio_seconds", "Seconds of audio delivered.", registry=r)
         self.characters = Counter("zsynth_characters", "Characters of text synthesized.", registry=r)
         self.realtime_sockets = Gauge("zsynth_realtime_sockets", "Open realtime WebSockets.", registry=r)
@@ -65,13 +82,18 @@ class Metrics:
         """Read the gauges that mirror shared state: queue depth by priority, live and busy workers."""
         raw_jobs = await redis.lrange(protocol.QUEUE, 0, -1)  # bounded by ZSYNTH_MAX_QUEUE
         by_priority: CountBy[str] = CountBy()
+        resumed = 0
         for raw in raw_jobs:
             try:
-                by_priority[str(json.loads(raw).get("priority", "batch"))] += 1
+                job = json.loads(raw)
             except ValueError:
                 by_priority["unknown"] += 1
+                continue
+            by_priority[str(job.get("priority", "batch"))] += 1
+            resumed += int(job.get("part", 0)) > 0
         for priority in ("realtime", "batch"):
             self.queue_depth.labels(priority).set(by_priority.get(priority, 0))
+        self.queue_resumed.set(resumed)
         members: set[bytes] = await redis.smembers(protocol.WORKERS)  # type: ignore[assignment]
         ids = sorted(m.decode() for m in members)
         beats = await redis.mget([protocol.heartbeat_key(i) for i in ids]) if ids else []
@@ -83,6 +105,15 @@ class Metrics:
     def count_restart(self, task: str) -> None:
         """A background task crashed and is being restarted (a Supervisor's ``on_restart``)."""
         self.background_restarts.labels(task).inc()
+
+    def observe_pool(self, pool: object) -> None:
+        """Mirror the Redis pool's size and use (redis-py keeps them on the pool; absent on other pool kinds)."""
+        size = getattr(pool, "max_connections", None)
+        in_use = getattr(pool, "_in_use_connections", None)
+        if isinstance(size, int):
+            self.redis_pool_size.set(size)
+        if in_use is not None:
+            self.redis_pool_in_use.set(len(in_use))
 
     def render(self) -> bytes:
         """The text exposition format."""
