@@ -20,6 +20,7 @@ from zsynth import protocol
 from zsynth.app import create_app
 from zsynth.aws import client_config
 from zsynth.config import Settings
+from zsynth.demo.app import create_demo_app
 from zsynth.keys import DISPATCHER, VOICE_LIBRARY
 from zsynth.keystore import KeyStore, KeyStoreError
 from zsynth.supervise import Supervisor
@@ -280,3 +281,77 @@ async def test_a_worker_heartbeat_survives_redis_error_replies_and_its_restarts_
         sync.close()
         worker.stop()
         server.stop()
+
+
+# ----- item 10: cross-site requests ---------------------------------------------------------------------------------
+
+EVIL = "https://evil.example"
+
+
+def clone_form(name: str) -> aiohttp.FormData:
+    form = aiohttp.FormData()
+    form.add_field("name", name)
+    form.add_field("files", reference_file("flac"), filename="ref.flac", content_type="audio/flac")
+    return form
+
+
+async def cloned_names(front) -> set[str]:
+    voices = (await (await front.get("/v1/voices", headers={"xi-api-key": DEMO_KEY})).json())["voices"]
+    return {v["name"] for v in voices if v["category"] == "cloned"}
+
+
+DEMO_KEY = "exposure-demo-full-key"
+
+
+async def test_demo_clone_accepts_its_own_page_only(aiohttp_client, aiohttp_server, redis_url, tmp_path):
+    front = await aiohttp_server(create_app(make_settings(redis_url, tmp_path, api_key=DEMO_KEY)))
+    front_client = await aiohttp_client(front)
+    api_url = str(front.make_url("")).rstrip("/")
+    demo = await aiohttp_client(
+        create_demo_app(make_settings(redis_url, tmp_path, api_key=DEMO_KEY, demo_api_url=api_url))
+    )
+    own = str(demo.make_url("")).rstrip("/")
+
+    resp = await demo.post("/demo/clone", data=clone_form("cross-site"), headers={"Origin": EVIL})
+    body = await resp.json()
+    assert resp.status == 403 and body["detail"]["code"] == "cross_origin_refused", body
+    resp = await demo.post("/demo/clone", data=clone_form("null origin"), headers={"Origin": "null"})
+    assert resp.status == 403
+    other_port = own.rsplit(":", 1)[0] + ":1"
+    resp = await demo.post("/demo/clone", data=clone_form("other port"), headers={"Origin": other_port})
+    assert resp.status == 403
+    assert await cloned_names(front_client) == set()
+
+    resp = await demo.post("/demo/clone", data=clone_form("from the page"), headers={"Origin": own})
+    assert resp.status == 200, await resp.text()
+    assert await cloned_names(front_client) == {"from the page"}
+
+
+async def test_an_open_server_with_any_origin_refuses_cross_site_writes_and_warns(
+    aiohttp_client, redis_url, tmp_path, caplog
+):
+    open_front = await aiohttp_client(create_app(make_settings(redis_url, tmp_path)))
+    assert any(
+        "Open CORS: no keys are set and ZSYNTH_CORS_ORIGINS allows any origin" in r.message for r in caplog.records
+    )
+    evil = {"Origin": EVIL}
+    for method, path in (
+        ("DELETE", "/v1/voices/custom-abcdefgh"),
+        ("POST", "/v1/voices/add"),
+        ("POST", "/v1/text-to-speech/joe"),
+    ):
+        resp = await open_front.request(method, path, headers=evil, json={"text": "hi"})
+        body = await resp.json()
+        assert resp.status == 403 and body["detail"]["code"] == "cross_origin_refused", (method, path, body)
+    assert (await open_front.get("/v1/voices", headers=evil)).status == 200  # reads stay open
+    # Without an Origin (not a browser) and from another port of the same host (the demo page): let through.
+    assert (await open_front.delete("/v1/voices/custom-abcdefgh")).status == 404
+    same_site = {"Origin": f"http://{open_front.server.host}:1"}
+    assert (await open_front.delete("/v1/voices/custom-abcdefgh", headers=same_site)).status == 404
+
+    allowed = await aiohttp_client(create_app(make_settings(redis_url, tmp_path, cors_open_writes=True)))
+    assert (await allowed.delete("/v1/voices/custom-abcdefgh", headers=evil)).status == 404
+    listed = await aiohttp_client(create_app(make_settings(redis_url, tmp_path, cors_origins=("*", EVIL))))
+    assert (await listed.delete("/v1/voices/custom-abcdefgh", headers=evil)).status == 404
+    keyed = await aiohttp_client(create_app(make_settings(redis_url, tmp_path, api_key=DEMO_KEY)))
+    assert (await keyed.delete("/v1/voices/custom-abcdefgh", headers={**evil, "xi-api-key": DEMO_KEY})).status == 404

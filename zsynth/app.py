@@ -13,7 +13,7 @@ from typing import Any
 from aiohttp import web
 from redis.asyncio import BlockingConnectionPool, Redis
 
-from .access import auth_middleware, authenticator_ctx, setup_cors
+from .access import auth_middleware, authenticator_ctx, open_cors_middleware, setup_cors
 from .config import Settings
 from .dispatch import Dispatcher
 from .errors import Handler, error_middleware
@@ -74,7 +74,7 @@ async def dispatcher(app: web.Application) -> AsyncIterator[None]:
 def create_app(settings: Settings) -> web.Application:
     """Build the speech API application for ``settings``."""
     app = web.Application(
-        middlewares=[request_id_middleware, error_middleware, auth_middleware],
+        middlewares=[request_id_middleware, error_middleware, open_cors_middleware, auth_middleware],
         client_max_size=settings.max_body_bytes,
     )
     app[SETTINGS] = settings

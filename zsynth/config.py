@@ -213,6 +213,8 @@ class Settings:
     auth_cache_ttl_s: float = _env("AUTH_CACHE_TTL", _cache_ttl, default=30.0)
     # Origins a browser may call the API from ("*" any; empty: no CORS headers at all).
     cors_origins: tuple[str, ...] = _env("CORS_ORIGINS", _parse_list, default=("*",))
+    # With no keys and "*" above, pages on other sites are refused POST, PUT, PATCH and DELETE unless this is true.
+    cors_open_writes: bool = _env("CORS_OPEN_WRITES", _parse_bool, default=False)
     # Voices. The swap-out voice serves synthesis for unknown voice ids (default: the first built-in voice).
     swapout_default_voice: str | None = _env("SWAPOUT_DEFAULT_VOICE", _optional_str, default=None)
     # Largest reference clip accepted by cloning (bytes of one uploaded file).
