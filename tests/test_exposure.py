@@ -13,19 +13,23 @@ from pathlib import Path
 
 import aioboto3
 import aiohttp
+import aioice.ice
 import pytest
 import redis
 
 from zsynth import protocol
 from zsynth.app import create_app
+from zsynth.auth import Authenticator
+from zsynth.avatar.app import create_avatar_app
 from zsynth.aws import client_config
 from zsynth.config import Settings
 from zsynth.demo.app import create_demo_app
-from zsynth.keys import DISPATCHER, VOICE_LIBRARY
+from zsynth.keys import AVATAR_SESSIONS, DISPATCHER, VOICE_LIBRARY
 from zsynth.keystore import KeyStore, KeyStoreError
 from zsynth.supervise import Supervisor
 from zsynth.voices.bucket import VoiceBucket
 
+from .avatar_peer import Viewer, loopback_host_addresses
 from .conftest import make_settings
 from .helpers import RedisServer, WorkerProcess, assert_speech, decode_audio, front_process, wait_for
 from .test_voices_s3 import PREFIX, create_bucket, start_front
@@ -355,3 +359,82 @@ async def test_an_open_server_with_any_origin_refuses_cross_site_writes_and_warn
     assert (await listed.delete("/v1/voices/custom-abcdefgh", headers=evil)).status == 404
     keyed = await aiohttp_client(create_app(make_settings(redis_url, tmp_path, api_key=DEMO_KEY)))
     assert (await keyed.delete("/v1/voices/custom-abcdefgh", headers={**evil, "xi-api-key": DEMO_KEY})).status == 404
+
+
+# ----- item 7: avatar capacity -------------------------------------------------------------------------------------
+
+AVATAR_KEY = "exposure-avatar-key"
+
+
+@pytest.fixture
+def loopback_ice(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(aioice.ice, "get_host_addresses", loopback_host_addresses)
+
+
+async def test_one_session_token_cannot_take_every_avatar_slot(
+    aiohttp_client, private_redis_url, data_dir, keys_table, loopback_ice
+):
+    settings = make_settings(
+        private_redis_url, data_dir, api_keys=(AVATAR_KEY,), api_keys_table=keys_table, avatar_max_sessions=4
+    )
+    server = await aiohttp_client(create_avatar_app(settings, Authenticator.from_settings(settings)))
+
+    async def mint() -> str:
+        resp = await server.post("/v1/streaming.create_token", json={}, headers={"X-Api-Key": AVATAR_KEY})
+        return str((await resp.json())["data"]["token"])
+
+    token, viewers = await mint(), []
+
+    async def connect(query: str = "", headers: dict[str, str] | None = None) -> aiohttp.ClientResponse:
+        viewers.append(Viewer())
+        return await server.post(f"/connect{query}", json=await viewers[-1].offer(), headers=headers or {})
+
+    try:
+        statuses = [(await connect(f"?session_token={token}")).status for _ in range(2)]
+        refused = await connect(f"?session_token={token}")  # the same token reconnecting again
+        body = await refused.json()
+        assert statuses == [200, 200]
+        assert refused.status == 429 and body["code"] == "too_many_sessions", body
+        assert refused.headers["Retry-After"] == "5"
+        # Another token, and the operator's full key, still get the slots left.
+        assert (await connect(f"?session_token={await mint()}")).status == 200
+        assert (await connect(headers={"X-Api-Key": AVATAR_KEY})).status == 200
+        assert len(server.app[AVATAR_SESSIONS].sessions) == 4
+    finally:
+        for viewer in viewers:
+            await viewer.close()
+
+
+async def speak_burst(client, count: int) -> list[dict]:
+    viewer = Viewer()
+    resp = await client.post("/connect", json=await viewer.offer())
+    assert resp.status == 200, await resp.text()
+    ws = await client.ws_connect((await resp.json())["control_url"])
+    for i in range(count):
+        await ws.send_json({"type": "speak", "text": f"Sentence number {i}.", "id": f"s{i}"})
+    answers: list[dict] = []
+    while len(answers) < count:
+        event = await ws.receive_json(timeout=10)
+        if event["type"] in ("speak.accepted", "error"):
+            answers.append(event)
+    await ws.close()
+    await viewer.close()
+    return answers
+
+
+async def test_speak_commands_are_rate_limited_and_their_queue_is_bounded(
+    aiohttp_client, private_redis_url, data_dir, loopback_ice
+):
+    # No worker serves this database: accepted commands stay queued for the whole test.
+    limited = make_settings(private_redis_url, data_dir, avatar_speak_rate=0.5, avatar_speak_burst=3)
+    answers = await speak_burst(await aiohttp_client(create_avatar_app(limited)), 8)
+    assert [a["type"] for a in answers[:3]] == ["speak.accepted"] * 3
+    assert [(a["type"], a["code"]) for a in answers[3:]] == [("error", "rate_limited")] * 5
+    assert [a["id"] for a in answers] == [f"s{i}" for i in range(8)]
+
+    bounded = make_settings(
+        private_redis_url, data_dir, avatar_speak_rate=1000.0, avatar_speak_burst=1000, avatar_speak_queue=4
+    )
+    answers = await speak_burst(await aiohttp_client(create_avatar_app(bounded)), 7)
+    assert [a["type"] for a in answers[:4]] == ["speak.accepted"] * 4
+    assert [(a["type"], a["code"]) for a in answers[4:]] == [("error", "speak_queue_full")] * 3

@@ -266,6 +266,12 @@ class Settings:
     # Avatar server (``zsynth avatar``): port, live sessions per box, timeouts, ICE and the default voice.
     avatar_port: int = _env("AVATAR_PORT", _parse_port, default=8100)
     avatar_max_sessions: int = _env("AVATAR_MAX_SESSIONS", _positive_int, default=4)
+    # Live sessions one session token may hold at once (full keys are limited by the box's limit only).
+    avatar_sessions_per_token: int = _env("AVATAR_SESSIONS_PER_TOKEN", _positive_int, default=2)
+    # speak commands per session: a sustained rate per second with a burst, and how many may wait unspoken.
+    avatar_speak_rate: float = _env("AVATAR_SPEAK_RATE", _positive_float, default=2.0)
+    avatar_speak_burst: int = _env("AVATAR_SPEAK_BURST", _positive_int, default=10)
+    avatar_speak_queue: int = _env("AVATAR_SPEAK_QUEUE", _positive_int, default=16)
     # A session with no command and no speech for this long ends (HeyGen's activity_idle_timeout default).
     avatar_idle_timeout_s: float = _env("AVATAR_IDLE_TIMEOUT", _positive_float, default=120.0)
     # A peer connection that is not connected this long after /connect is closed.
