@@ -438,3 +438,29 @@ async def test_speak_commands_are_rate_limited_and_their_queue_is_bounded(
     answers = await speak_burst(await aiohttp_client(create_avatar_app(bounded)), 7)
     assert [a["type"] for a in answers[:4]] == ["speak.accepted"] * 4
     assert [(a["type"], a["code"]) for a in answers[4:]] == [("error", "speak_queue_full")] * 3
+
+
+async def test_readyz_is_false_while_a_vital_task_is_down_and_restarts_are_in_metrics(client):
+    """A task crashing once under the front's supervisor (the one that runs its reply listener): /readyz names it
+    until its restart has run a second, and /metrics counts the restart."""
+    runs: list[int] = []
+
+    async def crashes_once() -> None:
+        runs.append(1)
+        if len(runs) == 1:
+            raise RuntimeError("simulated crash of a vital task")
+        await asyncio.Event().wait()
+
+    supervisor = client.app[DISPATCHER].supervisor
+    supervisor.spawn("crashes-once", crashes_once)
+    await asyncio.sleep(0.05)
+    resp = await client.get("/readyz")
+    body = await resp.json()
+    assert resp.status == 503 and body["tasks_down"] == ["crashes-once"], body
+    metrics = await (await client.get("/metrics")).text()
+    assert 'zsynth_background_restarts_total{task="crashes-once"} 1.0' in metrics
+    wait_deadline = time.monotonic() + 5
+    while supervisor.down() and time.monotonic() < wait_deadline:
+        await asyncio.sleep(0.1)
+    resp = await client.get("/readyz")
+    assert resp.status == 200 and "tasks_down" not in await resp.json()
