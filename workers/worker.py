@@ -116,7 +116,8 @@ class Worker:
         await self._recover_in_flight()
         await self._beat()
         # Supervised: a crash (a Redis error reply such as OOM or READONLY) is logged, restarted with backoff and
-        # counted in the heartbeat's "restarts" (the fronts' zsynth_worker_background_restarts).
+        # counted in the heartbeat's "restarts" (the fronts' zsynth_worker_background_restarts), with the restarts
+        # of the voice library's follower.
         self.supervisor.spawn("heartbeat", self._heartbeat_loop)
         self.supervisor.spawn("cancel-listener", self._cancel_listener)
         if on_ready is not None:
@@ -186,7 +187,7 @@ class Worker:
             "state": "busy" if job else "idle",
             "job_id": job.job_id if job else None,
             "ts": time.time(),
-            "restarts": self.supervisor.restarts,
+            "restarts": self.supervisor.restarts + self.voices.library.supervisor.restarts,
         }
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.set(protocol.heartbeat_key(self.worker_id), json.dumps(status), ex=self.settings.heartbeat_ttl_s)
