@@ -468,3 +468,16 @@ async def test_readyz_is_false_while_a_vital_task_is_down_and_restarts_are_in_me
         await asyncio.sleep(0.1)
     resp = await client.get("/readyz")
     assert resp.status == 200 and "tasks_down" not in await resp.json()
+
+
+async def test_an_open_avatar_server_refuses_cross_site_writes(aiohttp_client, private_redis_url, data_dir):
+    client = await aiohttp_client(create_avatar_app(make_settings(private_redis_url, data_dir)))
+    evil = {"Origin": EVIL}
+    for method, path in (("POST", "/connect"), ("DELETE", "/v1/sessions/abc")):
+        resp = await client.request(method, path, headers=evil, json={})
+        body = await resp.json()
+        assert resp.status == 403 and body["code"] == "cross_origin_refused", body
+        assert resp.headers["Access-Control-Allow-Origin"] == "*"  # the page can read why
+    same_host = {"Origin": f"http://{client.server.host}:1"}  # the demo page, on another port of this host
+    assert (await client.post("/connect", headers=same_host, json={})).status == 400
+    assert (await client.delete("/v1/sessions/abc")).status == 404
