@@ -30,11 +30,13 @@ from typing import Any
 from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from zsynth import protocol
 from zsynth.audio import Encoder, OutputFormat, OutputFormatError, parse_output_format
 from zsynth.config import Settings
+from zsynth.supervise import Supervisor
 
 from .engines import Engine, VoiceSpec
 from .synthesis import YIELDING_CODECS, ChunkMeta, text_pieces
@@ -83,6 +85,9 @@ class Worker:
         self._force = False
         self.jobs_done = 0
         self._reap = redis.register_script(protocol.REAP_LUA)
+        # Restarts come at least every heartbeat interval: a heartbeat silent past its TTL gets this worker reaped.
+        beat = settings.heartbeat_interval_s
+        self.supervisor = Supervisor(first_backoff_s=min(0.5, beat), max_backoff_s=beat)
         # Run from the engine thread, on its blocking connection.
         self._should_yield = chunk_redis.register_script(protocol.SHOULD_YIELD_LUA)
         self._yield = chunk_redis.register_script(protocol.YIELD_LUA)
@@ -110,19 +115,18 @@ class Worker:
         await self.voices.start()
         await self._recover_in_flight()
         await self._beat()
-        tasks = [
-            asyncio.create_task(self._heartbeat_loop(), name="heartbeat"),
-            asyncio.create_task(self._cancel_listener(), name="cancel-listener"),
-        ]
+        # Supervised: a crash (a Redis error reply such as OOM or READONLY) is logged, restarted with backoff and
+        # counted in the heartbeat's "restarts" (the fronts' zsynth_worker_background_restarts), with the restarts
+        # of the voice library's follower.
+        self.supervisor.spawn("heartbeat", self._heartbeat_loop)
+        self.supervisor.spawn("cancel-listener", self._cancel_listener)
         if on_ready is not None:
             on_ready()
         logger.info("worker %s ready: engine %s at %d Hz", self.worker_id, self.engine.name, self.engine.sample_rate)
         try:
             await self._claim_loop(burst)
         finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await self.supervisor.close()
             await self.voices.close()
             with contextlib.suppress(Exception):
                 await self.redis.delete(protocol.heartbeat_key(self.worker_id))
@@ -140,7 +144,7 @@ class Worker:
                     "LEFT",
                 )
                 backoff = 0.1
-            except (RedisConnectionError, RedisTimeoutError, OSError) as err:
+            except (RedisError, OSError) as err:  # error replies too (OOM, READONLY): retried, never fatal
                 logger.warning("worker %s: redis unavailable (%s); retrying in %.1fs", self.worker_id, err, backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(MAX_BACKOFF_S, backoff * 2)
@@ -183,6 +187,7 @@ class Worker:
             "state": "busy" if job else "idle",
             "job_id": job.job_id if job else None,
             "ts": time.time(),
+            "restarts": self.supervisor.restarts + self.voices.library.supervisor.restarts,
         }
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.set(protocol.heartbeat_key(self.worker_id), json.dumps(status), ex=self.settings.heartbeat_ttl_s)

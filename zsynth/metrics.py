@@ -66,6 +66,17 @@ class Metrics:
         self.realtime_sockets = Gauge("zsynth_realtime_sockets", "Open realtime WebSockets.", registry=r)
         self.avatar_sessions = Gauge("zsynth_avatar_sessions", "Live avatar sessions.", registry=r)
         self.auth_failures = Counter("zsynth_auth_failures", "Refused credentials, by status.", ["status"], registry=r)
+        self.background_restarts = Counter(
+            "zsynth_background_restarts",
+            "Crashes of this front's background tasks, each followed by a restart, by task.",
+            ["task"],
+            registry=r,
+        )
+        self.worker_background_restarts = Gauge(
+            "zsynth_worker_background_restarts",
+            "Crashes of the live workers' background tasks (the heartbeat), each followed by a restart.",
+            registry=r,
+        )
 
     async def refresh_from_redis(self, redis: Redis) -> None:
         """Read the gauges that mirror shared state: queue depth by priority, live and busy workers."""
@@ -89,6 +100,11 @@ class Metrics:
         live = [json.loads(b) for b in beats if b is not None]
         self.workers_live.set(len(live))
         self.workers_busy.set(sum(1 for beat in live if beat.get("state") == "busy"))
+        self.worker_background_restarts.set(sum(int(beat.get("restarts") or 0) for beat in live))
+
+    def count_restart(self, task: str) -> None:
+        """A background task crashed and is being restarted (a Supervisor's ``on_restart``)."""
+        self.background_restarts.labels(task).inc()
 
     def observe_pool(self, pool: object) -> None:
         """Mirror the Redis pool's size and use (redis-py keeps them on the pool; absent on other pool kinds)."""
