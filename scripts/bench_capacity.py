@@ -68,7 +68,7 @@ def stack(workers: int, hold: float, audio: float, data_dir: str) -> Iterator[tu
             worker_env = dict(env, ZSYNTH_WORKER_ID=f"sim-{index}")
             procs.append(subprocess.Popen([sys.executable, "-m", "zsynth", "worker"], env=worker_env, cwd=ROOT))
         client = redis.Redis.from_url(server.url)
-        wait_for(lambda: len(client.keys(protocol.heartbeat_key("sim-*"))) == workers, 120, f"{workers} workers")
+        wait_for(lambda: len(client.keys(protocol.heartbeat_key("sim-*"))) == workers, 300, f"{workers} workers")
         client.close()
         wait_for(lambda: _answers(port), 30, "front")
         assert server.proc is not None

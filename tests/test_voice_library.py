@@ -411,20 +411,16 @@ async def test_bucket_down_at_start_and_at_clone_time(boxes, shared, tmp_path):
             await delete(box_a.url, voice_id)
 
 
-async def test_a_worker_that_cannot_fetch_a_voice_fails_the_job(boxes, shared, tmp_path, monkeypatch):
+async def run_lone_worker(
+    redis_url: str, tmp_path: Path, voice_id: str, **overrides: Any
+) -> tuple[int, JobFailed | None]:
+    """One job for ``voice_id`` run by a worker alone on its own queue and empty disk: (chunks, failure)."""
     import redis as sync_redis
 
     from workers.engines.piper import PiperEngine
     from workers.worker import Worker
 
-    box_a, _ = boxes
-    voice_id = await clone(box_a.url, "in the bucket, out of this worker's reach")
-    # A worker on its own box and queue (another Redis database) whose bucket endpoint does not answer.
-    redis_url = shared[0].rsplit("/", 1)[0] + "/7"
-    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
-    settings = make_settings(
-        redis_url, tmp_path, voices_bucket=_bucket(box_a), voices_prefix=PREFIX, voices_fetch_wait_s=2.0
-    )
+    settings = make_settings(redis_url, tmp_path, voices_prefix=PREFIX, **overrides)
     redis = Redis.from_url(redis_url)
     chunk_redis = sync_redis.Redis.from_url(redis_url)
     worker = Worker(settings, PiperEngine(threads=1), redis, chunk_redis)
@@ -433,40 +429,39 @@ async def test_a_worker_that_cannot_fetch_a_voice_fails_the_job(boxes, shared, t
         await asyncio.sleep(0.5)
         await worker.run(burst=True)
         [(chunks, failure, _)] = await waiting
-        assert chunks == 0 and failure is not None and failure.code == "voice_storage_unavailable", failure
-        assert voice_id in failure.message and "no other voice" in failure.message
+        return chunks, failure
     finally:
         chunk_redis.close()
         await redis.flushdb()
         await redis.aclose()
+
+
+async def test_a_worker_that_cannot_fetch_a_voice_fails_the_job(boxes, shared, tmp_path, monkeypatch):
+    box_a, _ = boxes
+    voice_id = await clone(box_a.url, "in the bucket, out of this worker's reach")
+    # A worker on its own box and queue (another Redis database) whose bucket endpoint does not answer.
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
+    try:
+        redis_url = shared[0].rsplit("/", 1)[0] + "/7"
+        chunks, failure = await run_lone_worker(
+            redis_url, tmp_path, voice_id, voices_bucket=_bucket(box_a), voices_fetch_wait_s=2.0
+        )
+        assert chunks == 0 and failure is not None and failure.code == "voice_storage_unavailable", failure
+        assert voice_id in failure.message and "no other voice" in failure.message
+    finally:
         await delete(box_a.url, voice_id)
 
 
 async def test_a_worker_only_box_has_the_clone_for_its_job(boxes, shared, tmp_path):
-    import redis as sync_redis
-
-    from workers.engines.piper import PiperEngine
-    from workers.worker import Worker
-
     box_a, _ = boxes
     voice_id = await clone(box_a.url, "for a box with no front")
     # A GPU box stands in: a worker alone, on an empty disk and its own queue (another Redis database).
-    redis_url = shared[0].rsplit("/", 1)[0] + "/8"
-    settings = make_settings(redis_url, tmp_path, voices_bucket=_bucket(box_a), voices_prefix=PREFIX)
-    redis = Redis.from_url(redis_url)
-    chunk_redis = sync_redis.Redis.from_url(redis_url)
-    worker = Worker(settings, PiperEngine(threads=1), redis, chunk_redis)
     try:
-        waiting = asyncio.create_task(run_jobs(redis_url, tmp_path, voice_id, 1))
-        await asyncio.sleep(0.5)
-        await worker.run(burst=True)
-        [(chunks, failure, _)] = await waiting
+        redis_url = shared[0].rsplit("/", 1)[0] + "/8"
+        chunks, failure = await run_lone_worker(redis_url, tmp_path, voice_id, voices_bucket=_bucket(box_a))
         assert failure is None and chunks > 0
         assert (tmp_path / "voices" / voice_id / "reference.wav").is_file()
     finally:
-        chunk_redis.close()
-        await redis.flushdb()
-        await redis.aclose()
         await delete(box_a.url, voice_id)
 
 

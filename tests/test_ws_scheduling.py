@@ -29,6 +29,16 @@ def private_worker(private_redis_url, tmp_path):
     worker.stop()
 
 
+@pytest.fixture
+def whole_job_worker(private_redis_url, tmp_path):
+    """A worker whose jobs never yield their slot (one piece per job): only the queue order decides what runs next."""
+    worker = WorkerProcess(
+        private_redis_url, f"rt-{time.monotonic_ns()}", tmp_path, ZSYNTH_PIECE_MAX_CHARS="100000"
+    ).wait_ready()
+    yield worker
+    worker.stop()
+
+
 async def _job_records(redis_url: str) -> list[dict[str, str]]:
     redis = Redis.from_url(redis_url)
     try:
@@ -62,10 +72,10 @@ async def test_disconnect_mid_speech_frees_the_worker(aiohttp_client, private_re
 
 
 async def test_realtime_segment_goes_ahead_of_waiting_batch_jobs(
-    aiohttp_client, private_redis_url, private_worker, tmp_path
+    aiohttp_client, private_redis_url, whole_job_worker, tmp_path
 ):
     client = await aiohttp_client(create_app(make_settings(private_redis_url, tmp_path, first_chunk_timeout_s=60.0)))
-    busy = "This batch request keeps the only worker busy for a little while, sentence after sentence. " * 3
+    busy = "This batch request keeps the only worker busy for a little while, sentence after sentence. " * 6
     running = asyncio.create_task(client.post("/v1/text-to-speech/v?output_format=pcm_16000", json={"text": busy}))
     await asyncio.sleep(1.0)  # it is claimed by now
     waiting = asyncio.create_task(

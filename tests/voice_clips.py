@@ -62,3 +62,32 @@ def pitch_of(pcm: np.ndarray, rate: int = RATE) -> float:
     value = median_f0(pcm, rate)
     assert value is not None, "no voiced frames"
     return value
+
+
+def flac_bomb(size: int, *, rate: int = 192000, channels: int = 8) -> bytes:
+    """A FLAC file of about ``size`` bytes holding hours of silence in ``channels`` channels (a decode bomb).
+
+    soundfile encodes a few blocks of silence; the first block (32 bytes for 8 channels of 4096 samples) is then
+    repeated to fill ``size``, and STREAMINFO is set to the total.
+    The repeated blocks share one frame number, so the file decodes front to back but cannot be seeked.
+    """
+    buf = io.BytesIO()
+    sf.write(buf, np.zeros((4096 * 3, channels), dtype=np.int16), rate, format="FLAC", subtype="PCM_16")
+    data = buf.getvalue()
+    pos, info = 4, 0
+    while True:  # metadata blocks: a header byte (last flag, type), a 24-bit length
+        head, length = data[pos], int.from_bytes(data[pos + 1 : pos + 4], "big")
+        if head & 0x7F == 0:
+            info = pos + 4  # STREAMINFO
+        pos += 4 + length
+        if head & 0x80:
+            break
+    meta, frames = bytearray(data[:pos]), data[pos:]
+    frame = frames[: frames.find(b"\xff\xf8", 2)]
+    count = (size - len(meta)) // len(frame)
+    total = count * 4096
+    at = info + 13  # 36 bits of total samples: the low 4 bits of this byte and the next 4 bytes
+    meta[at] = (meta[at] & 0xF0) | ((total >> 32) & 0x0F)
+    meta[at + 1 : at + 5] = (total & 0xFFFFFFFF).to_bytes(4, "big")
+    meta[info + 18 : info + 34] = bytes(16)  # no MD5 to check
+    return bytes(meta) + frame * count

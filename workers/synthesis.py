@@ -1,13 +1,39 @@
-"""What a worker says about each chunk besides its audio (the ``meta`` of a chunk event)."""
+"""How a worker cuts a job into pieces, and what it says about each chunk besides its audio (a chunk's ``meta``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from zsynth.alignment import Timeline, char_alignment
+from zsynth.alignment import CharAlignment, Timeline, char_alignment
 from zsynth.audio import OutputFormat
+from zsynth.text import split_sentences
 
 from .engines import EngineChunk
+
+# Codecs whose streams join seamlessly when a remainder is encoded by a fresh encoder on another worker: raw samples
+# and whole MP3 frames. An Ogg Opus or WAV file is one container from its first byte to its last, so a job in those
+# formats keeps its slot to the end.
+YIELDING_CODECS = frozenset({"pcm", "ulaw", "alaw", "mp3"})
+
+
+# The longest sentence the engines speak in one go (Piper's sentences, Turbo's pieces): longer ones they cut at
+# clauses. Pieces are cut from the same sentences, so splitting a job never changes what the engine is given.
+SENTENCE_MAX_CHARS = 300
+
+
+def text_pieces(text: str, max_chars: int) -> list[str]:
+    """Whole sentences packed into pieces of at most ``max_chars``; a longer sentence is a piece of its own.
+
+    A worker speaks one piece before it may yield its slot. A sentence is never cut for the piece limit (that would
+    change its intonation): the engine gets the sentences the whole text would have given it.
+    """
+    pieces: list[str] = []
+    for sentence in split_sentences(text, SENTENCE_MAX_CHARS):
+        if pieces and len(pieces[-1]) + 1 + len(sentence) <= max_chars:
+            pieces[-1] = f"{pieces[-1]} {sentence}"
+        else:
+            pieces.append(sentence)
+    return pieces or [text]
 
 
 def encoded_ms(fmt: OutputFormat, audio: bytes, engine_ms: float) -> float:
@@ -30,11 +56,13 @@ class ChunkMeta:
     The alignment is computed here, next to the engine timing it comes from, so the front only forwards it.
     """
 
-    def __init__(self, fmt: OutputFormat, sample_rate: int, alignment: bool) -> None:
+    def __init__(self, fmt: OutputFormat, sample_rate: int, alignment: bool, continues: bool = False) -> None:
         self.fmt = fmt
         self.sample_rate = sample_rate
         self.alignment = alignment
         self._timeline = Timeline()
+        # A remainder's characters follow the previous part's: the white space between them is owed to the client.
+        self._owes_space = continues
 
     def chunk(self, chunk: EngineChunk, audio: bytes, offset: int) -> dict[str, Any]:
         """Sample count, position and text of an engine chunk whose encoded audio is ``audio``.
@@ -44,7 +72,12 @@ class ChunkMeta:
         """
         meta: dict[str, Any] = {"samples": len(chunk.pcm), "offset": offset, "text": chunk.text}
         if self.alignment:
-            self._timeline.add(char_alignment(chunk.text, chunk.timing, len(chunk.pcm), self.sample_rate))
+            chars = char_alignment(chunk.text, chunk.timing, len(chunk.pcm), self.sample_rate)
+            if self._owes_space and chars.chars:
+                self._owes_space = False
+                if not chars.chars[0].isspace():
+                    chars = CharAlignment([" ", *chars.chars], [0, *chars.start_ms], [0, *chars.dur_ms])
+            self._timeline.add(chars)
             engine_ms = len(chunk.pcm) / self.sample_rate * 1000.0
             span, span_ms = self._timeline.take(encoded_ms(self.fmt, audio, engine_ms))
             meta["alignment"] = span.to_meta() if span is not None else None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from zsynth.aws import client_config
 from zsynth.config import Settings
 from zsynth.voices import StoredVoice, VoiceStore, is_clone_id
 from zsynth.voices.bucket import VoiceBucket
@@ -37,7 +38,11 @@ class WorkerVoices:
     def __init__(self, settings: Settings, engine: Engine) -> None:
         self.settings = settings
         self.store = VoiceStore(settings.voices_dir)
-        bucket = VoiceBucket(settings.voices_bucket, settings.voices_prefix) if settings.voices_bucket else None
+        bucket = (
+            VoiceBucket(settings.voices_bucket, settings.voices_prefix, client_config(settings))
+            if settings.voices_bucket
+            else None
+        )
         self.library = VoiceLibrary(
             self.store,
             settings.redis_url,
@@ -46,6 +51,7 @@ class WorkerVoices:
             fetch_wait_s=settings.voices_fetch_wait_s,
             resync_s=settings.voices_resync_s,
             on_change=getattr(engine, "forget_voice", None),  # test stand-in engines may lack it
+            start_wait_s=settings.voices_start_wait_s,
         )
         self._loop: asyncio.AbstractEventLoop | None = None
 

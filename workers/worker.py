@@ -3,6 +3,11 @@
 Lifecycle: load and warm the engine, recover whatever a previous life of this worker id left in its in-flight list,
 start the heartbeat and the cancel listener, then claim jobs one at a time with BLMOVE until told to stop.
 
+A batch job is spoken one piece (whole sentences, at most ZSYNTH_PIECE_MAX_CHARS) at a time. After each piece
+but the last, one Redis command asks whether the next job in the queue is realtime or has not started; if so the
+worker yields: it flushes its encoder, puts the rest of the job back in the queue (it continues, on this worker
+or another, with the next sequence number and sample offset) and claims the waiting job in the same atomic step.
+
 Stopping follows the two-stage convention: the first SIGTERM/SIGINT stops claiming and lets the running job finish
 (exit 0); a second one aborts the running job with a terminal ``error`` event to its client.
 """
@@ -11,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -24,14 +30,16 @@ from typing import Any
 from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from zsynth import protocol
 from zsynth.audio import Encoder, OutputFormat, OutputFormatError, parse_output_format
 from zsynth.config import Settings
+from zsynth.supervise import Supervisor
 
 from .engines import Engine, VoiceSpec
-from .synthesis import ChunkMeta
+from .synthesis import YIELDING_CODECS, ChunkMeta, text_pieces
 from .voice_sync import VoiceUnavailable, WorkerVoices
 
 logger = logging.getLogger(__name__)
@@ -55,6 +63,9 @@ class _Progress:
 
     seq: int = 0
     samples: int = 0
+    # Set when the job yielded its slot: the JSON of the job claimed in its place (already in our in-flight list).
+    handed_to: bytes | None = None
+    yielded: bool = False
 
 
 class Worker:
@@ -74,6 +85,12 @@ class Worker:
         self._force = False
         self.jobs_done = 0
         self._reap = redis.register_script(protocol.REAP_LUA)
+        # Restarts come at least every heartbeat interval: a heartbeat silent past its TTL gets this worker reaped.
+        beat = settings.heartbeat_interval_s
+        self.supervisor = Supervisor(first_backoff_s=min(0.5, beat), max_backoff_s=beat)
+        # Run from the engine thread, on its blocking connection.
+        self._should_yield = chunk_redis.register_script(protocol.SHOULD_YIELD_LUA)
+        self._yield = chunk_redis.register_script(protocol.YIELD_LUA)
 
     # ----- lifecycle -------------------------------------------------------------------------------------------
 
@@ -98,19 +115,18 @@ class Worker:
         await self.voices.start()
         await self._recover_in_flight()
         await self._beat()
-        tasks = [
-            asyncio.create_task(self._heartbeat_loop(), name="heartbeat"),
-            asyncio.create_task(self._cancel_listener(), name="cancel-listener"),
-        ]
+        # Supervised: a crash (a Redis error reply such as OOM or READONLY) is logged, restarted with backoff and
+        # counted in the heartbeat's "restarts" (the fronts' zsynth_worker_background_restarts), with the restarts
+        # of the voice library's follower.
+        self.supervisor.spawn("heartbeat", self._heartbeat_loop)
+        self.supervisor.spawn("cancel-listener", self._cancel_listener)
         if on_ready is not None:
             on_ready()
         logger.info("worker %s ready: engine %s at %d Hz", self.worker_id, self.engine.name, self.engine.sample_rate)
         try:
             await self._claim_loop(burst)
         finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await self.supervisor.close()
             await self.voices.close()
             with contextlib.suppress(Exception):
                 await self.redis.delete(protocol.heartbeat_key(self.worker_id))
@@ -128,7 +144,7 @@ class Worker:
                     "LEFT",
                 )
                 backoff = 0.1
-            except (RedisConnectionError, RedisTimeoutError, OSError) as err:
+            except (RedisError, OSError) as err:  # error replies too (OOM, READONLY): retried, never fatal
                 logger.warning("worker %s: redis unavailable (%s); retrying in %.1fs", self.worker_id, err, backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(MAX_BACKOFF_S, backoff * 2)
@@ -138,7 +154,10 @@ class Worker:
                     return
                 continue
             try:
-                await self._handle(raw)
+                # A job that yields its slot hands back the job it claimed in its place.
+                next_raw: bytes | None = raw
+                while next_raw is not None:
+                    next_raw = await self._handle(next_raw)
             except (RedisConnectionError, RedisTimeoutError, OSError) as err:
                 # The job stays in our in-flight list; the front's deadline tells its client, and a restart or a
                 # reaper clears it.
@@ -151,7 +170,7 @@ class Worker:
         for raw in leftovers:
             with contextlib.suppress(ValueError, TypeError):
                 job = protocol.Job.from_json(raw)
-                error = protocol.error_event(0, "worker_restarted", "The worker restarted during this job.")
+                error = protocol.error_event(job.seq, "worker_restarted", "The worker restarted during this job.")
                 await self._record_terminal(job, error, release=raw)
         if leftovers:
             await self.redis.delete(self.processing)
@@ -168,6 +187,7 @@ class Worker:
             "state": "busy" if job else "idle",
             "job_id": job.job_id if job else None,
             "ts": time.time(),
+            "restarts": self.supervisor.restarts + self.voices.library.supervisor.restarts,
         }
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.set(protocol.heartbeat_key(self.worker_id), json.dumps(status), ex=self.settings.heartbeat_ttl_s)
@@ -233,41 +253,55 @@ class Worker:
 
     # ----- one job ---------------------------------------------------------------------------------------------
 
-    async def _handle(self, raw: bytes) -> None:
+    async def _handle(self, raw: bytes) -> bytes | None:
+        """Run one claimed job (or remainder); return the job claimed in its place when it yielded its slot."""
         try:
             job = protocol.Job.from_json(raw)
         except (ValueError, TypeError) as err:
             logger.error("worker %s: dropping malformed job: %s", self.worker_id, err)
             await self.redis.lrem(self.processing, 1, raw)  # type: ignore[arg-type]
-            return
+            return None
         log = JobLog(logger, {"job_id": job.job_id, "worker_id": self.worker_id})
         skip = await self._skip_reason(job)
         if skip is not None:
             log.info("dropped unrun: %s", skip[1])
-            await self._record_terminal(job, protocol.error_event(0, *skip), release=raw)
-            return
+            await self._record_terminal(job, protocol.error_event(job.seq, *skip), release=raw)
+            return None
         self.current = job
         self._abort.clear()
         started = time.time()
-        log.info("claimed (%d chars, voice %s, %s)", len(job.text), job.voice_id, job.output_format)
+        log.info("claimed (%d chars, part %d, voice %s, %s)", len(job.text), job.part, job.voice_id, job.output_format)
+        progress = _Progress(seq=job.seq, samples=job.sample_offset)
         try:
-            terminal = await self._synthesize(job, log)
+            terminal = await self._synthesize(job, raw, progress, log)
         finally:
             self.current = None
+        if terminal is None:
+            log.info("yielded its slot after chunk #%d; the rest waits in the queue", progress.seq - 1)
+            return progress.handed_to
         terminal.meta.update(worker_id=self.worker_id, started_at=started, finished_at=time.time())
         await self._record_terminal(job, terminal, release=raw)
         self.jobs_done += 1
         log.info("%s in %.3fs", terminal.kind, time.time() - started)
+        return None
 
     async def _skip_reason(self, job: protocol.Job) -> tuple[str, str] | None:
-        if job.start_deadline and time.time() > job.start_deadline:
+        # A remainder has started: its client is listening for the rest, whatever the start deadline said.
+        if not job.resumed and job.start_deadline and time.time() > job.start_deadline:
             return "deadline_exceeded", "The job waited in the queue past its deadline."
         if await self.redis.exists(protocol.cancel_key(job.job_id)):
             return "cancelled", "The client went away before the job started."
         return None
 
-    async def _synthesize(self, job: protocol.Job, log: logging.LoggerAdapter) -> protocol.Event:  # type: ignore[type-arg]
-        """Run the engine in a thread that publishes each encoded chunk as it is made; return the terminal event.
+    async def _synthesize(
+        self,
+        job: protocol.Job,
+        raw: bytes,
+        progress: _Progress,
+        log: logging.LoggerAdapter,  # type: ignore[type-arg]
+    ) -> protocol.Event | None:
+        """Run the engine in a thread that publishes each encoded chunk as it is made; return the terminal event,
+        or None when the job yielded its slot (``progress.handed_to`` then holds the job claimed in its place).
 
         The chunks are published from the engine thread with a blocking client: a publish there is one write and
         one read, where handing each chunk to the event loop first cost a wake-up, a queue and a pooled async
@@ -278,10 +312,9 @@ class Worker:
             fmt = parse_output_format(job.output_format, route="convert")
         except OutputFormatError as err:
             return protocol.error_event(0, "invalid_output_format", str(err))
-        progress = _Progress()
         loop = asyncio.get_running_loop()
         try:
-            await loop.run_in_executor(None, self._produce, job, fmt, progress)
+            await loop.run_in_executor(None, self._produce, job, raw, fmt, progress)
         except (RedisConnectionError, RedisTimeoutError):
             # Redis went away mid-job: handled by the claim loop, as for any Redis failure. (redis-py wraps socket
             # errors in these; a bare OSError here comes from the engine, e.g. a missing file, and fails the job.)
@@ -292,6 +325,8 @@ class Worker:
         except Exception as err:
             log.error("synthesis failed: %r", err)
             return protocol.error_event(progress.seq, "synthesis_failed", f"Synthesis failed: {err}")
+        if progress.yielded:
+            return None
         if self._abort.is_set():
             if self._force:
                 return protocol.error_event(progress.seq, "worker_stopping", "The worker was stopped during this job.")
@@ -299,21 +334,66 @@ class Worker:
         return protocol.Event(
             "done",
             progress.seq,
-            {"samples": progress.samples, "sample_rate": self.engine.sample_rate, "chars": len(job.text)},
+            {
+                "samples": progress.samples,
+                "sample_rate": self.engine.sample_rate,
+                "chars": job.total_chars or len(job.text),
+            },
         )
 
-    def _produce(self, job: protocol.Job, fmt: OutputFormat, progress: _Progress) -> None:
-        """In the engine thread: synthesise, encode and publish every chunk, counting them in ``progress``."""
+    def _produce(self, job: protocol.Job, raw: bytes, fmt: OutputFormat, progress: _Progress) -> None:
+        """In the engine thread: synthesise, encode and publish every chunk, counting them in ``progress``.
+
+        Between pieces of a batch job, yield the slot when the next job in the queue should go first.
+        """
         encoder = Encoder(fmt, self.engine.sample_rate)
-        metas = ChunkMeta(fmt, self.engine.sample_rate, job.alignment)
+        metas = ChunkMeta(fmt, self.engine.sample_rate, job.alignment, continues=job.resumed)
         voice = self.voice_spec(job.voice_id)
-        offset = 0
-        for chunk in self.engine.synthesize(job.text, voice, job.voice_settings, self._abort.is_set, seed=job.seed):
-            audio = encoder.encode(chunk.pcm)
-            self._publish_chunk(job, progress, audio, metas.chunk(chunk, audio, offset))
-            offset += len(chunk.pcm)
+        waited_s: float | None = round(max(0.0, time.time() - (job.queued_at or job.created_at)), 4)
+        offset = job.sample_offset
+        pieces = text_pieces(job.text, self.settings.piece_max_chars)
+        may_yield = job.priority == "batch" and fmt.codec in YIELDING_CODECS
+        for index, piece in enumerate(pieces):
             if self._abort.is_set():
                 return
+            for chunk in self.engine.synthesize(piece, voice, job.voice_settings, self._abort.is_set, seed=job.seed):
+                audio = encoder.encode(chunk.pcm)
+                meta = metas.chunk(chunk, audio, offset)
+                if waited_s is not None:
+                    # The part's first chunk says how long it waited for the slot (the front's slot-wait figure).
+                    meta.update(part=job.part, waited_s=waited_s)
+                    waited_s = None
+                self._publish_chunk(job, progress, audio, meta)
+                offset += len(chunk.pcm)
+                if self._abort.is_set():
+                    return
+            rest = pieces[index + 1 :]
+            if (
+                rest
+                and may_yield
+                and not self._stopping.is_set()
+                and not self._abort.is_set()
+                and self._should_yield(keys=[protocol.QUEUE])
+            ):
+                self._finish_encoding(job, progress, encoder, metas)
+                remainder = dataclasses.replace(
+                    job,
+                    text=" ".join(rest),
+                    part=job.part + 1,
+                    seq=progress.seq,
+                    sample_offset=offset,
+                    total_chars=job.total_chars or len(job.text),
+                    queued_at=time.time(),
+                )
+                progress.handed_to = self._yield(
+                    keys=[protocol.QUEUE, self.processing], args=[raw, remainder.to_json()]
+                )
+                progress.yielded = True
+                return
+        self._finish_encoding(job, progress, encoder, metas)
+
+    def _finish_encoding(self, job: protocol.Job, progress: _Progress, encoder: Encoder, metas: ChunkMeta) -> None:
+        """Flush the encoder and publish what it held back (with the alignment still owed) as a last chunk."""
         tail = encoder.finish()
         tail_meta = metas.tail(tail)
         if tail_meta is not None:

@@ -9,6 +9,7 @@ from typing import Final
 
 import aiohttp_cors
 from aiohttp import hdrs, web
+from yarl import URL
 
 from .auth import Authenticator, AuthError, ephemeral_allowed, fingerprint, secret_from_headers
 from .errors import ApiError, Handler
@@ -55,8 +56,59 @@ async def authenticator_ctx(app: web.Application) -> AsyncIterator[None]:
             "Set ZSYNTH_API_KEY, ZSYNTH_API_KEYS or ZSYNTH_API_KEYS_TABLE.",
             settings.host,
         )
+    if auth.is_open and "*" in settings.cors_origins:
+        logger.warning(
+            "Open CORS: no keys are set and ZSYNTH_CORS_ORIGINS allows any origin, so any web page a visitor of this "
+            "server opens could call it. Pages on other origins are refused POST, PUT, PATCH and DELETE (403 "
+            "cross_origin_refused)%s. List the pages' origins in ZSYNTH_CORS_ORIGINS, or set keys.",
+            " - except that ZSYNTH_CORS_OPEN_WRITES=true allows them" if settings.cors_open_writes else "",
+        )
     yield
     await auth.close()
+
+
+_WRITES: Final = frozenset({hdrs.METH_POST, hdrs.METH_PUT, hdrs.METH_PATCH, hdrs.METH_DELETE})
+
+
+def cross_origin_write(request: web.Request) -> bool:
+    """A write (POST, PUT, PATCH, DELETE) sent by a page on another site: its ``Origin`` header names a host other
+    than the one the request was sent to (another port on the same host counts as the same site: the demo page)."""
+    origin = request.headers.get(hdrs.ORIGIN)
+    if request.method not in _WRITES or origin is None:
+        return False  # no Origin: not a browser's cross-origin request (browsers always send it on those)
+    try:
+        origin_host = URL(origin).host
+    except ValueError:
+        return True
+    return origin_host is None or origin_host.lower() != (request.url.host or "").lower()
+
+
+@web.middleware
+async def open_cors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """With no keys and ``*`` CORS, refuse writes from pages on other sites unless their origin is listed or
+    ZSYNTH_CORS_OPEN_WRITES is set: any page a visitor opens could otherwise drive a server on their loopback."""
+    settings = request.app[SETTINGS]
+    if (
+        "*" in settings.cors_origins
+        and not settings.cors_open_writes
+        and cross_origin_write(request)
+        and request.headers[hdrs.ORIGIN] not in settings.cors_origins
+        and request.app[AUTHENTICATOR].is_open
+    ):
+        logger.warning(
+            "request %s: %s %s from the page origin %r refused: open server, cross-origin write",
+            request.get(REQUEST_ID, "-"),
+            request.method,
+            request.path,
+            request.headers[hdrs.ORIGIN][:200],
+        )
+        raise ApiError(
+            403,
+            "cross_origin_refused",
+            "This server has no keys and allows any origin, so pages on other sites may only read: list the page's "
+            "origin in ZSYNTH_CORS_ORIGINS, set ZSYNTH_CORS_OPEN_WRITES=true, or configure keys.",
+        )
+    return await handler(request)
 
 
 def route_path(request: web.Request) -> str:

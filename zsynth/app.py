@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 from aiohttp import web
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 
-from .access import auth_middleware, authenticator_ctx, setup_cors
+from .access import auth_middleware, authenticator_ctx, open_cors_middleware, setup_cors
 from .config import Settings
 from .dispatch import Dispatcher
 from .errors import Handler, error_middleware
@@ -21,6 +21,7 @@ from .keys import DISPATCHER, METRICS, REDIS, REQUEST_ID, SETTINGS
 from .metrics import Metrics
 from .routes import setup_routes
 from .sdnotify import notify
+from .supervise import Supervisor
 from .tls import TlsError, server_context
 from .tls import reload as reload_tls
 from .voices import VoiceConfigError
@@ -39,9 +40,21 @@ async def request_id_middleware(request: web.Request, handler: Handler) -> web.S
 
 
 async def redis_client(app: web.Application) -> AsyncIterator[None]:
-    """One Redis connection pool per front; fail start-up, not the first request, when Redis is down."""
+    """One Redis connection pool per front; fail start-up, not the first request, when Redis is down.
+
+    The pool blocks: with ZSYNTH_REDIS_POOL_SIZE commands in flight, the next one waits for a free connection (up to
+    ZSYNTH_REDIS_POOL_TIMEOUT) rather than failing with redis-py's MaxConnectionsError.
+    """
+    settings = app[SETTINGS]
     # Short connect timeout: while Redis is down, requests fail fast with 503 instead of hanging.
-    client = Redis.from_url(app[SETTINGS].redis_url, health_check_interval=30, socket_connect_timeout=1.0)
+    pool = BlockingConnectionPool.from_url(
+        settings.redis_url,
+        max_connections=settings.redis_pool_size,
+        timeout=settings.redis_pool_timeout_s,
+        health_check_interval=30,
+        socket_connect_timeout=1.0,
+    )
+    client = Redis.from_pool(pool)
     await client.ping()
     app[REDIS] = client
     yield
@@ -50,7 +63,8 @@ async def redis_client(app: web.Application) -> AsyncIterator[None]:
 
 async def dispatcher(app: web.Application) -> AsyncIterator[None]:
     """The job dispatcher and its pub/sub listener."""
-    dispatch = Dispatcher(app[SETTINGS], app[REDIS], app[METRICS])
+    metrics = app[METRICS]
+    dispatch = Dispatcher(app[SETTINGS], app[REDIS], metrics, Supervisor(on_restart=metrics.count_restart))
     await dispatch.start()
     app[DISPATCHER] = dispatch
     yield
@@ -60,7 +74,7 @@ async def dispatcher(app: web.Application) -> AsyncIterator[None]:
 def create_app(settings: Settings) -> web.Application:
     """Build the speech API application for ``settings``."""
     app = web.Application(
-        middlewares=[request_id_middleware, error_middleware, auth_middleware],
+        middlewares=[request_id_middleware, error_middleware, open_cors_middleware, auth_middleware],
         client_max_size=settings.max_body_bytes,
     )
     app[SETTINGS] = settings

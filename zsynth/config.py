@@ -14,6 +14,10 @@ from pathlib import Path
 from typing import Any, Final, TypeVar
 
 PREFIX: Final = "ZSYNTH_"
+# Defaults of the AWS client settings, also used where no Settings are at hand (the keys admin command).
+AWS_CONNECT_TIMEOUT_S: Final = 2.0
+AWS_READ_TIMEOUT_S: Final = 4.0
+AWS_MAX_ATTEMPTS: Final = 2
 ENGINES: Final = ("piper", "turbo", "simulated")
 
 T = TypeVar("T")
@@ -181,6 +185,13 @@ class Settings:
     heartbeat_ttl_s: int = _env("HEARTBEAT_TTL", _positive_int, default=10)
     # Jobs that may wait in the queue; beyond it requests get 429 system_busy with Retry-After.
     max_queue: int = _env("MAX_QUEUE", _positive_int, default=256)
+    # Largest piece of a batch job (characters, whole sentences packed up to it; a longer sentence is one piece) a
+    # worker speaks before it checks for waiting realtime or unstarted work and, if any, yields its slot.
+    piece_max_chars: int = _env("PIECE_MAX_CHARS", _positive_int, default=100)
+    # The front's Redis connection pool: at most this many commands in flight; more wait up to the timeout (then
+    # the request fails with 503 redis_unavailable) instead of failing at once.
+    redis_pool_size: int = _env("REDIS_POOL_SIZE", _positive_int, default=256)
+    redis_pool_timeout_s: float = _env("REDIS_POOL_TIMEOUT", _positive_float, default=5.0)
     # Longest text one synthesis request may carry (characters).
     max_text_chars: int = _env("MAX_TEXT_CHARS", _positive_int, default=10000)
     # Largest request body the front reads (bytes); cloning uploads are the big ones.
@@ -202,6 +213,8 @@ class Settings:
     auth_cache_ttl_s: float = _env("AUTH_CACHE_TTL", _cache_ttl, default=30.0)
     # Origins a browser may call the API from ("*" any; empty: no CORS headers at all).
     cors_origins: tuple[str, ...] = _env("CORS_ORIGINS", _parse_list, default=("*",))
+    # With no keys and "*" above, pages on other sites are refused POST, PUT, PATCH and DELETE unless this is true.
+    cors_open_writes: bool = _env("CORS_OPEN_WRITES", _parse_bool, default=False)
     # Voices. The swap-out voice serves synthesis for unknown voice ids (default: the first built-in voice).
     swapout_default_voice: str | None = _env("SWAPOUT_DEFAULT_VOICE", _optional_str, default=None)
     # Largest reference clip accepted by cloning (bytes of one uploaded file).
@@ -216,6 +229,13 @@ class Settings:
     # How often every front and worker compares its disk with the bucket besides following the announcements (a safety
     # net for an announcement Redis did not take): removed voices go, missing ones come.
     voices_resync_s: float = _env("VOICES_RESYNC", _positive_float, default=300.0)
+    # How long a start waits for the comparison with the bucket before serving anyway (it goes on in the background).
+    voices_start_wait_s: float = _env("VOICES_START_WAIT", _positive_float, default=10.0)
+    # Every DynamoDB and S3 call (zsynth/aws.py): seconds to connect, seconds a read may wait for bytes, and attempts
+    # in all (the first one included) before the call fails.
+    aws_connect_timeout_s: float = _env("AWS_CONNECT_TIMEOUT", _positive_float, default=AWS_CONNECT_TIMEOUT_S)
+    aws_read_timeout_s: float = _env("AWS_READ_TIMEOUT", _positive_float, default=AWS_READ_TIMEOUT_S)
+    aws_max_attempts: int = _env("AWS_MAX_ATTEMPTS", _positive_int, default=AWS_MAX_ATTEMPTS)
     # GPU engine (ZSYNTH_ENGINE=turbo): the checkpoint directory an operator downloaded once (no default: required).
     turbo_checkpoint: Path | None = _env("TURBO_CHECKPOINT", _optional_path, default=None)
     # cuda in production; cpu only when asked for explicitly (tests, benchmarks of the random-weight checkpoint).
@@ -257,6 +277,12 @@ class Settings:
     # Avatar server (``zsynth avatar``): port, live sessions per box, timeouts, ICE and the default voice.
     avatar_port: int = _env("AVATAR_PORT", _parse_port, default=8100)
     avatar_max_sessions: int = _env("AVATAR_MAX_SESSIONS", _positive_int, default=4)
+    # Live sessions one session token may hold at once (full keys are limited by the box's limit only).
+    avatar_sessions_per_token: int = _env("AVATAR_SESSIONS_PER_TOKEN", _positive_int, default=2)
+    # speak commands per session: a sustained rate per second with a burst, and how many may wait unspoken.
+    avatar_speak_rate: float = _env("AVATAR_SPEAK_RATE", _positive_float, default=2.0)
+    avatar_speak_burst: int = _env("AVATAR_SPEAK_BURST", _positive_int, default=10)
+    avatar_speak_queue: int = _env("AVATAR_SPEAK_QUEUE", _positive_int, default=16)
     # A session with no command and no speech for this long ends (HeyGen's activity_idle_timeout default).
     avatar_idle_timeout_s: float = _env("AVATAR_IDLE_TIMEOUT", _positive_float, default=120.0)
     # A peer connection that is not connected this long after /connect is closed.

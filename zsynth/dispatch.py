@@ -21,6 +21,7 @@ from redis.exceptions import RedisError
 from . import protocol
 from .config import Settings
 from .metrics import Metrics
+from .supervise import Supervisor
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +94,11 @@ class JobStream:
                 "lost_events", f"Audio events were lost (expected #{self._expected_seq}, got #{event.seq})."
             )
         self._expected_seq += 1
+        waited = event.meta.get("waited_s")
+        if waited is not None:
+            # The first chunk of each part says how long that part waited for a slot (see workers.worker).
+            part = "first" if int(event.meta.get("part", 0)) == 0 else "resumed"
+            self.dispatcher.metrics.slot_wait.labels(self.job.priority, part).observe(float(waited))
         if event.terminal:
             self.finished = True
             self.terminal = event
@@ -127,7 +133,9 @@ class JobStream:
 class Dispatcher:
     """Submits jobs to the Redis queue and routes their events back to the waiting requests."""
 
-    def __init__(self, settings: Settings, redis: Redis, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self, settings: Settings, redis: Redis, metrics: Metrics | None = None, supervisor: Supervisor | None = None
+    ) -> None:
         self.settings = settings
         self.redis = redis
         self.metrics = metrics or Metrics()
@@ -136,7 +144,8 @@ class Dispatcher:
         self._pubsub: PubSub | None = None
         self._streams: dict[str, JobStream] = {}
         self._subscribed: asyncio.Event = asyncio.Event()
-        self._listener: asyncio.Task[None] | None = None
+        # The one reply listener is vital: while it is down no job of this front gets its audio (/readyz says so).
+        self.supervisor = supervisor or Supervisor()
         self._push = redis.register_script(protocol.PUSH_BOUNDED_LUA)
 
     async def start(self) -> None:
@@ -145,16 +154,13 @@ class Dispatcher:
         # drops; on a busy front that was a quarter of the CPU. An identity handler skips it.
         self._pubsub = self.redis.pubsub(push_handler_func=_pass_through)
         await self._pubsub.subscribe(self.reply_channel)
-        self._listener = asyncio.create_task(self._listen(), name="dispatch-listener")
+        self.supervisor.spawn("dispatch-listener", self._listen)
         await asyncio.wait_for(self._subscribed.wait(), 10.0)
         logger.info("dispatcher %s listening on %s", self.front_id, self.reply_channel)
 
     async def close(self) -> None:
         """Stop the listener and fail every waiting stream."""
-        if self._listener is not None:
-            self._listener.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._listener
+        await self.supervisor.close()
         self._fail_all("shutting_down", "The server is shutting down.")
         if self._pubsub is not None:
             await self._pubsub.aclose()  # type: ignore[no-untyped-call]
@@ -178,9 +184,9 @@ class Dispatcher:
         stream = JobStream(self, job)
         self._streams[job.job_id] = stream
         try:
-            # Realtime segments go ahead of batch jobs (see protocol.PUSH_BOUNDED_LUA).
+            # Realtime segments go ahead of batch jobs, new batch jobs ahead of remainders (protocol.PUSH_BOUNDED_LUA).
             pushed = await self._push(
-                keys=[protocol.QUEUE, protocol.REALTIME_TAIL],
+                keys=[protocol.QUEUE, protocol.REALTIME_TAIL, protocol.BATCH_TAIL],
                 args=[job.to_json(), self.settings.max_queue, job.priority],
             )
         except (RedisError, OSError, TimeoutError) as err:
@@ -240,7 +246,12 @@ class Dispatcher:
                 continue
             kind = message["type"]
             if kind == "message":
-                event = protocol.Event.decode(message["data"])
+                try:
+                    event = protocol.Event.decode(message["data"])
+                except (ValueError, KeyError, TypeError, AttributeError) as err:
+                    # Anything may publish on the channel: one bad message must not end the listener.
+                    logger.error("dispatch listener: dropping a malformed reply message: %r", err)
+                    continue
                 stream = self._streams.get(event.job_id)
                 if stream is not None:
                     stream.queue.put_nowait(event)

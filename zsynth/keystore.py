@@ -16,7 +16,10 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import aioboto3
+from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
+
+from .aws import client_config
 
 logger = logging.getLogger(__name__)
 
@@ -87,16 +90,17 @@ class KeyRecord:
 class KeyStore:
     """Reads and writes the keys table through one long-lived aioboto3 client."""
 
-    def __init__(self, table: str, session: Any = None) -> None:
+    def __init__(self, table: str, session: Any = None, config: Config | None = None) -> None:
         self.table = table
         self._session = session or aioboto3.Session()
+        self.config = config or client_config()  # timeouts and retries: zsynth/aws.py
         self._stack = AsyncExitStack()
         self._client: Any = None
 
     async def open(self) -> None:
         """Open the client (endpoint and credentials from the standard AWS variables)."""
         if self._client is None:
-            self._client = await self._stack.enter_async_context(self._session.client("dynamodb"))
+            self._client = await self._stack.enter_async_context(self._session.client("dynamodb", config=self.config))
 
     async def close(self) -> None:
         """Close the client."""

@@ -6,15 +6,19 @@ Flow of one job:
    because pub/sub drops messages nobody listens to. Every job it submits names that channel in ``reply_to``, and
    every event carries its job id, so one subscription serves all of the front's jobs (no SUBSCRIBE/UNSUBSCRIBE
    round trips per job).
-2. The front pushes the job JSON on :data:`QUEUE` with :data:`PUSH_BOUNDED_LUA` (which also bounds the queue):
-   batch jobs at the tail, realtime jobs behind the realtime jobs already waiting at the head, so realtime segments
-   are claimed before batch jobs, and among themselves first come, first served.
+2. The front pushes the job JSON on :data:`QUEUE` with :data:`PUSH_BOUNDED_LUA` (which also bounds the queue).
+   The queue is kept in three runs, claimed in this order: realtime jobs, then batch jobs that have not started,
+   then the remainders of batch jobs that gave up their slot; first come, first served within each run.
 3. A worker claims with ``BLMOVE QUEUE processing_key(worker) RIGHT LEFT``: atomic, one job at a time, and a dead
    worker's job stays visible in its in-flight list.
-4. The worker publishes ``chunk`` events with sequence numbers to the job's ``reply_to``, then exactly one terminal
+4. The worker speaks the job one piece (a few sentences) at a time. After a piece of a batch job, when the next
+   job to be claimed is realtime or has not started (:data:`SHOULD_YIELD_LUA`), it gives up the slot: the rest of
+   the job goes back to the queue as a remainder whose ``part``, ``seq`` and ``sample_offset`` continue where it
+   stopped, and the waiting job is claimed in the same step (:data:`YIELD_LUA`). The client sees one stream.
+5. The worker publishes ``chunk`` events with sequence numbers to the job's ``reply_to``, then exactly one terminal
    event (``done`` or ``error``), writes the terminal state to :func:`job_key`, and LREMs the job from its in-flight
    list.
-5. To cancel, the front sets :func:`cancel_key` (so a queued job is dropped unrun) and publishes the job id on
+6. To cancel, the front sets :func:`cancel_key` (so a queued job is dropped unrun) and publishes the job id on
    :data:`CANCEL_CHANNEL` (so a running job stops within one chunk).
 
 This module imports neither aiohttp nor an engine: the front and the workers both use it.
@@ -31,6 +35,7 @@ from typing import Any, Final, Literal
 PREFIX: Final = "zsynth:"
 QUEUE: Final = PREFIX + "queue"  # list of job JSON; workers BLMOVE from the right
 REALTIME_TAIL: Final = PREFIX + "queue:realtime_tail"  # JSON of the newest realtime job pushed (see PUSH_BOUNDED_LUA)
+BATCH_TAIL: Final = PREFIX + "queue:batch_tail"  # JSON of the newest unstarted batch job pushed (same idea)
 CANCEL_CHANNEL: Final = PREFIX + "cancel"  # pub/sub: job ids to stop now
 WORKERS: Final = PREFIX + "workers"  # set of worker ids that have ever registered
 VOICE_MIRROR_FAILURES: Final = PREFIX + "voices:mirror_failures"  # counter: S3 mirror attempts that failed
@@ -89,24 +94,55 @@ MAX_ATTEMPTS: Final = 2
 # the front accepts it whatever it has counted so far.
 ANY_SEQ: Final = -1
 
-# Push a job unless the queue already holds ARGV[2] jobs: check and push are one atomic step. Batch jobs go to the
-# far (left) end. Workers take from the right, where realtime jobs wait, oldest rightmost: a realtime job goes just
-# left of the newest realtime job still waiting (REALTIME_TAIL names it), or at the right end when that one was
-# claimed already (then no realtime job waits). So realtime goes ahead of batch, first come, first served among
-# itself, and a push costs one GET and one LINSERT scan in C, never a decode per waiting job.
-# KEYS[1]=queue  KEYS[2]=realtime tail  ARGV[1]=job json  ARGV[2]=max queued  ARGV[3]="realtime" or "batch"
+# Push a job unless the queue already holds ARGV[2] jobs: check and push are one atomic step. Workers take from the
+# right end. From the right the queue holds realtime jobs, then unstarted batch jobs, then batch remainders (jobs
+# that yielded their slot, pushed at the far left by YIELD_LUA), each run oldest rightmost. A new job goes just left
+# of the newest job of its run still waiting (REALTIME_TAIL / BATCH_TAIL name them); when that one was claimed
+# already, no job of its run waits, so it goes just left of the run before it, or at the right end. A push costs a
+# GET or two and one LINSERT scan in C, never a decode per waiting job. Remainders count in LLEN like any waiting
+# request, but their push is never refused: a client never gets 429 because its own job was split.
+# KEYS[1]=queue  KEYS[2]=realtime tail  KEYS[3]=batch tail  ARGV[1]=job json  ARGV[2]=max queued
+# ARGV[3]="realtime" or "batch"
 PUSH_BOUNDED_LUA: Final = """
 if redis.call('LLEN', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
+local rt = redis.call('GET', KEYS[2])
 if ARGV[3] == 'realtime' then
-  local tail = redis.call('GET', KEYS[2])
-  if not tail or redis.call('LINSERT', KEYS[1], 'BEFORE', tail, ARGV[1]) <= 0 then
+  if not rt or redis.call('LINSERT', KEYS[1], 'BEFORE', rt, ARGV[1]) <= 0 then
     redis.call('RPUSH', KEYS[1], ARGV[1])
   end
   redis.call('SET', KEYS[2], ARGV[1])
   return 1
 end
-redis.call('LPUSH', KEYS[1], ARGV[1])
+local bt = redis.call('GET', KEYS[3])
+if not bt or redis.call('LINSERT', KEYS[1], 'BEFORE', bt, ARGV[1]) <= 0 then
+  if not rt or redis.call('LINSERT', KEYS[1], 'BEFORE', rt, ARGV[1]) <= 0 then
+    redis.call('RPUSH', KEYS[1], ARGV[1])
+  end
+end
+redis.call('SET', KEYS[3], ARGV[1])
 return 1
+"""
+
+# True when the job a worker would claim next should have the slot before a running batch job's next piece: it is
+# realtime, or a batch job that has not started (part 0). One LINDEX and a JSON decode of one job, in Redis.
+# KEYS[1]=queue
+SHOULD_YIELD_LUA: Final = """
+local raw = redis.call('LINDEX', KEYS[1], -1)
+if not raw then return 0 end
+local ok, job = pcall(cjson.decode, raw)
+if not ok or type(job) ~= 'table' then return 0 end
+if job.priority == 'realtime' or (tonumber(job.part) or 0) == 0 then return 1 end
+return 0
+"""
+
+# Give up the slot, atomically: drop the running job from the worker's in-flight list, push its remainder at the far
+# (left) end of the queue, and claim the next job (the right end) into the in-flight list; return that job's JSON.
+# A reaper therefore finds the job in exactly one place at every moment: nothing is lost or run twice.
+# KEYS[1]=queue  KEYS[2]=in-flight list  ARGV[1]=the running job's JSON as claimed  ARGV[2]=the remainder's JSON
+YIELD_LUA: Final = """
+redis.call('LREM', KEYS[2], 1, ARGV[1])
+redis.call('LPUSH', KEYS[1], ARGV[2])
+return redis.call('RPOPLPUSH', KEYS[1], KEYS[2])
 """
 
 # Recover a dead worker's in-flight list, atomically, only while its heartbeat is gone. A job whose audio had not
@@ -162,10 +198,24 @@ class Job:
     attempts: int = 0
     # Where the worker publishes this job's events: the reply channel of the front that submits it (set by submit).
     reply_to: str = ""
+    # A remainder (a job that yielded its slot after ``part`` pieces) continues where it stopped: its first chunk
+    # carries sequence number ``seq`` and starts ``sample_offset`` engine samples into the job's audio.
+    part: int = 0
+    seq: int = 0
+    sample_offset: int = 0
+    # Characters of the whole request (the remainder's text is only what is left to speak); 0 means len(text).
+    total_chars: int = 0
+    # Unix time the job (or this remainder) was queued; 0 means created_at. Gives the slot-wait figure.
+    queued_at: float = 0.0
 
     def to_json(self) -> str:
         """Serialise for the queue."""
         return json.dumps(asdict(self), separators=(",", ":"), ensure_ascii=False)
+
+    @property
+    def resumed(self) -> bool:
+        """True for the remainder of a job that yielded its slot (its audio may have started)."""
+        return self.part > 0
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> Job:

@@ -32,6 +32,7 @@ import numpy as np
 import soundfile as sf
 
 from zsynth.text import split_sentences
+from zsynth.voices.store import reference_path
 
 from .base import EngineChunk, VoiceSpec, clamp_setting, job_settings
 from .pitch import median_f0, pitch_shift
@@ -105,7 +106,9 @@ class PiperEngine:
         """The median pitch of a cloned voice's reference: from memory, the voice's cache, or measured once."""
         if voice.path is None:
             return None
-        name = str(voice.meta.get("reference", "reference.wav"))
+        # ValueError (the job fails) for a meta.json naming a file outside the voice's directory: never read it.
+        reference = reference_path(Path(voice.path), voice.meta)
+        name = reference.name
         key = (voice.path, name)
         if key in self._reference_f0s:
             return self._reference_f0s[key]
@@ -117,7 +120,7 @@ class PiperEngine:
                 raise ValueError("the cache describes another clip")
             value = cached["median_f0_hz"]
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            value = self._measure_reference(voice, cache, name)
+            value = self._measure_reference(voice, cache, reference)
         self._reference_f0s[key] = value
         return value
 
@@ -127,9 +130,8 @@ class PiperEngine:
             if Path(key[0]).name == voice_id:
                 self._reference_f0s.pop(key, None)
 
-    def _measure_reference(self, voice: VoiceSpec, cache: Path, name: str) -> float | None:
-        assert voice.path is not None
-        reference = Path(voice.path) / name
+    def _measure_reference(self, voice: VoiceSpec, cache: Path, reference: Path) -> float | None:
+        name = reference.name
         try:
             pcm, rate = sf.read(reference, dtype="float32", always_2d=True)
         except (OSError, RuntimeError) as err:

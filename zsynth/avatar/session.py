@@ -76,6 +76,8 @@ class AvatarSession:
         self._events: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         self._speak_queue: asyncio.Queue[SpeechTask] = asyncio.Queue()
         self._active: list[SpeechTask] = []  # accepted and not yet finished, in order
+        self._speak_allowance = float(settings.avatar_speak_burst)  # a token bucket refilled at avatar_speak_rate
+        self._speak_stamp = time.monotonic()
         self._feed_task: asyncio.Task[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._writer: asyncio.Task[None] | None = None
@@ -148,8 +150,35 @@ class AvatarSession:
 
     # -- speech -------------------------------------------------------------------------------------------------
 
-    def speak(self, text: str, client_id: str | None, voice_id: str | None) -> SpeechTask:
-        """Queue text to be spoken after anything already queued."""
+    def _speak_refusal(self) -> tuple[str, str] | None:
+        """Why a speak command cannot be accepted now: the queue is full, or the rate limit is spent."""
+        settings = self.settings
+        if len(self._active) >= settings.avatar_speak_queue:
+            return "speak_queue_full", (
+                f"{settings.avatar_speak_queue} speak commands already wait to be spoken; wait for some to finish "
+                "or send interrupt."
+            )
+        now = time.monotonic()
+        burst = float(settings.avatar_speak_burst)
+        self._speak_allowance = min(
+            burst, self._speak_allowance + (now - self._speak_stamp) * settings.avatar_speak_rate
+        )
+        self._speak_stamp = now
+        if self._speak_allowance < 1.0:
+            return "rate_limited", (
+                f"Too many speak commands: at most {settings.avatar_speak_rate:g} a second "
+                f"(bursts of {settings.avatar_speak_burst}). Send fewer, longer texts."
+            )
+        self._speak_allowance -= 1.0
+        return None
+
+    def speak(self, text: str, client_id: str | None, voice_id: str | None) -> SpeechTask | None:
+        """Queue text to be spoken after anything already queued; None (an ``error`` event with the command's id
+        was sent) when the speak queue is full or the session's rate limit is spent."""
+        refusal = self._speak_refusal()
+        if refusal is not None:
+            self.emit("error", code=refusal[0], message=refusal[1], id=client_id)
+            return None
         task = SpeechTask(text=text, voice_id=voice_id or self.voice_id, client_id=client_id)
         self._active.append(task)
         self._speak_queue.put_nowait(task)

@@ -23,8 +23,20 @@ class SessionRegistry:
         self.dispatcher = dispatcher
         self.sessions: dict[str, AvatarSession] = {}
 
-    def create(self, renderer: AvatarRenderer, voice_id: str, owner: str) -> AvatarSession:
-        """A new session, counted against the limit at once (before signalling awaits anything)."""
+    def create(self, renderer: AvatarRenderer, voice_id: str, owner: str, *, per_owner: bool) -> AvatarSession:
+        """A new session, counted against the limits at once (before signalling awaits anything).
+
+        With ``per_owner`` (a session token, which a browser holds), the owner may hold at most
+        ``avatar_sessions_per_token`` live sessions, so one token cannot take every slot by reconnecting.
+        """
+        own_limit = self.settings.avatar_sessions_per_token
+        if per_owner and sum(1 for s in self.sessions.values() if s.owner == owner) >= own_limit:
+            raise AvatarError(
+                429,
+                "too_many_sessions",
+                f"This token already holds {own_limit} live avatar sessions; close one (or wait for it to end).",
+                {"Retry-After": "5"},
+            )
         limit = self.settings.avatar_max_sessions
         if len(self.sessions) >= limit:
             raise AvatarError(

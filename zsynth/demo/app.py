@@ -15,7 +15,7 @@ from ..app import request_id_middleware, run_forever, serve_app
 from ..config import Settings
 from ..errors import ApiError, error_middleware
 from ..keys import DEMO_BACKEND, REQUEST_ID, SETTINGS
-from .backend import DemoBackend, UpstreamError
+from .backend import DemoBackend, UpstreamError, same_origin
 
 logger = logging.getLogger(__name__)
 
@@ -44,8 +44,16 @@ async def session(request: web.Request) -> web.Response:
 
 
 async def clone(request: web.Request) -> web.Response:
-    """Forward a multipart clone upload (``name``, ``files``) to the speech API with the full key."""
+    """Forward a multipart clone upload (``name``, ``files``) to the speech API with the full key; only from the demo
+    page itself (403 ``cross_origin_refused`` when the ``Origin`` is another one)."""
     settings = request.app[SETTINGS]
+    if not same_origin(request.headers.get("Origin"), request.host):
+        logger.warning(
+            "request %s: clone upload from the page origin %r refused",
+            request[REQUEST_ID],
+            request.headers.get("Origin", "")[:200],
+        )
+        raise ApiError(403, "cross_origin_refused", "Clone uploads are accepted from the demo page only.")
     if not request.content_type.startswith("multipart/form-data"):
         raise ApiError(400, "invalid_content_type", "Send the clip as multipart/form-data with 'name' and 'files'.")
     if request.content_length is not None and request.content_length > settings.max_body_bytes:

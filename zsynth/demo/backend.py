@@ -25,6 +25,25 @@ _CLONE_TIMEOUT: Final = aiohttp.ClientTimeout(total=120)
 _WILDCARD_HOSTS: Final = frozenset({"", "0.0.0.0", "::", "*"})
 
 
+def same_origin(origin: str | None, host: str | None) -> bool:
+    """Whether a request's ``Origin`` is the demo page's own (its host and port are the request's ``Host``).
+
+    Cloning goes through the demo's full key, so only the demo page may send it: a page on any other origin (a
+    cross-site form or fetch the operator's browser is made to send) is refused. A request without ``Origin`` does not
+    come from a browser's cross-origin request (browsers always send it there) and is let through.
+    """
+    if origin is None:
+        return True
+    try:
+        page = URL(origin)
+    except ValueError:
+        return False
+    if page.host is None or not host:
+        return False
+    expected = URL(f"{page.scheme}://{host}")
+    return (page.host.lower(), page.port) == ((expected.host or "").lower(), expected.port)
+
+
 class UpstreamError(Exception):
     """A call to the speech API or the avatar server failed; the message is safe to show on the page."""
 

@@ -19,17 +19,20 @@ from .components import (
 
 _STRING_MAP: Final[Schema] = {"type": "object", "additionalProperties": {"type": "string"}}
 
+# The five voice settings, as listed and as saved.
+_SETTINGS_PROPERTIES: Final[Schema] = {
+    "stability": {"type": "number"},
+    "similarity_boost": {"type": "number"},
+    "style": {"type": "number"},
+    "use_speaker_boost": {"type": "boolean"},
+    "speed": {"type": "number"},
+}
+
 SCHEMAS: Final[dict[str, Schema]] = {
     "VoiceSettings": {
         "type": "object",
         "required": ["stability", "similarity_boost", "style", "use_speaker_boost", "speed"],
-        "properties": {
-            "stability": {"type": "number"},
-            "similarity_boost": {"type": "number"},
-            "style": {"type": "number"},
-            "use_speaker_boost": {"type": "boolean"},
-            "speed": {"type": "number"},
-        },
+        "properties": _SETTINGS_PROPERTIES,
     },
     "Voice": {
         "type": "object",
@@ -135,13 +138,7 @@ SCHEMAS: Final[dict[str, Schema]] = {
         "type": "object",
         "description": "Any of the five settings; the ones sent are saved over the voice's saved ones (other "
         "fields are ignored, null keeps the saved value). They become the defaults of every job for the voice.",
-        "properties": {
-            "stability": {"type": "number"},
-            "similarity_boost": {"type": "number"},
-            "style": {"type": "number"},
-            "use_speaker_boost": {"type": "boolean"},
-            "speed": {"type": "number"},
-        },
+        "properties": _SETTINGS_PROPERTIES,
     },
     "EditResponse": {
         "type": "object",

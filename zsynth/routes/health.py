@@ -7,7 +7,7 @@ import asyncio
 from aiohttp import web
 
 from .. import protocol
-from ..keys import REDIS, VOICE_LIBRARY
+from ..keys import DISPATCHER, REDIS, VOICE_LIBRARY
 
 
 async def live_workers(app: web.Application) -> list[str]:
@@ -27,7 +27,10 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
-    """Ready when Redis answers and at least one worker's heartbeat is fresh; reveals counts only.
+    """Ready when Redis answers, at least one worker's heartbeat is fresh and no vital background task (the reply
+    listener, the voice library's follower) is down after a crash (``tasks_down`` names them); reveals counts only.
+
+    ``voice_library_catching_up`` is true while the start-up comparison with the bucket goes on in the background.
 
     ``voice_library`` says why this box cannot share the voice library when it cannot (another box on this Redis
     holds cloned voices and no bucket is set here); the box still serves its own voices, so readiness stands.
@@ -36,11 +39,18 @@ async def readyz(request: web.Request) -> web.Response:
         workers = await asyncio.wait_for(live_workers(request.app), 2.0)
     except Exception:
         return web.json_response({"status": "not_ready", "redis": False, "workers": 0}, status=503)
-    ready = bool(workers)
-    body: dict[str, object] = {"status": "ready" if ready else "not_ready", "redis": True, "workers": len(workers)}
     library = request.app.get(VOICE_LIBRARY)
+    down = request.app[DISPATCHER].supervisor.down() if DISPATCHER in request.app else []
+    if library is not None:
+        down += library.supervisor.down()
+    ready = bool(workers) and not down
+    body: dict[str, object] = {"status": "ready" if ready else "not_ready", "redis": True, "workers": len(workers)}
+    if down:  # a vital background task crashed and has not run again yet
+        body["tasks_down"] = down
     if library is not None and library.warning:  # a box on a shared Redis without the shared bucket
         body["voice_library"] = library.warning
+    if library is not None and library.catching_up:
+        body["voice_library_catching_up"] = True
     return web.json_response(body, status=200 if ready else 503)
 
 

@@ -11,6 +11,7 @@ from ..metrics import CONTENT_TYPE
 async def metrics(request: web.Request) -> web.Response:
     """Refresh the Redis-backed gauges and render every metric of this front."""
     registry = request.app[METRICS]
+    registry.observe_pool(request.app[REDIS].connection_pool)
     try:
         await registry.refresh_from_redis(request.app[REDIS])
     except Exception:  # noqa: BLE001 - the process metrics are still worth serving while Redis is down

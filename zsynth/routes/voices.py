@@ -23,9 +23,11 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler
 
 from .. import protocol
+from ..aws import client_config
 from ..errors import ApiError
 from ..jsonbody import BadJson, loads
-from ..keys import REDIS, REQUEST_ID, SETTINGS, VOICE_LIBRARY, VOICES
+from ..keys import METRICS, REDIS, REQUEST_ID, SETTINGS, VOICE_LIBRARY, VOICES
+from ..supervise import Supervisor
 from ..voices import DEFAULT_SETTINGS, StoredVoice, VoiceCatalog, VoiceConfigError, VoiceStore, is_clone_id
 from ..voices.bucket import VoiceBucket
 from ..voices.catalog import clone_object, new_clone_meta
@@ -65,7 +67,11 @@ async def voices_context(app: web.Application) -> AsyncIterator[None]:
     async def count_failure() -> None:
         await app[REDIS].incr(protocol.VOICE_MIRROR_FAILURES)
 
-    bucket = VoiceBucket(settings.voices_bucket, settings.voices_prefix) if settings.voices_bucket else None
+    bucket = (
+        VoiceBucket(settings.voices_bucket, settings.voices_prefix, client_config(settings))
+        if settings.voices_bucket
+        else None
+    )
     library = VoiceLibrary(
         store,
         settings.redis_url,
@@ -74,6 +80,8 @@ async def voices_context(app: web.Application) -> AsyncIterator[None]:
         fetch_wait_s=settings.voices_fetch_wait_s,
         resync_s=settings.voices_resync_s,
         on_failure=count_failure,
+        start_wait_s=settings.voices_start_wait_s,
+        supervisor=Supervisor(on_restart=app[METRICS].count_restart),
     )
     await library.start()
     try:
@@ -132,9 +140,20 @@ def _voice_or_404(catalog: VoiceCatalog, voice_id: str) -> dict[str, Any]:
     return voice
 
 
+def _arriving(request: web.Request, body: dict[str, Any]) -> dict[str, Any]:
+    """While the start-up is still catching up with the bucket, the listing says so: ``voices_arriving`` is true and
+    ``arriving_voice_ids`` names the cloned voices the bucket lists that this box has not fetched yet (an id among
+    them is fetched on demand when asked for). Both fields are absent once the box is caught up."""
+    library = request.app.get(VOICE_LIBRARY)
+    if library is not None and library.catching_up:
+        body["voices_arriving"] = True
+        body["arriving_voice_ids"] = sorted(library.arriving)
+    return body
+
+
 async def list_v1(request: web.Request) -> web.Response:
     """``GET /v1/voices``: every voice, built-in first."""
-    return web.json_response({"voices": request.app[VOICES].all()})
+    return web.json_response(_arriving(request, {"voices": request.app[VOICES].all()}))
 
 
 def _page_token(offset: int) -> str:
@@ -207,12 +226,15 @@ async def list_v2(request: web.Request) -> web.Response:
     page = voices[offset : offset + page_size]
     has_more = offset + page_size < len(voices)
     return web.json_response(
-        {
-            "voices": page,
-            "has_more": has_more,
-            "total_count": len(voices),
-            "next_page_token": _page_token(offset + page_size) if has_more else None,
-        }
+        _arriving(
+            request,
+            {
+                "voices": page,
+                "has_more": has_more,
+                "total_count": len(voices),
+                "next_page_token": _page_token(offset + page_size) if has_more else None,
+            },
+        )
     )
 
 

@@ -24,13 +24,12 @@ import aioboto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from .store import META, is_clone_id, reference_name, revision
+from ..aws import client_config
+from .store import META, check_meta, is_clone_id, reference_name, revision
 
 S3_ERRORS: Final = (BotoCoreError, ClientError, OSError, asyncio.TimeoutError)
 TOMBSTONE: Final = "tombstone.json"
 SETTINGS_DIR: Final = "_settings"
-# A request waits on the bucket: fail within seconds rather than hang on a dead endpoint.
-_CLIENT_CONFIG: Final = Config(connect_timeout=2, read_timeout=10, retries={"max_attempts": 2, "mode": "standard"})
 
 
 def is_missing(err: BaseException) -> bool:
@@ -61,9 +60,10 @@ class RemoteVoice:
 class VoiceBucket:
     """S3 operations on ``s3://bucket/prefix`` (endpoint and credentials from the standard AWS variables)."""
 
-    def __init__(self, bucket: str, prefix: str) -> None:
+    def __init__(self, bucket: str, prefix: str, config: Config | None = None) -> None:
         self.bucket = bucket
         self.prefix = prefix
+        self.config = config or client_config()  # timeouts and retries: zsynth/aws.py
         self._stack = AsyncExitStack()
         self._s3: Any = None
 
@@ -76,7 +76,7 @@ class VoiceBucket:
 
     async def open(self) -> None:
         """Open the S3 client (no request is made: a bucket that is down does not stop a start)."""
-        self._s3 = await self._stack.enter_async_context(aioboto3.Session().client("s3", config=_CLIENT_CONFIG))
+        self._s3 = await self._stack.enter_async_context(aioboto3.Session().client("s3", config=self.config))
 
     async def close(self) -> None:
         """Close the client."""
@@ -119,8 +119,9 @@ class VoiceBucket:
             if is_missing(err):
                 return None
             raise
-        if not isinstance(meta, dict) or meta.get("voice_id") != voice_id:
-            raise ValueError(f"s3 meta.json of {voice_id} does not describe it")
+        if not isinstance(meta, dict):
+            raise ValueError(f"s3 meta.json of {voice_id} is not an object")
+        check_meta(meta, voice_id)  # ValueError: never written to a disk, never fetched
         return meta
 
     async def get_voice(self, voice_id: str) -> RemoteVoice | None:

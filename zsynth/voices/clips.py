@@ -14,6 +14,12 @@ import soxr
 
 MIN_SECONDS: Final = 5.0
 MAX_SECONDS: Final = 60.0
+# Checked on the file's header before anything is decoded (a few kilobytes of FLAC can claim hours of 8 channels):
+MAX_CHANNELS: Final = 8
+MAX_RATE: Final = 192000
+# Decoding goes in blocks of this many seconds, each mixed down and resampled before the next is read, so the memory a
+# clip takes is bounded by MAX_SECONDS of mono at STORE_RATE whatever its header claims.
+_BLOCK_S: Final = 0.5
 # Every reference is stored at one rate: engines resample from it (Chatterbox conditions at 16 and 24 kHz).
 STORE_RATE: Final = 24000
 # 20 ms frames louder than -40 dBFS count as sound; a clone needs a few seconds of it.
@@ -67,6 +73,15 @@ class Clip:
         }
 
 
+class _ForwardReader(sf.SoundFile):  # type: ignore[misc]  # soundfile ships no types
+    """A SoundFile read front to back only: soundfile otherwise seeks to where it already is after every read, which
+    restarts the MP3 decoder mid-stream (a glitch at every block boundary)."""
+
+    def seekable(self) -> bool:
+        """Never: reads go forward, one block after another."""
+        return False
+
+
 def decode_clip(data: bytes, file_name: str, max_bytes: int) -> Clip:
     """Decode one uploaded file to mono at STORE_RATE; raise ClipError for empty, oversized or undecodable files."""
     if not data:
@@ -76,19 +91,18 @@ def decode_clip(data: bytes, file_name: str, max_bytes: int) -> Clip:
             "clip_too_large", f"The file {file_name!r} is larger than the limit of {max_bytes} bytes. {ADVICE}"
         )
     try:
-        with sf.SoundFile(io.BytesIO(data)) as fh:
+        with _ForwardReader(io.BytesIO(data)) as fh:
             fmt = str(fh.format)
             rate = int(fh.samplerate)
-            samples = fh.read(dtype="float32", always_2d=True)
-    except (RuntimeError, ValueError, TypeError, EOFError) as err:
+            mono = _read_mono(fh, file_name)
+    except ClipError:
+        raise
+    except (RuntimeError, ValueError, TypeError, EOFError, MemoryError) as err:
         raise ClipError(
             "invalid_audio", f"The file {file_name!r} could not be decoded as audio ({err}). {ADVICE}"
         ) from err
-    if rate <= 0 or samples.size == 0:
+    if rate <= 0 or mono.size == 0:
         raise ClipError("invalid_audio", f"The file {file_name!r} holds no audio. {ADVICE}")
-    mono = samples.mean(axis=1, dtype=np.float32)
-    if rate != STORE_RATE:
-        mono = soxr.resample(mono, rate, STORE_RATE, quality="HQ").astype(np.float32, copy=False)
     mono = np.nan_to_num(mono, nan=0.0, posinf=0.0, neginf=0.0)
     return Clip(
         file_name=file_name,
@@ -97,6 +111,45 @@ def decode_clip(data: bytes, file_name: str, max_bytes: int) -> Clip:
         sha256=hashlib.sha256(data).hexdigest(),
         pcm=np.clip(mono, -1.0, 1.0),
     )
+
+
+def _read_mono(fh: _ForwardReader, file_name: str) -> np.ndarray:
+    """Check the header's channels, rate and length, then decode block by block to mono at STORE_RATE.
+
+    The header is not trusted for the length either: decoding stops as soon as more than MAX_SECONDS came out.
+    """
+    channels, rate, frames = int(fh.channels), int(fh.samplerate), int(fh.frames)
+    if not 1 <= channels <= MAX_CHANNELS:
+        raise ClipError(
+            "invalid_audio", f"The file {file_name!r} has {channels} channels; at most {MAX_CHANNELS}. {ADVICE}"
+        )
+    if not 0 < rate <= MAX_RATE:
+        raise ClipError(
+            "invalid_audio", f"The file {file_name!r} has a sample rate of {rate} Hz; at most {MAX_RATE}. {ADVICE}"
+        )
+    too_long = ClipError(
+        "audio_too_long",
+        f"The file {file_name!r} is longer than {MAX_SECONDS:g} s; at most {MAX_SECONDS:g} s is accepted. {ADVICE}",
+    )
+    if frames > MAX_SECONDS * rate:
+        raise too_long
+    resampler = None if rate == STORE_RATE else soxr.ResampleStream(rate, STORE_RATE, 1, dtype="float32", quality="HQ")
+    block = max(1, int(rate * _BLOCK_S))
+    parts: list[np.ndarray] = []
+    decoded = 0
+    while True:
+        samples = fh.read(block, dtype="float32", always_2d=True)
+        last = len(samples) < block
+        decoded += len(samples)
+        if decoded > MAX_SECONDS * rate:
+            raise too_long
+        mono = samples.mean(axis=1, dtype=np.float32) if len(samples) else np.zeros(0, dtype=np.float32)
+        if resampler is not None:
+            mono = resampler.resample_chunk(mono, last=last)
+        parts.append(np.asarray(mono, dtype=np.float32))
+        if last:
+            break
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
 
 
 def active_seconds(pcm: np.ndarray, rate: int) -> float:

@@ -12,8 +12,10 @@ Every front and every worker runs one :class:`VoiceLibrary` on its box's :class:
   between a subscription and a catch-up.
 * **At start** a process compares the bucket with its disk (fetching what it lacks, dropping what was removed,
   uploading voices cloned before the bucket was set, never one the bucket or this box has a tombstone for) and logs
-  how many announcements it missed and how far behind it was. A bucket that is down at start is retried in the
-  background; the process serves the voices on its disk meanwhile.
+  how many announcements it missed and how far behind it was. The start waits for that at most ``start_wait_s``;
+  what is left goes on in the background while the process serves the built-in voices and those on its disk
+  (:attr:`VoiceLibrary.catching_up`, and :attr:`VoiceLibrary.arriving` names the voices listed in the bucket and
+  not yet on this disk). A bucket that is down at start is retried in the background.
 * **A cloned id this box lacks** is fetched on demand (:meth:`ensure`), waiting at most ``fetch_wait_s``.
 * **Every ``resync_s``** the disk is compared with the bucket again, so an announcement Redis did not take (the
   change itself is in the bucket) is settled within that time even without a restart.
@@ -38,6 +40,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from .. import protocol
+from ..supervise import Supervisor
 from .bucket import S3_ERRORS, VoiceBucket
 from .store import StoredVoice, VoiceStore, is_clone_id, reference_name, revision
 
@@ -97,6 +100,8 @@ class VoiceLibrary:
         resync_s: float = 300.0,
         on_change: Callable[[str], None] | None = None,
         on_failure: Callable[[], Awaitable[Any]] | None = None,
+        start_wait_s: float = 10.0,
+        supervisor: Supervisor | None = None,
     ) -> None:
         self.store = store
         self.bucket = bucket
@@ -105,40 +110,73 @@ class VoiceLibrary:
         self.resync_s = resync_s
         self.on_change = on_change
         self.on_failure = on_failure
+        self.start_wait_s = start_wait_s
+        self.supervisor = supervisor or Supervisor()
         self.box_id = store.box_id()
         self.redis: Redis = Redis.from_url(
             redis_url, socket_connect_timeout=2.0, socket_timeout=READ_BLOCK_MS / 1000 + 10, health_check_interval=30
         )
         self.warning: str | None = None  # why this box cannot share the voice library, when it cannot
         self.catch_up_report: CatchUp | None = None
+        self.arriving: set[str] = set()  # in the bucket, not yet on this disk, while the start-up catches up
         self.applied = 0  # announcements applied since start
         self._cursor = "0-0"
         self._fetches: dict[str, asyncio.Task[bool]] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        self._startup: asyncio.Task[None] | None = None
         # Loops end on this as well as on cancellation: a redis-py command interrupted by a cancel may swallow it.
         self._stop = asyncio.Event()
 
     # ----- lifecycle -------------------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Catch up with the bucket and the log, then follow the log (and, on a front, announce the box)."""
+        """Catch up with the bucket and the log, then follow the log (and, on a front, announce the box).
+
+        Waits for the catch-up at most ``start_wait_s`` (a bucket that does not answer must not hold a start past
+        systemd's start timeout); the rest goes on in the background, see :attr:`catching_up`.
+        """
         if self.bucket is not None:
             await self.bucket.open()
-        report = await self.catch_up()
-        self._tasks.append(asyncio.create_task(self._follow(), name="voice-library"))
+        if self.role == "front":
+            self.supervisor.spawn("voice-library-box", self._announce_box, vital=False)
+        self._startup = asyncio.create_task(self._catch_up_then_follow(), name="voice-library-start")
+        done, _ = await asyncio.wait({self._startup}, timeout=self.start_wait_s)
+        if done:
+            self._startup.result()
+        else:
+            logger.warning(
+                "voice library: not caught up with the bucket after %g s; serving the built-in voices and this "
+                "disk's while it goes on in the background",
+                self.start_wait_s,
+            )
+
+    @property
+    def catching_up(self) -> bool:
+        """The start-up's comparison with the bucket is still going on."""
+        return self._startup is not None and not self._startup.done()
+
+    async def _catch_up_then_follow(self) -> None:
+        try:
+            report = await self.catch_up()
+        except Exception:
+            logger.exception("voice library: the start-up comparison failed; retrying in the background")
+            report = CatchUp(bucket_ok=False)
+        # The follower is vital: a front whose follower is down would serve voices removed elsewhere.
+        self.supervisor.spawn("voice-library-follower", self._follow)
         if not report.bucket_ok:
             self._tasks.append(asyncio.create_task(self._reconcile_until_done(), name="voice-library-resync"))
         if self.bucket is not None:
-            self._tasks.append(asyncio.create_task(self._resync_loop(), name="voice-library-periodic"))
-        if self.role == "front":
-            self._tasks.append(asyncio.create_task(self._announce_box(), name="voice-library-box"))
+            self.supervisor.spawn("voice-library-resync", self._resync_loop, vital=False)
 
     async def close(self) -> None:
         """Stop following and close the clients."""
         self._stop.set()
+        if self._startup is not None:
+            self._tasks.append(self._startup)
         for task in [*self._tasks, *self._fetches.values()]:
             task.cancel()
         await asyncio.gather(*self._tasks, *self._fetches.values(), return_exceptions=True)
+        await self.supervisor.close()
         if self.role == "front":
             with contextlib.suppress(RedisError, OSError):
                 await self.redis.delete(protocol.voice_box_key(self.box_id))
@@ -340,8 +378,12 @@ class VoiceLibrary:
                 continue
             for _stream, entries in answer or []:
                 for entry_id, raw in entries:
-                    fields = {_text(k): _text(v) for k, v in raw.items()}
-                    await self._apply_safely(fields)
+                    try:
+                        fields = {_text(k): _text(v) for k, v in raw.items()}
+                    except (ValueError, AttributeError) as err:  # not UTF-8: skipped, or it would be read for ever
+                        logger.error("voice library: skipping the malformed announcement %r: %s", entry_id, err)
+                    else:
+                        await self._apply_safely(fields)
                     self._cursor = _text(entry_id)
                 await asyncio.to_thread(self.store.save_cursor, self._cursor)
 
@@ -467,7 +509,13 @@ class VoiceLibrary:
         for voice_id in sorted(local & listing.tombstones):
             if await self._drop_local(voice_id):
                 report.removed += 1
-        report.restored += await self._refresh_all(listing.voices - local - removed_here, "restoring")
+        missing = listing.voices - local - removed_here
+        if self.catching_up:
+            self.arriving = set(missing)
+        try:
+            report.restored += await self._refresh_all(missing, "restoring")
+        finally:
+            self.arriving = set()
         edited = listing.voices if report.trimmed else (listing.voices & (refresh or set()))
         report.refreshed += await self._refresh_all(local & edited, "refreshing")
         if self.role == "front":
@@ -488,6 +536,7 @@ class VoiceLibrary:
                 done += await self._refresh(voice_id, None)
             except (*S3_ERRORS, ValueError) as err:
                 await self._failed(f"{what} {voice_id} failed", err)
+            self.arriving.discard(voice_id)
         return done
 
     async def _upload_all(self, voice_ids: set[str]) -> int:

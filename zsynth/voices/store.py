@@ -66,8 +66,8 @@ class StoredVoice:
 
     @property
     def reference(self) -> Path:
-        """The reference clip."""
-        return self.path / str(self.meta.get("reference", REFERENCE))
+        """The reference clip (always inside the voice's directory: see :func:`reference_path`)."""
+        return reference_path(self.path, self.meta)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -117,10 +117,51 @@ def revision(meta: Mapping[str, Any]) -> int:
         return 0
 
 
+def is_bare_name(name: str) -> bool:
+    """Whether ``name`` names a file directly inside a directory: no separator, not hidden, not ``..``."""
+    return (
+        0 < len(name) <= 255
+        and "/" not in name
+        and "\\" not in name
+        and "\0" not in name
+        and not name.startswith(".")
+        and name == os.path.basename(name)
+    )
+
+
 def reference_name(meta: Mapping[str, Any]) -> str:
     """The file name of a voice's reference clip (a bare name inside the voice's directory)."""
     name = str(meta.get("reference") or REFERENCE)
-    return name if name == os.path.basename(name) and not name.startswith(".") else REFERENCE
+    return name if is_bare_name(name) else REFERENCE
+
+
+def check_meta(meta: Mapping[str, Any], voice_id: str) -> None:
+    """Refuse (ValueError) a meta.json, from the bucket or a disk, that is not ``voice_id``'s or whose reference
+    names a file outside the voice's directory (``../``, an absolute path): bucket bytes are never written there."""
+    if meta.get("voice_id") != voice_id:
+        raise ValueError(f"meta.json does not describe {voice_id}")
+    check_reference(meta, voice_id)
+
+
+def check_reference(meta: Mapping[str, Any], voice_id: str) -> None:
+    """Refuse (ValueError) a ``reference`` that is not a bare file name inside the voice's directory."""
+    name = meta.get("reference")
+    if name is not None and not (isinstance(name, str) and is_bare_name(name)):
+        raise ValueError(f"meta.json of {voice_id} names a reference outside its directory: {str(name)[:80]!r}")
+
+
+def reference_path(voice_dir: Path, meta: Mapping[str, Any]) -> Path:
+    """The reference clip of the voice in ``voice_dir``; ValueError unless it lies inside that directory.
+
+    Engines read the clip through this, so a meta.json that names another path is refused, never followed (a
+    symbolic link out of the directory included).
+    """
+    check_reference(meta, voice_dir.name)
+    path = voice_dir / reference_name(meta)
+    root = voice_dir.resolve()
+    if path.resolve().parent != root:
+        raise ValueError(f"the reference of {voice_dir.name} lies outside its directory")
+    return path
 
 
 class VoiceStore:
@@ -170,8 +211,12 @@ class VoiceStore:
         except (OSError, ValueError) as err:
             logger.error("voice store: unreadable %s: %s", path / META, err)
             return None
-        if not isinstance(meta, dict) or meta.get("voice_id") != path.name:
-            logger.error("voice store: %s does not describe %s", path / META, path.name)
+        try:
+            if not isinstance(meta, dict):
+                raise ValueError("meta.json is not an object")
+            check_meta(meta, path.name)
+        except ValueError as err:
+            logger.error("voice store: refusing %s: %s", path / META, err)
             return None
         return StoredVoice(path.name, path, meta)
 
@@ -213,6 +258,7 @@ class VoiceStore:
         voice_id = str(meta["voice_id"])
         if not is_clone_id(voice_id):
             raise ValueError(f"not a cloned voice id: {voice_id!r}")
+        check_meta(meta, voice_id)
         self.root.mkdir(parents=True, exist_ok=True)
         final = self.root / voice_id
         if final.exists():
@@ -220,7 +266,7 @@ class VoiceStore:
         tmp = self.root / f".tmp-{os.getpid()}-{secrets.token_hex(8)}"
         tmp.mkdir()
         try:
-            _write_file(tmp / str(meta.get("reference", REFERENCE)), reference)
+            _write_file(tmp / reference_name(meta), reference)
             _write_file(tmp / META, json.dumps(dict(meta), indent=1, ensure_ascii=False).encode())
             _fsync_dir(tmp)
             try:
@@ -246,6 +292,7 @@ class VoiceStore:
         voice_id = str(meta["voice_id"])
         if not is_clone_id(voice_id):
             raise ValueError(f"not a cloned voice id: {voice_id!r}")
+        check_meta(meta, voice_id)
         voice_dir = self.root / voice_id
         if not (voice_dir / META).is_file():
             raise FileNotFoundError(voice_dir)

@@ -41,7 +41,8 @@ async def connect(request: web.Request) -> web.Response:
     if renderer is None:
         raise AvatarError(404, "avatar_not_found", f"No avatar '{avatar_id}'; GET /v1/avatars lists them.")
     voice_id = _optional_str(body, "voice_id") or request.app[SETTINGS].avatar_voice_id
-    session = request.app[AVATAR_SESSIONS].create(renderer, voice_id, credential.fingerprint)
+    registry = request.app[AVATAR_SESSIONS]
+    session = registry.create(renderer, voice_id, credential.fingerprint, per_owner=not credential.is_full)
     watch_session(request, credential, session)
     try:
         answer = await session.answer(sdp)
