@@ -15,12 +15,14 @@ from urllib.parse import quote
 import aiohttp
 import aioice.ice
 import pytest
+from redis.asyncio import Redis
 
 from zsynth.app import create_app
 from zsynth.auth import Authenticator, AuthError, secret_hash
 from zsynth.avatar.app import create_avatar_app
 from zsynth.keys import AUTHENTICATOR, AVATAR_SESSIONS
 from zsynth.keystore import HASH_ATTR
+from zsynth.protocol import QUEUE
 from zsynth.ws.buffer import TextBuffer
 
 from .avatar_peer import Viewer, loopback_host_addresses
@@ -328,3 +330,34 @@ async def test_an_avatar_session_ends_when_its_token_expires(
     assert -0.5 < late < 2.0
     assert session_id not in server.app[AVATAR_SESSIONS].sessions
     await viewer.close()
+
+
+# ----- 11: a credential's share of the queue ----------------------------------------------------------------------
+
+
+async def test_one_key_cannot_fill_the_queue_ahead_of_another(aiohttp_client, private_redis_url, data_dir):
+    # No worker on this database: jobs stay queued. Queue of 4, half of it per key.
+    settings = make_settings(
+        private_redis_url, data_dir, api_keys=("key-a", "key-b"), max_queue=4, first_chunk_timeout_s=5.0
+    )
+    client = await aiohttp_client(create_app(settings))
+    redis = Redis.from_url(private_redis_url)
+    url = "/v1/text-to-speech/any-voice/stream"
+
+    def post(key: str):
+        body = {"text": "Waiting in the queue."}
+        return asyncio.create_task(client.post(url, json=body, headers={"xi-api-key": key}))
+
+    waiting = [post("key-a"), post("key-a")]
+    await asyncio.sleep(0.5)
+    assert await redis.llen(QUEUE) == 2
+    resp = await client.post(url, json={"text": "One too many."}, headers={"xi-api-key": "key-a"})
+    assert resp.status == 429, await resp.text()
+    assert resp.headers["Retry-After"] and (await resp.json())["detail"]["status"] == "system_busy"
+    waiting.append(post("key-b"))  # another key still gets in
+    await asyncio.sleep(0.5)
+    assert await redis.llen(QUEUE) == 3
+    for task in waiting:
+        task.cancel()
+    await asyncio.gather(*waiting, return_exceptions=True)
+    await redis.aclose()

@@ -274,6 +274,8 @@ class Settings:
     ws_first_message_max_bytes: int = _env("WS_FIRST_MESSAGE_MAX_BYTES", _positive_int, default=16 * 1024)
     # Look-ups of unknown keys one client address may cause per minute (cached keys are not counted); then 429.
     auth_max_failures_per_min: int = _env("AUTH_MAX_FAILURES_PER_MIN", _positive_int, default=60)
+    # Jobs one credential may have queued or running from one front, as a share of MAX_QUEUE (0.5: 128 of 256).
+    credential_queue_share: float = _env("CREDENTIAL_QUEUE_SHARE", _positive_float, default=0.5)
     # Avatar server (``zsynth avatar``): port, live sessions per box, timeouts, ICE and the default voice.
     avatar_port: int = _env("AVATAR_PORT", _parse_port, default=8100)
     avatar_max_sessions: int = _env("AVATAR_MAX_SESSIONS", _positive_int, default=4)

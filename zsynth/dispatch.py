@@ -8,6 +8,7 @@ the events into per-job queues with no pub/sub traffic per job.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import time
@@ -58,6 +59,7 @@ class JobStream:
         self.first_chunk_at: float | None = None
         self.submitted_at = time.monotonic()
         self._expected_seq = 0
+        self.owner: str | None = None  # the credential whose share of the queue this job counts against
 
     async def __aenter__(self) -> JobStream:
         return self
@@ -147,6 +149,9 @@ class Dispatcher:
         # The one reply listener is vital: while it is down no job of this front gets its audio (/readyz says so).
         self.supervisor = supervisor or Supervisor()
         self._push = redis.register_script(protocol.PUSH_BOUNDED_LUA)
+        # Unfinished jobs per credential fingerprint, and a condition to wait on for a share to free up.
+        self._owned: collections.Counter[str] = collections.Counter()
+        self._share_freed = asyncio.Condition()
 
     async def start(self) -> None:
         """Subscribe to this front's reply channel, start the listener, and wait until Redis confirms."""
@@ -170,18 +175,48 @@ class Dispatcher:
         """Jobs submitted by this front that have not ended."""
         return len(self._streams)
 
-    async def submit(self, job: protocol.Job) -> JobStream:
+    @property
+    def share_limit(self) -> int:
+        """Unfinished jobs one credential may have from this front: ZSYNTH_CREDENTIAL_QUEUE_SHARE of the queue."""
+        return max(1, int(self.settings.credential_queue_share * self.settings.max_queue))
+
+    async def _take_share(self, owner: str, wait_s: float) -> None:
+        limit = self.share_limit
+        if self._owned[owner] >= limit:
+            try:
+                async with asyncio.timeout(wait_s), self._share_freed:
+                    await self._share_freed.wait_for(lambda: self._owned[owner] < limit)
+            except TimeoutError:
+                raise JobFailed(
+                    "queue_full", f"This key already has {limit} jobs queued or running here; retry shortly."
+                ) from None
+        self._owned[owner] += 1
+
+    async def _give_share(self, owner: str) -> None:
+        self._owned[owner] -= 1
+        if self._owned[owner] <= 0:
+            del self._owned[owner]
+        async with self._share_freed:
+            self._share_freed.notify_all()
+
+    async def submit(self, job: protocol.Job, *, owner: str | None = None, wait_s: float = 0.0) -> JobStream:
         """Push the job on the queue, its events addressed to this front's reply channel.
 
         Raises JobFailed("queue_full") when ZSYNTH_MAX_QUEUE jobs already wait, and JobFailed("redis_unavailable")
-        when Redis does not answer; both are answered with Retry-After.
+        when Redis does not answer; both are answered with Retry-After. With ``owner`` (a credential fingerprint)
+        the job also counts against that credential's share of the queue (:attr:`share_limit`): past it the call
+        waits up to ``wait_s`` for one of its jobs to end, then raises JobFailed("queue_full"), so one key cannot
+        fill the queue ahead of everyone else's jobs.
         """
         assert self._pubsub is not None, "dispatcher not started"
+        if owner is not None:
+            await self._take_share(owner, wait_s)
         if not job.start_deadline:
             # A job still queued when its client has given up waiting is dropped unrun.
             job.start_deadline = time.time() + self.settings.first_chunk_timeout_s
         job.reply_to = self.reply_channel
         stream = JobStream(self, job)
+        stream.owner = owner
         self._streams[job.job_id] = stream
         try:
             # Realtime segments go ahead of batch jobs, new batch jobs ahead of remainders (protocol.PUSH_BOUNDED_LUA).
@@ -212,8 +247,10 @@ class Dispatcher:
             logger.info("job %s cancelled by the front", job_id)
 
     async def release(self, job_id: str) -> None:
-        """Forget a job: events that still arrive for it are dropped."""
-        self._streams.pop(job_id, None)
+        """Forget a job: events that still arrive for it are dropped; its credential's share is given back."""
+        stream = self._streams.pop(job_id, None)
+        if stream is not None and stream.owner is not None:
+            await self._give_share(stream.owner)
 
     async def recover_terminal(self, job_id: str, seq: int) -> protocol.Event | None:
         """After a missed deadline, read the job's terminal record in case its event was missed."""

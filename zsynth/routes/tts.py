@@ -16,7 +16,7 @@ from ..audio import OutputFormat, OutputFormatError, parse_output_format
 from ..dispatch import JobFailed, JobStream
 from ..errors import ApiError
 from ..jsonbody import BadJson, read_json
-from ..keys import DISPATCHER, REQUEST_ID, SETTINGS, VOICES
+from ..keys import CREDENTIAL, DISPATCHER, REQUEST_ID, SETTINGS, VOICES
 from ..protocol import Job
 
 logger = logging.getLogger(__name__)
@@ -181,7 +181,9 @@ async def submit(request: web.Request, tts: TtsRequest, *, alignment: bool = Fal
         extra={"request_id": job.request_id, "job_id": job.job_id},
     )
     try:
-        stream: JobStream = await request.app[DISPATCHER].submit(job)
+        credential = request.get(CREDENTIAL)
+        owner = credential.fingerprint if credential is not None and credential.kind != "open" else None
+        stream: JobStream = await request.app[DISPATCHER].submit(job, owner=owner)
     except JobFailed as err:
         raise job_failure(err) from err
     return stream

@@ -76,6 +76,9 @@ class Speaker:
         self._finisher: asyncio.Task[Any] | None = None  # the task sending the last frames and the close
         self._segments: asyncio.Queue[str | None] = asyncio.Queue()
         self._queued_chars = 0  # characters in _segments (not yet submitted)
+        credential = conn.credential
+        self._owner = credential.fingerprint if credential is not None and credential.kind != "open" else None
+        self.params_wait_s = conn.request.app[SETTINGS].first_chunk_timeout_s
         self._streams: asyncio.Queue[JobStream | None] = asyncio.Queue()
         self._slots = asyncio.Semaphore(LOOKAHEAD)
         self._live: set[JobStream] = set()
@@ -177,7 +180,16 @@ class Speaker:
             )
             self._submitting = True
             try:
-                stream = await dispatcher.submit(job)
+                # Past the key's share of the queue this waits for one of its own jobs to end, so other keys'
+                # jobs go first; the wait is bounded by the first-chunk deadline.
+                stream = await dispatcher.submit(job, owner=self._owner, wait_s=self.params_wait_s)
+            except JobFailed as err:
+                # The queue, or this key's share of it, stayed full for the whole wait (HTTP answers 429 here).
+                logger.info("socket %s: segment not queued: %s", self.conn.socket_id, err.message)
+                self._finisher = asyncio.current_task()
+                code = "system_busy" if err.code == "queue_full" else "synthesis_unavailable"
+                await self.conn.fail(WsError(code, err.message))
+                return
             except Exception as err:  # Redis unreachable or slow: the socket cannot be served
                 logger.warning("socket %s: could not queue a segment: %r", self.conn.socket_id, err)
                 self._finisher = asyncio.current_task()
