@@ -180,16 +180,21 @@ class Dispatcher:
         """Unfinished jobs one credential may have from this front: ZSYNTH_CREDENTIAL_QUEUE_SHARE of the queue."""
         return max(1, int(self.settings.credential_queue_share * self.settings.max_queue))
 
-    async def _take_share(self, owner: str, wait_s: float) -> None:
+    async def wait_for_share(self, owner: str, wait_s: float) -> None:
+        """Return once ``owner`` may submit a job (at once if it may now); JobFailed("queue_full") after ``wait_s``."""
         limit = self.share_limit
-        if self._owned[owner] >= limit:
-            try:
-                async with asyncio.timeout(wait_s), self._share_freed:
-                    await self._share_freed.wait_for(lambda: self._owned[owner] < limit)
-            except TimeoutError:
-                raise JobFailed(
-                    "queue_full", f"This key already has {limit} jobs queued or running here; retry shortly."
-                ) from None
+        if self._owned[owner] < limit:
+            return
+        try:
+            async with asyncio.timeout(wait_s), self._share_freed:
+                await self._share_freed.wait_for(lambda: self._owned[owner] < limit)
+        except TimeoutError:
+            raise JobFailed(
+                "queue_full", f"This key already has {limit} jobs queued or running here; retry shortly."
+            ) from None
+
+    async def _take_share(self, owner: str, wait_s: float) -> None:
+        await self.wait_for_share(owner, wait_s)
         self._owned[owner] += 1
 
     async def _give_share(self, owner: str) -> None:

@@ -178,11 +178,13 @@ class Speaker:
                 alignment=True,
                 seed=self.params.seed,  # the dispatcher sets the start deadline
             )
-            self._submitting = True
             try:
-                # Past the key's share of the queue this waits for one of its own jobs to end, so other keys'
-                # jobs go first; the wait is bounded by the first-chunk deadline.
-                stream = await dispatcher.submit(job, owner=self._owner, wait_s=self.params_wait_s)
+                if self._owner is not None:
+                    # Past the key's share of the queue, wait for one of its own jobs to end, so other keys' jobs
+                    # go first; bounded by the first-chunk deadline, and cut short by an interrupt.
+                    await dispatcher.wait_for_share(self._owner, self.params_wait_s)
+                self._submitting = True
+                stream = await dispatcher.submit(job, owner=self._owner)
             except JobFailed as err:
                 # The queue, or this key's share of it, stayed full for the whole wait (HTTP answers 429 here).
                 logger.info("socket %s: segment not queued: %s", self.conn.socket_id, err.message)
