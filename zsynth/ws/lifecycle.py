@@ -54,13 +54,17 @@ async def run_socket(request: web.Request, kind: str, body: Body) -> web.WebSock
             counted = False
             unauthenticated[""] -= 1
 
-    registry = request.app[WS_REGISTRY]
-    conn = Connection(request, ws, kind, on_authenticated=authenticated)
-    speakers: list[Speaker] = []
     try:
         await ws.prepare(request)
-        registry.add(ws)
-        logger.info("socket %s: %s open for voice %s", conn.socket_id, kind, request.match_info.get("voice_id"))
+    except BaseException:
+        authenticated()  # stop counting it: the upgrade itself failed
+        raise
+    registry = request.app[WS_REGISTRY]
+    registry.add(ws)
+    conn = Connection(request, ws, kind, on_authenticated=authenticated)
+    speakers: list[Speaker] = []
+    logger.info("socket %s: %s open for voice %s", conn.socket_id, kind, request.match_info.get("voice_id"))
+    try:
         await body(conn, speakers)
     except WsError as err:
         await conn.fail(err)
