@@ -23,9 +23,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from ..alignment import CharAlignment, Timeline
+from ..dictionaries.store import StorageUnavailable
 from ..dispatch import JobFailed, JobStream
-from ..keys import DISPATCHER
+from ..keys import DICTIONARIES, DISPATCHER, SETTINGS
 from ..protocol import Event, Job
+from ..spoken import AlignmentMapper
+from ..textprep import TextOptionError, TextOptions, prepare
 from .connection import Connection, StreamParams, WsError
 
 logger = logging.getLogger(__name__)
@@ -58,6 +61,7 @@ class Speaker:
         *,
         multi: bool,
         on_done: OnDone,
+        options: TextOptions | None = None,
     ) -> None:
         self.conn = conn
         self.params = params
@@ -65,6 +69,10 @@ class Speaker:
         self.context_id = context_id
         self.multi = multi
         self.on_done = on_done
+        self.options = options or TextOptions()
+        # Jobs whose text was rewritten (normalization, dictionaries, break tags): their alignment is mapped back.
+        self._mappers: dict[str, AlignmentMapper] = {}
+        self._mapper: AlignmentMapper | None = None
         self.pending = 0  # segments accepted and not yet fully sent
         self.ended = False
         self.last_activity = time.monotonic()
@@ -150,8 +158,16 @@ class Speaker:
                 await self._streams.put(None)
                 return
             await self._slots.acquire()
+            app_settings = app[SETTINGS]
+            try:
+                spoken = await prepare(segment, self.options, app_settings.engine, app.get(DICTIONARIES))
+            except (TextOptionError, StorageUnavailable) as err:
+                self._finisher = asyncio.current_task()
+                code = err.code if isinstance(err, TextOptionError) else "synthesis_unavailable"
+                await self.conn.fail(WsError(code, str(err)))
+                return
             job = Job(
-                text=segment,
+                text=spoken.text if spoken.changed else segment,
                 voice_id=self.params.voice_id,
                 output_format=self.params.fmt.name,
                 voice_settings=self.voice_settings,
@@ -171,6 +187,8 @@ class Speaker:
             finally:
                 self._submitting = False
             self._live.add(stream)
+            if spoken.changed:
+                self._mappers[job.job_id] = AlignmentMapper(spoken)
             if self._interrupted:
                 return  # interrupt() cancels every live job once this task has ended
             logger.debug("socket %s: segment job %s (%d chars)", self.conn.socket_id, job.job_id, len(segment))
@@ -184,6 +202,7 @@ class Speaker:
                     break
                 try:
                     job_start = True
+                    self._mapper = self._mappers.pop(stream.job.job_id, None)
                     async for event in stream.chunks():
                         job_start = await self._forward(event, job_start)
                         if self._interrupted:
@@ -214,6 +233,8 @@ class Speaker:
 
     def _alignment(self, event: Event, job_start: bool) -> CharAlignment | None:
         alignment = CharAlignment.from_meta(event.meta.get("alignment"))
+        if alignment is not None and self._mapper is not None:
+            alignment = self._mapped(alignment)
         if alignment is None or not alignment.chars:
             return None
         if job_start and self._chars_sent and not alignment.chars[0].isspace():
@@ -222,6 +243,16 @@ class Speaker:
             alignment = CharAlignment([" ", *alignment.chars], [0, *alignment.start_ms], [0, *alignment.dur_ms])
         self._chars_sent = True
         return alignment
+
+    def _mapped(self, alignment: CharAlignment) -> CharAlignment:
+        """The chunk's alignment on the caller's characters (both alignment fields carry them on the sockets)."""
+        assert self._mapper is not None
+        base = self._audio_ms  # where this chunk starts on the context's clock: the mapper needs one clock
+        starts = [base + s for s in alignment.start_ms]
+        ends = [a + d for a, d in zip(starts, alignment.dur_ms, strict=True)]
+        chars, first, last = self._mapper.feed(alignment.chars, starts, ends)
+        rel = [max(0, round(s - base)) for s in first]
+        return CharAlignment(chars, rel, [max(0, round(e - base) - r) for e, r in zip(last, rel, strict=True)])
 
     async def _forward(self, event: Event, job_start: bool) -> bool:
         """Send one chunk as one frame, or several when its audio would make a frame too large.
