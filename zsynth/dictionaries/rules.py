@@ -12,6 +12,7 @@ stretch of text wins, and text a rule replaced is never matched again.
 
 from __future__ import annotations
 
+import functools
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
@@ -60,11 +61,16 @@ class Rule:
         return body
 
     def pattern(self) -> re.Pattern[str]:
-        """The regular expression that finds this rule's text."""
-        core = re.escape(self.string_to_replace)
-        if self.word_boundaries:
-            core = rf"(?<!\w){core}(?!\w)"
-        return re.compile(core, 0 if self.case_sensitive else re.IGNORECASE)
+        """The regular expression that finds this rule's text (compiled once per rule)."""
+        return _compiled(self.string_to_replace, self.case_sensitive, self.word_boundaries)
+
+
+@functools.lru_cache(maxsize=65536)
+def _compiled(string: str, case_sensitive: bool, word_boundaries: bool) -> re.Pattern[str]:
+    core = re.escape(string)
+    if word_boundaries:
+        core = rf"(?<!\w){core}(?!\w)"
+    return re.compile(core, 0 if case_sensitive else re.IGNORECASE)
 
 
 def _text(raw: dict[str, Any], name: str, index: int, *, required: bool = True) -> str | None:
@@ -190,8 +196,17 @@ def _constant(value: str) -> Callable[[re.Match[str]], str]:
 def apply_rules(spoken: Spoken, rules: list[Rule], engine: str) -> None:
     """Apply ``rules`` in order to the text of ``spoken`` still as written; phoneme rules only where spoken."""
     phonemes = engine in PHONEME_ENGINES
+    # Text still as written is part of the caller's text: a rule whose string is nowhere in it is skipped without
+    # running its expression (most rules of a large dictionary, on most requests).
+    text = spoken.original
+    lowered = text.lower()
     for rule in rules:
+        if rule.type != "alias" and not phonemes:
+            continue
+        found = rule.string_to_replace in text if rule.case_sensitive else rule.string_to_replace.lower() in lowered
+        if not found:
+            continue
         if rule.type == "alias":
             spoken.rewrite(rule.pattern(), _constant(str(rule.alias)))
-        elif phonemes:
+        else:
             spoken.rewrite(rule.pattern(), _constant(marks.phonemes(str(rule.alphabet), str(rule.phoneme))))
