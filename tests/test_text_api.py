@@ -10,11 +10,15 @@ from __future__ import annotations
 import base64
 import json
 
+import aioboto3
 import numpy as np
 import pytest
 from elevenlabs import AsyncElevenLabs, PronunciationDictionaryVersionLocator
 from elevenlabs.pronunciation_dictionaries import (
     BodyAddAPronunciationDictionaryV1PronunciationDictionariesAddFromRulesPostRulesItem_Alias as AliasRule,
+)
+from elevenlabs.pronunciation_dictionaries import (
+    BodyAddAPronunciationDictionaryV1PronunciationDictionariesAddFromRulesPostRulesItem_Phoneme as PhonemeRule,
 )
 
 from zsynth.app import create_app
@@ -23,6 +27,7 @@ from zsynth.keys import AUTHENTICATOR
 
 from .conftest import make_settings
 from .helpers import FakeClock, assert_speech, decode_audio
+from .test_voices_s3 import create_bucket
 from .ws_helpers import collect
 
 KEY = "sk-text-api-test"
@@ -260,3 +265,55 @@ async def test_bad_locators_and_modes_get_clear_errors(api_client):
         headers={"Authorization": f"Bearer {KEY}"},
     )
     assert resp.status == 422 and json.loads(await resp.text())["error"]["param"] == "apply_text_normalization"
+
+
+async def test_dictionaries_live_in_the_bucket_and_every_front_uses_them(
+    aiohttp_client, aws_endpoint, redis_url, shared_workers, tmp_path
+):
+    bucket = await create_bucket()
+    fronts = [
+        await aiohttp_client(create_app(make_settings(redis_url, tmp_path / name, voices_bucket=bucket)))
+        for name in ("a", "b")
+    ]
+    made = await sdk(fronts[0]).pronunciation_dictionaries.create_from_rules(
+        name="shared",
+        rules=[AliasRule(string_to_replace="NASA", alias="National Aeronautics and Space Administration")],
+    )
+    async with aioboto3.Session().client("s3") as s3:
+        listing = await s3.list_objects_v2(Bucket=bucket, Prefix="pronunciation-dictionaries/")
+    keys = {obj["Key"] for obj in listing.get("Contents", [])}
+    assert keys == {
+        f"pronunciation-dictionaries/{made.id}/meta.json",
+        f"pronunciation-dictionaries/{made.id}/{made.version_id}.json",
+    }
+    assert not (tmp_path / "a" / "dictionaries").exists()  # the bucket, not the disk
+    # Front B (its own empty disk) lists it, changes it, and speaks with it.
+    listed = await sdk(fronts[1]).pronunciation_dictionaries.list()
+    assert made.id in {d.id for d in listed.pronunciation_dictionaries}
+    text = "NASA waved."
+    locators = [{"pronunciation_dictionary_id": made.id}]
+    plain, rate, _ = await timestamps(fronts[1], text)
+    aliased, _, body = await timestamps(fronts[1], text, pronunciation_dictionary_locators=locators)
+    assert len(aliased) / rate > len(plain) / rate + 1.0
+    assert "".join(body["normalized_alignment"]["characters"]).startswith("National Aeronautics")
+
+
+async def test_phoneme_rules_are_spoken_from_their_phonemes_on_piper(api_client):
+    api = sdk(api_client)
+    long_ipa = "ɪkstɹˈɔːɹdɪnəɹi ɪkstɹˈɔːɹdɪnəɹi ɪkstɹˈɔːɹdɪnəɹi"
+    made = await api.pronunciation_dictionaries.create_from_rules(
+        name="phonemes",
+        rules=[
+            PhonemeRule(string_to_replace="Bob", phoneme=long_ipa, alphabet="ipa"),
+            PhonemeRule(
+                string_to_replace="Ann", phoneme="EH1 K S T R AH0 AO1 R D AH0 N EH2 R IY0 " * 3, alphabet="cmu-arpabet"
+            ),
+        ],
+    )
+    locators = [{"pronunciation_dictionary_id": made.id}]
+    for text in ("Bob is here.", "Ann is here."):
+        plain, rate, _ = await timestamps(api_client, text)
+        spoken, _, body = await timestamps(api_client, text, pronunciation_dictionary_locators=locators)
+        assert_speech(spoken, rate, "extraordinary extraordinary extraordinary is here.")
+        assert len(spoken) / rate > len(plain) / rate + 1.0, (text, len(spoken) / rate, len(plain) / rate)
+        assert "".join(body["alignment"]["characters"]) == text

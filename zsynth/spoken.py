@@ -15,8 +15,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .marks import PRIVATE
-
+# Characters never spoken: the markers' private-use range (a caller cannot forge a marker) and control characters
+# other than white space (espeak refuses a NUL outright).
+_UNSPOKEN = re.compile("[\ue000-\ue001\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 # How far ahead in the spoken text a character the worker reports is looked for before it counts as a substitution.
 _LOOKAHEAD = 48
 
@@ -36,7 +37,7 @@ class Spoken:
 
     def __init__(self, original: str) -> None:
         self.original = original
-        clean = PRIVATE.sub(" ", original)  # the caller cannot smuggle markers in
+        clean = _UNSPOKEN.sub(" ", original)
         self.segments = [Segment(0, len(original), clean, True)] if original else []
 
     @property

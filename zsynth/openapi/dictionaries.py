@@ -90,7 +90,9 @@ SCHEMAS: Final[dict[str, Schema]] = {
             "name": {"type": "string", "pattern": "\\S", "maxLength": 200},
             "rules": {"type": "array", "items": ref("PronunciationRule")},
             "description": nullable({"type": "string", "maxLength": 4000}),
-            "workspace_access": nullable({"type": "string", "description": "Accepted and ignored."}),
+            "workspace_access": nullable(
+                {"enum": ["admin", "editor", "commenter", "viewer"], "description": "Checked and ignored."}
+            ),
         },
     },
     "AddFromFileRequest": {
@@ -100,7 +102,10 @@ SCHEMAS: Final[dict[str, Schema]] = {
             "name": {"type": "string", "pattern": "\\S", "maxLength": 200},
             "file": {"type": "string", "contentMediaType": "application/pls+xml", "description": "A PLS lexicon."},
             "description": {"type": "string", "maxLength": 4000},
-            "workspace_access": {"type": "string", "description": "Accepted and ignored."},
+            "workspace_access": {
+                "enum": ["admin", "editor", "commenter", "viewer"],
+                "description": "Checked and ignored.",
+            },
         },
     },
     "DictionaryCreated": {

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 from typing import Any, Final
 
 from aiohttp import BodyPartReader, web
-from aiohttp.web_exceptions import HTTPException
+from aiohttp.http_exceptions import HttpProcessingError
 
 from ..dictionaries.rules import Rule, RuleError, parse_pls, parse_rules, to_pls
 from ..dictionaries.store import (
@@ -40,6 +40,7 @@ MAX_LEXICON_BYTES: Final = 1024 * 1024
 MAX_NAME_CHARS: Final = 200
 PERMISSION: Final = "admin"
 CREATED_BY: Final = "zsynth"
+WORKSPACE_ACCESS: Final = ("admin", "editor", "commenter", "viewer")
 
 
 async def dictionaries_context(app: web.Application) -> AsyncIterator[None]:
@@ -90,6 +91,12 @@ def _description(raw: object) -> str | None:
     if not isinstance(raw, str) or len(raw) > 4000:
         raise _bad("Field 'description' must be a string of at most 4000 characters.", "description")
     return raw
+
+
+def _workspace_access(raw: object) -> None:
+    """Checked and ignored: a dictionary here belongs to whoever holds a full key."""
+    if raw not in (None, "") and raw not in WORKSPACE_ACCESS:
+        raise _bad(f"Field 'workspace_access' must be one of {', '.join(WORKSPACE_ACCESS)}.", "workspace_access")
 
 
 def _created(dictionary: Dictionary) -> dict[str, Any]:
@@ -149,6 +156,7 @@ async def add_from_rules(request: web.Request) -> web.Response:
     """A new dictionary from a JSON list of rules."""
     body = await _json_body(request)
     name, description = _name(body.get("name")), _description(body.get("description"))
+    _workspace_access(body.get("workspace_access"))
     try:
         rules = parse_rules(body.get("rules"))
     except RuleError as err:
@@ -163,6 +171,7 @@ async def _read_lexicon(request: web.Request) -> tuple[dict[str, str], bytes | N
         raise ApiError(400, "invalid_content_type", "Send multipart/form-data with 'name' and a PLS 'file'.")
     fields: dict[str, str] = {}
     lexicon: bytes | None = None
+    total = 0  # the whole body is bounded too: aiohttp's client_max_size does not apply to multipart reads
     try:
         reader = await request.multipart()
         while (part := await reader.next()) is not None:
@@ -171,14 +180,17 @@ async def _read_lexicon(request: web.Request) -> tuple[dict[str, str], bytes | N
             data = bytearray()
             while chunk := await part.read_chunk(64 * 1024):
                 data.extend(chunk)
-                if len(data) > MAX_LEXICON_BYTES:
-                    raise ApiError(400, "file_too_large", f"A part is larger than {MAX_LEXICON_BYTES} bytes.")
+                total += len(chunk)
+                if len(data) > MAX_LEXICON_BYTES or total > 2 * MAX_LEXICON_BYTES:
+                    raise ApiError(413, "request_too_large", f"A PLS upload is limited to {MAX_LEXICON_BYTES} bytes.")
             if part.name == "file":
                 lexicon = bytes(data)
             elif part.name:
                 fields[part.name] = data.decode("utf-8", "replace")
-    except (ValueError, HTTPException) as err:
-        raise ApiError(400, "invalid_multipart", f"The multipart body could not be read: {err}") from err
+    except (ValueError, HttpProcessingError) as err:
+        # A part header aiohttp rejects (a control character in a field name) is the client's error, not ours.
+        message = getattr(err, "message", None) or str(err)
+        raise ApiError(400, "invalid_multipart", f"The multipart body could not be read: {message}") from err
     return fields, lexicon
 
 
@@ -186,6 +198,7 @@ async def add_from_file(request: web.Request) -> web.Response:
     """A new dictionary from an uploaded PLS lexicon."""
     fields, lexicon = await _read_lexicon(request)
     name, description = _name(fields.get("name")), _description(fields.get("description"))
+    _workspace_access(fields.get("workspace_access"))
     if not lexicon:
         raise _bad("Field 'file' (a PLS lexicon) is required.", "file")
     try:
@@ -206,12 +219,19 @@ async def list_dictionaries(request: web.Request) -> web.Response:
         raise _bad("page_size and cursor must be whole numbers.") from err
     if not 1 <= page_size <= 100 or offset < 0:
         raise _bad("page_size must be 1 to 100.", "page_size")
-    archived = request.query.get("include_archived", "false").lower() == "true"
+    sort = request.query.get("sort") or "creation_time_unix"
+    direction = request.query.get("sort_direction") or "DESCENDING"
+    archived_raw = (request.query.get("include_archived") or "false").lower()
+    if sort not in ("creation_time_unix", "name") or direction not in ("ASCENDING", "DESCENDING"):
+        raise _bad("sort must be creation_time_unix or name; sort_direction ASCENDING or DESCENDING.", "sort")
+    if archived_raw not in ("true", "false"):
+        raise _bad("include_archived must be true or false.", "include_archived")
+    archived = archived_raw == "true"
     metas = [
         m for m in await _store_call(request.app[DICTIONARIES].list()) if archived or not m.get("archived_time_unix")
     ]
-    by_name = request.query.get("sort") == "name"
-    descending = request.query.get("sort_direction", "DESCENDING").upper() != "ASCENDING"
+    by_name = sort == "name"
+    descending = direction == "DESCENDING"
     metas.sort(key=lambda m: (m["name"] if by_name else m["creation_time_unix"], m["id"]), reverse=descending)
     page = metas[offset : offset + page_size]
     more = offset + page_size < len(metas)
