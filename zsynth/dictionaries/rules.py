@@ -110,7 +110,7 @@ def parse_rule(raw: object, index: int = 0) -> Rule:
             word_boundaries=word_boundaries,
         )
     alphabet = raw.get("alphabet")
-    if alphabet not in marks.ALPHABETS:
+    if not isinstance(alphabet, str) or alphabet not in marks.ALPHABETS:
         raise RuleError(f"rules[{index}].alphabet must be 'ipa' or 'cmu-arpabet'.")
     return Rule(
         string,
