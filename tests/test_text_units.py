@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from workers.engines import VoiceSpec, load_engine
 from workers.engines.phonemes import arpabet_to_ipa
 from workers.engines.piper import _piper_input
 from zsynth import marks
+from zsynth.config import Settings
 from zsynth.dictionaries.rules import Rule, RuleError, apply_rules, parse_pls, parse_rule, to_pls
 from zsynth.normalize import normalize, normalize_text, wants_normalization
 from zsynth.spoken import AlignmentMapper, Spoken
@@ -155,3 +157,20 @@ def test_pls_round_trip() -> None:
     assert parse_pls(to_pls(rules)) == rules
     with pytest.raises(RuleError):
         parse_pls(b"<html/>")
+
+
+def test_engines_turn_pause_markers_into_silent_chunks(tmp_path) -> None:
+    engine = load_engine(
+        Settings(
+            engine="simulated", load_test_only=True, sim_chunk_hold_s=0.0, sim_chunk_audio_s=0.5, data_dir=tmp_path
+        )
+    )
+    text = f"one two three {marks.pause(1500)} four five {marks.phonemes('ipa', 'fɔː')}"
+    chunks = list(engine.synthesize(text, VoiceSpec("x"), {}, lambda: False))
+    silent = [c for c in chunks if c.text == marks.pause(1500)]
+    assert len(silent) == 1 and len(silent[0].pcm) == engine.sample_rate * 3 // 2 and not silent[0].pcm.any()
+    spoken = " ".join(c.text for c in chunks if c is not silent[0] and c.text)
+    # The text around the pause is spoken in order; a phoneme marker is dropped by an engine without phoneme input.
+    assert spoken.split() == ["one", "two", "three", "four", "five"]
+    position = next(i for i, c in enumerate(chunks) if c is silent[0])
+    assert 0 < position < len(chunks) - 1
