@@ -181,6 +181,7 @@ async def test_break_tag_adds_its_silence_and_alignment_keeps_counting(api_clien
     assert tag_end - tag_start == pytest.approx(1.5, abs=0.1)
     goodbye, _ = span(body["alignment"], text, "Goodbye")
     assert goodbye >= tag_end - 0.01
+    assert "".join(body["normalized_alignment"]["characters"]) == "Hello there.  Goodbye now."
 
 
 async def test_socket_first_message_names_a_dictionary(api_client):
@@ -317,3 +318,4 @@ async def test_phoneme_rules_are_spoken_from_their_phonemes_on_piper(api_client)
         assert_speech(spoken, rate, "extraordinary extraordinary extraordinary is here.")
         assert len(spoken) / rate > len(plain) / rate + 1.0, (text, len(spoken) / rate, len(plain) / rate)
         assert "".join(body["alignment"]["characters"]) == text
+        assert "".join(body["normalized_alignment"]["characters"]) == " is here."  # the phonemes are no text

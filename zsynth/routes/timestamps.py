@@ -19,7 +19,7 @@ from aiohttp import web
 
 from ..alignment import CharAlignment, join_chunks
 from ..dispatch import JobFailed
-from ..marks import PRIVATE
+from ..marks import CLOSE, OPEN
 from ..protocol import Event
 from ..spoken import AlignmentMapper, Spoken
 from .tts import audio_headers, finish_stream, job_failure, parse_tts_request, submit
@@ -41,6 +41,16 @@ class _Alignments:
 
     def __init__(self, spoken: Spoken | None) -> None:
         self.mapper = AlignmentMapper(spoken) if spoken is not None and spoken.changed else None
+        self._in_marker = False  # a marker (pause, phonemes) may run across chunks
+
+    def _spoken_text(self, char: str) -> bool:
+        """Whether a spoken character is text (not part of a marker)."""
+        if char == OPEN:
+            self._in_marker = True
+        elif char == CLOSE:
+            self._in_marker = False
+            return False
+        return not self._in_marker
 
     def bodies(self, aligned: Aligned, *, final: bool) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
         """(alignment, normalized_alignment) for the next characters."""
@@ -49,7 +59,7 @@ class _Alignments:
             return body, body
         chars, starts, ends = aligned
         original = self.mapper.feed(chars, starts, ends, final=final)
-        keep = [i for i, char in enumerate(chars) if not PRIVATE.match(char)]  # markers are not text
+        keep = [i for i, char in enumerate(chars) if self._spoken_text(char)]
         normalized = ([chars[i] for i in keep], [starts[i] for i in keep], [ends[i] for i in keep])
         return _alignment_body(*_rounded(original)), _alignment_body(*normalized)
 
