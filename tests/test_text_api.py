@@ -319,3 +319,20 @@ async def test_phoneme_rules_are_spoken_from_their_phonemes_on_piper(api_client)
         assert len(spoken) / rate > len(plain) / rate + 1.0, (text, len(spoken) / rate, len(plain) / rate)
         assert "".join(body["alignment"]["characters"]) == text
         assert "".join(body["normalized_alignment"]["characters"]) == " is here."  # the phonemes are no text
+
+
+async def test_break_tag_cut_by_the_socket_buffer_still_pauses(api_client):
+    ws = await api_client.ws_connect(
+        f"/v1/text-to-speech/any-voice/stream-input?output_format={FMT}", headers={"xi-api-key": KEY}
+    )
+    await ws.send_json({"text": " ", "voice_settings": STEADY, "generation_config": {"chunk_length_schedule": [50]}})
+    # The first message passes the 50-character schedule inside the tag: the buffer releases up to "<break".
+    first, second = "Please hold on while I look that up for you. <break ", 'time="2s" /> Thanks for waiting! '
+    await ws.send_json({"text": first})
+    await ws.send_json({"text": second})
+    await ws.send_json({"text": ""})
+    got = await collect(ws)
+    assert got.errors == [] and got.close_code == 1000
+    samples, rate = decode_audio(got.audio(), FMT)
+    assert 2.0 <= longest_silence(samples, rate) <= 2.5
+    assert got.chars() == (first + second).strip()

@@ -18,6 +18,7 @@ import base64
 import contextlib
 import json
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
@@ -47,6 +48,9 @@ _UNAVAILABLE: Final = {
 }
 
 OnDone = Callable[["Speaker"], Awaitable[None]]
+# The end of a segment that may be the start of a break tag whose rest is still to come (the buffer cuts at white
+# space, and a tag has some): it waits for the next segment, or for the end of the context.
+_TAG_START: Final = re.compile(r"<(?:b|br|bre|brea|break(?:\s[^<>]*)?)?$", re.IGNORECASE)
 
 
 class Speaker:
@@ -70,6 +74,7 @@ class Speaker:
         self.multi = multi
         self.on_done = on_done
         self.options = options or TextOptions()
+        self._carry = ""  # a break tag's start, held for the rest of it
         # Jobs whose text was rewritten (normalization, dictionaries, break tags): their alignment is mapped back.
         self._mappers: dict[str, AlignmentMapper] = {}
         self._mapper: AlignmentMapper | None = None
@@ -104,12 +109,28 @@ class Speaker:
         """Queue a segment; it is spoken after every segment queued before it."""
         if self.ended:
             return
+        if self._carry:
+            # The buffer cuts at white space and strips it: put one back, unless the cut was inside the tag's name
+            # (only auto_mode's message boundaries cut inside a word).
+            inside_name = self._carry.lower() in ("<", "<b", "<br", "<bre", "<brea")
+            segment = self._carry + ("" if inside_name else " ") + segment
+            self._carry = ""
+        held = _TAG_START.search(segment)
+        if held is not None:
+            segment, self._carry = segment[: held.start()], segment[held.start() :]
+            if not segment.strip():
+                self._carry = segment + self._carry
+                return
         self.pending += 1
         self._segments.put_nowait(segment)
 
     def end(self) -> None:
         """No more segments: once the queued ones are spoken, ``on_done`` runs."""
         if not self.ended:
+            if self._carry.strip():  # an unfinished tag is spoken as the text it is
+                self.pending += 1
+                self._segments.put_nowait(self._carry)
+            self._carry = ""
             self.ended = True
             self._segments.put_nowait(None)
 
