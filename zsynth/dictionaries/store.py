@@ -8,7 +8,9 @@ directory (``<data_dir>/dictionaries/``, shared by the fronts of the box). Objec
 
 A version is immutable, so a front keeps every version it has read in memory for good. Which version is the latest
 is read again when older than :data:`LATEST_TTL_S`: a locator without ``version_id`` sees another front's change
-within that time. Two changes racing on one dictionary: the later meta.json wins (each change is a whole version).
+within that time. While the storage cannot be reached, synthesis keeps using what this front last read; changes
+fail with StorageUnavailable and change nothing. Two changes racing on one dictionary: the later meta.json wins
+(each change is a whole version).
 """
 
 from __future__ import annotations
@@ -174,7 +176,14 @@ class DictionaryStore:
             return cached[1]
         if not _valid_id(dictionary_id):
             return None
-        raw = await self._call(self.backend.get(f"{dictionary_id}/{META}"))
+        try:
+            raw = await self._call(self.backend.get(f"{dictionary_id}/{META}"))
+        except StorageUnavailable:
+            if cached is not None and not fresh:
+                # Synthesis goes on with the version this front last saw, and asks the storage again after a while.
+                self._latest[dictionary_id] = (now, cached[1])
+                return cached[1]
+            raise
         meta = json.loads(raw) if raw is not None else None
         self._latest[dictionary_id] = (now, meta)
         return meta
