@@ -11,6 +11,7 @@ import base64
 import json
 
 import aioboto3
+import aiohttp
 import numpy as np
 import pytest
 from elevenlabs import AsyncElevenLabs, PronunciationDictionaryVersionLocator
@@ -20,6 +21,7 @@ from elevenlabs.pronunciation_dictionaries import (
 from elevenlabs.pronunciation_dictionaries import (
     BodyAddAPronunciationDictionaryV1PronunciationDictionariesAddFromRulesPostRulesItem_Phoneme as PhonemeRule,
 )
+from livekit.plugins import elevenlabs as livekit_elevenlabs
 
 from zsynth.app import create_app
 from zsynth.auth import Authenticator
@@ -28,6 +30,8 @@ from zsynth.keys import AUTHENTICATOR
 from .conftest import make_settings
 from .helpers import FakeClock, assert_speech, decode_audio
 from .test_voices_s3 import create_bucket
+from .test_ws_livekit import CONN
+from .test_ws_livekit import speak as livekit_speak
 from .ws_helpers import collect
 
 KEY = "sk-text-api-test"
@@ -336,3 +340,34 @@ async def test_break_tag_cut_by_the_socket_buffer_still_pauses(api_client):
     samples, rate = decode_audio(got.audio(), FMT)
     assert 2.0 <= longest_silence(samples, rate) <= 2.5
     assert got.chars() == (first + second).strip()
+
+
+async def test_livekit_plugin_names_a_dictionary_per_context_and_gets_word_timestamps_on_its_text(api_client):
+    made = await sdk(api_client).pronunciation_dictionaries.create_from_rules(
+        name="livekit",
+        rules=[AliasRule(string_to_replace="NASA", alias="National Aeronautics and Space Administration")],
+    )
+    text = "NASA paid $3.50 today."
+    base_url = f"http://127.0.0.1:{api_client.server.port}/v1"
+    seconds = {}
+    async with aiohttp.ClientSession() as session:
+        for name, extra in {
+            "plain": {},
+            "dictionary": {
+                "pronunciation_dictionary_locators": [
+                    livekit_elevenlabs.PronunciationDictionaryLocator(made.id, made.version_id)
+                ],
+                "apply_text_normalization": "on",
+            },
+        }.items():
+            tts = livekit_elevenlabs.TTS(
+                api_key=KEY, voice_id="any-voice", base_url=base_url, http_session=session, **extra
+            )
+            turn = await livekit_speak(tts.stream(conn_options=CONN), [text])
+            await tts.aclose()
+            turn.check_words(text)  # the word timestamps spell the agent's own text
+            seconds[name] = turn.seconds
+    assert_speech(
+        turn.samples, turn.rate, "National Aeronautics and Space Administration paid three dollars and fifty cents"
+    )
+    assert seconds["dictionary"] > seconds["plain"] + 1.0, seconds
