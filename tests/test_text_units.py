@@ -41,6 +41,8 @@ TABLE = [
     ("Due 12/03/2024.", "Due December third, twenty twenty-four."),
     ("Born in 1984.", "Born in nineteen eighty-four."),
     ("Call 555-123-4567 now", "Call five five five, one two three, four five six seven now"),
+    ("or 555-0199.", "or five five five, zero one nine nine."),
+    ("at 5pm or 11 a.m. Then", "at five P M or eleven A M. Then"),
     ("Call (800) 555-0199.", "Call eight zero zero, five five five, zero one nine nine."),
     # units, abbreviations, symbols
     ("5 km and 10kg", "five kilometers and ten kilograms"),

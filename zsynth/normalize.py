@@ -141,7 +141,7 @@ def _money(match: re.Match[str]) -> str:
 
 
 def _time(match: re.Match[str]) -> str | None:
-    hour, minute, half = int(match.group("h")), int(match.group("m")), match.group("ampm")
+    hour, minute, half = int(match.group("h")), int(match.group("m") or 0), match.group("ampm")
     if hour > 23 or minute > 59:
         return None
     if minute == 0:
@@ -213,10 +213,11 @@ _RULES: Final[list[tuple[re.Pattern[str], Callable[[re.Match[str]], str | None]]
         lambda m: _date(int(m["y"]), int(m["m"]), int(m["d"])),
     ),
     (
-        re.compile(r"(?<![\w+])(?:\+?1[-. ])?(?:\(\d{3}\) ?|\d{3}[-. ])\d{3}[-. ]\d{4}\b"),
+        re.compile(r"(?<![\w+])(?:(?:\+?1[-. ])?(?:\(\d{3}\) ?|\d{3}[-. ])\d{3}[-. ]\d{4}|\d{3}-\d{4})\b"),
         lambda m: ", ".join(_digits(part) for part in re.split(r"[-. ()]+", m.group(0).lstrip("+")) if part),
     ),
     (re.compile(r"\b(?P<h>\d{1,2}):(?P<m>\d{2})(?:\s?(?P<ampm>[AaPp](?:\.[Mm]\.|[Mm]))(?!\w))?"), _time),
+    (re.compile(r"\b(?P<h>\d{1,2})(?P<m>)\s?(?P<ampm>[AaPp](?:\.[Mm]\.|[Mm]))(?!\w)"), _time),
     (
         re.compile(
             rf"(?P<cur>[$€£])\s?(?P<amount>{_NUMBER})(?:\s?(?P<scale>k|thousand|million|billion|bn|m)\b)?",
