@@ -249,6 +249,33 @@ async def test_real_answers_match_the_document(client):
     assert (await c.call(client, "DELETE", "/v1/voices/{voice_id}", voice_id=added["voice_id"]))[0] == 200
     assert (await c.call(client, "DELETE", "/v1/voices/{voice_id}", voice_id="joe"))[0] == 400
 
+    base = "/v1/pronunciation-dictionaries"
+    alias = {"type": "alias", "string_to_replace": "NASA", "alias": "National Aeronautics and Space Administration"}
+    status, made = await c.call(client, "POST", base + "/add-from-rules", json={"name": "d", "rules": [alias]})
+    assert status == 200
+    bad_rule = {"name": "d", "rules": [{"type": "phoneme", "string_to_replace": "x", "phoneme": "x"}]}
+    assert (await c.call(client, "POST", base + "/add-from-rules", json=bad_rule))[0] == 422
+    lexicon = aiohttp.FormData()
+    lexicon.add_field("name", "lexicon")
+    pls = b'<lexicon xmlns="http://www.w3.org/2005/01/pronunciation-lexicon" alphabet="ipa"><lexeme>'
+    pls += b"<grapheme>tomato</grapheme><phoneme>t\xc9\x99m\xc9\x91to\xca\x8a</phoneme></lexeme></lexicon>"
+    lexicon.add_field("file", pls, filename="l.pls", content_type="application/pls+xml")
+    assert (await c.call(client, "POST", base + "/add-from-file", data=lexicon))[0] == 200
+    assert (await c.call(client, "GET", base, query="?page_size=1&sort=name"))[0] == 200
+    one = base + "/{dictionary_id}"
+    assert (await c.call(client, "GET", one, dictionary_id=made["id"]))[0] == 200
+    assert (await c.call(client, "GET", one, dictionary_id="missing"))[0] == 404
+    assert (await c.call(client, "PATCH", one, dictionary_id=made["id"], json={"name": "renamed"}))[0] == 200
+    rules = {"rules": [alias | {"string_to_replace": "ESA", "alias": "European Space Agency"}]}
+    assert (await c.call(client, "POST", one + "/add-rules", dictionary_id=made["id"], json=rules))[0] == 200
+    assert (await c.call(client, "POST", one + "/set-rules", dictionary_id=made["id"], json=rules))[0] == 200
+    strings = {"rule_strings": ["ESA"]}
+    assert (await c.call(client, "POST", one + "/remove-rules", dictionary_id=made["id"], json=strings))[0] == 200
+    version = one + "/{version_id}/download"
+    status, _ = await c.call(client, "GET", version, dictionary_id=made["id"], version_id=made["version_id"])
+    assert status == 200
+    assert (await c.call(client, "GET", version, dictionary_id=made["id"], version_id="nope"))[0] == 404
+
     assert c.seen == documented(), f"not exercised: {documented() - c.seen}"
 
 

@@ -223,6 +223,8 @@ class Settings:
     # objects live under <prefix><voice_id>/ (see zsynth/voices/bucket.py).
     voices_bucket: str | None = _env("VOICES_BUCKET", _optional_str, default=None)
     voices_prefix: str = _env("VOICES_PREFIX", _s3_prefix, default="voices/")
+    # Pronunciation dictionaries live in the same bucket under this prefix (in <data_dir>/dictionaries without one).
+    dictionaries_prefix: str = _env("DICTIONARIES_PREFIX", _s3_prefix, default="pronunciation-dictionaries/")
     # How long a request (front) or a job (worker) for a cloned voice this box lacks waits while it is fetched from
     # the bucket before the answer is 404 voice_not_found.
     voices_fetch_wait_s: float = _env("VOICES_FETCH_WAIT", _positive_float, default=5.0)

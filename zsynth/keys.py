@@ -11,6 +11,7 @@ from redis.asyncio import Redis
 
 from .auth import Authenticator, Credential
 from .config import Settings
+from .dictionaries.store import DictionaryStore
 from .dispatch import Dispatcher
 from .metrics import Metrics
 from .voices import VoiceCatalog
@@ -27,6 +28,7 @@ DISPATCHER: Final = web.AppKey("dispatcher", Dispatcher)
 AUTHENTICATOR: Final = web.AppKey("authenticator", Authenticator)
 METRICS: Final = web.AppKey("metrics", Metrics)
 VOICES: Final = web.AppKey("voices", VoiceCatalog)
+DICTIONARIES: Final = web.AppKey("dictionaries", DictionaryStore)  # pronunciation dictionaries, shared by every front
 VOICE_LIBRARY: Final = web.AppKey("voice_library", VoiceLibrary)  # the voice library across boxes
 # Open realtime sockets, closed with GOING_AWAY when the front shuts down.
 WS_REGISTRY: Final = web.AppKey("ws_registry", weakref.WeakSet[web.WebSocketResponse])

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from zsynth.config import Settings
 
-from .base import Engine, EngineChunk, VoiceSpec
+from .base import Engine, EngineChunk, MarkedText, VoiceSpec
 
 __all__ = ["Engine", "EngineChunk", "VoiceSpec", "load_engine"]
 
 
 def load_engine(settings: Settings) -> Engine:
-    """Load the configured engine (heavy imports happen here, never at import time)."""
+    """Load the configured engine (heavy imports happen here), wrapped to honour the front's markers."""
+    return MarkedText(_load(settings))
+
+
+def _load(settings: Settings) -> Engine:
     if settings.engine == "piper":
         from .piper import PiperEngine
 

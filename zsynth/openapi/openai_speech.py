@@ -7,6 +7,7 @@ from typing import Final
 from ..config import Settings
 from ..openai_audio import MAX_SPEED, MIN_SPEED, RESPONSE_FORMATS, STREAM_FORMATS
 from .components import AUTH_ERRORS, JSON, PathItems, Schema, error, nullable, operation, ref
+from .dictionaries import TEXT_FIELDS
 from .tts import AUDIO_HEADERS
 
 SCHEMAS: Final[dict[str, Schema]] = {
@@ -29,6 +30,7 @@ SCHEMAS: Final[dict[str, Schema]] = {
                 ],
             },
             "instructions": nullable({"type": "string", "description": "Accepted; the engines take no style prompts."}),
+            **TEXT_FIELDS,
             "response_format": nullable({"enum": list(RESPONSE_FORMATS), "default": "mp3"}),
             "speed": nullable(
                 {

@@ -7,6 +7,7 @@ from typing import Final
 from ..audio import ALLOWED_OUTPUT_FORMATS, DEFAULT_OUTPUT_FORMAT, parse_output_format
 from ..config import Settings
 from .components import JSON, PathItems, Schema, nullable, operation, path_param, query_param, ref, responses
+from .dictionaries import TEXT_FIELDS
 
 SCHEMAS: Final[dict[str, Schema]] = {
     "VoiceSettingsInput": {
@@ -32,6 +33,7 @@ SCHEMAS: Final[dict[str, Schema]] = {
             "model_id": nullable({"type": "string", "description": "Accepted and echoed; the engine is fixed."}),
             "voice_settings": nullable(ref("VoiceSettingsInput")),
             "seed": nullable({"type": "integer", "minimum": 0, "maximum": 4294967295}),
+            **TEXT_FIELDS,
         },
     },
 }

@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from .. import ws
-from . import document, health, metrics, models, openai_speech, timestamps, tokens, tts, user, voices
+from . import dictionaries, document, health, metrics, models, openai_speech, timestamps, tokens, tts, user, voices
 
 
 def setup_routes(app: web.Application) -> None:
@@ -20,4 +20,5 @@ def setup_routes(app: web.Application) -> None:
     models.setup(app)
     user.setup(app)
     timestamps.setup(app)
+    dictionaries.setup(app)
     ws.setup(app)

@@ -10,6 +10,8 @@ ElevenLabs routes.
 * ``speed`` (0.25-4.0) is mapped onto the engine's 0.7-1.2 by :func:`engine_speed`.
 * ``instructions`` is accepted and ignored: neither engine takes style prompts.
 * ``model`` is any string, echoed in ``x-model-id``.
+* ``apply_text_normalization`` and ``pronunciation_dictionary_locators`` (ElevenLabs' fields, an extension here)
+  work as on the ElevenLabs routes; break tags too.
 * ``stream_format: "sse"`` sends ``speech.audio.delta`` events (base64 audio in ``response_format``), then
   ``speech.audio.done`` with a usage that counts characters as input tokens.
 """
@@ -32,7 +34,7 @@ from ..errors import ApiError
 from ..jsonbody import BadJson, read_json
 from ..keys import SETTINGS
 from ..openai_audio import MAX_SPEED, MIN_SPEED, RESPONSE_FORMATS, STREAM_FORMATS, ResponseFormat
-from .tts import TtsRequest, audio_headers, finish_stream, job_failure, submit
+from .tts import TtsRequest, audio_headers, finish_stream, job_failure, submit, text_options
 
 PATH: Final = "/v1/audio/speech"
 # The engines' speed range (workers/engines/piper.py and turbo.py clamp voice_settings.speed to it).
@@ -136,6 +138,7 @@ async def parse_speech_request(request: web.Request) -> SpeechRequest:
         model_id=model,
         voice_settings={"speed": engine_speed(_speed(body))},
         seed=None,
+        options=text_options(body),
     )
     return SpeechRequest(tts, fmt, sse)
 

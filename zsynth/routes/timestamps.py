@@ -2,8 +2,10 @@
 
 The alignment comes from the same source as the realtime socket's (:mod:`zsynth.alignment`, computed by the
 worker per chunk). Over HTTP the times are in seconds from the start of the whole audio, on every line of the
-streaming route too. ``normalized_alignment`` carries the same characters as ``alignment``: zsynth does not
-rewrite the text before speaking it (the engine's own number reading is not reflected in the characters).
+streaming route too. ``alignment`` is always on the caller's characters. When the text was rewritten before it was
+spoken (normalization, a dictionary's alias, a break tag: :mod:`zsynth.textprep`), ``normalized_alignment`` carries
+the characters that were spoken and each of the caller's characters that was replaced gets a share of the span its
+replacement was spoken in; otherwise both are the same.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from aiohttp import web
 
 from ..alignment import CharAlignment, join_chunks
 from ..dispatch import JobFailed
+from ..marks import CLOSE, OPEN
 from ..protocol import Event
+from ..spoken import AlignmentMapper, Spoken
 from .tts import audio_headers, finish_stream, job_failure, parse_tts_request, submit
 
 logger = logging.getLogger(__name__)
@@ -27,6 +31,42 @@ def _alignment_body(chars: list[str], starts: list[float], ends: list[float]) ->
     if not chars:
         return None
     return {"characters": chars, "character_start_times_seconds": starts, "character_end_times_seconds": ends}
+
+
+Aligned = tuple[list[str], list[float], list[float]]
+
+
+class _Alignments:
+    """Both alignments of the characters as they come: the caller's and the spoken ones."""
+
+    def __init__(self, spoken: Spoken | None) -> None:
+        self.mapper = AlignmentMapper(spoken) if spoken is not None and spoken.changed else None
+        self._in_marker = False  # a marker (pause, phonemes) may run across chunks
+
+    def _spoken_text(self, char: str) -> bool:
+        """Whether a spoken character is text (not part of a marker)."""
+        if char == OPEN:
+            self._in_marker = True
+        elif char == CLOSE:
+            self._in_marker = False
+            return False
+        return not self._in_marker
+
+    def bodies(self, aligned: Aligned, *, final: bool) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """(alignment, normalized_alignment) for the next characters."""
+        if self.mapper is None:
+            body = _alignment_body(*aligned)
+            return body, body
+        chars, starts, ends = aligned
+        original = self.mapper.feed(chars, starts, ends, final=final)
+        keep = [i for i, char in enumerate(chars) if self._spoken_text(char)]
+        normalized = ([chars[i] for i in keep], [starts[i] for i in keep], [ends[i] for i in keep])
+        return _alignment_body(*_rounded(original)), _alignment_body(*normalized)
+
+
+def _rounded(aligned: Aligned) -> Aligned:
+    chars, starts, ends = aligned
+    return chars, [round(v, 3) for v in starts], [round(v, 3) for v in ends]
 
 
 # The with-timestamps routes answer JSON whatever the audio format inside it.
@@ -72,11 +112,11 @@ async def convert_with_timestamps(request: web.Request) -> web.Response:
         if ends:
             # An encoder's final flush can carry a few ms after the last character starts: it is that character's.
             ends[-1] = max(ends[-1], round(timeline.offset_s, 3))
-        aligned = _alignment_body(chars, starts, ends)
+        aligned, normalized = _Alignments(tts.spoken).bodies((chars, starts, ends), final=True)
         body = {
             "audio_base64": base64.b64encode(b"".join(audio)).decode("ascii"),
             "alignment": aligned,
-            "normalized_alignment": aligned,
+            "normalized_alignment": normalized,
         }
         return web.Response(text=_json(body), headers=audio_headers(request, tts, stream.job) | JSON_TYPE)
 
@@ -95,19 +135,25 @@ async def stream_with_timestamps(request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(headers=audio_headers(request, tts, job_stream.job) | JSON_TYPE)
         await response.prepare(request)
         timeline = _Timeline()
+        alignments = _Alignments(tts.spoken)
 
         async def write_all() -> None:
             event = first
             while event is not None:
+                following = await anext(chunks, None)
                 part = timeline.add(event)
-                aligned = _alignment_body(*join_chunks([part])) if part is not None else None
+                aligned: dict[str, Any] | None = None
+                normalized: dict[str, Any] | None = None
+                if part is not None or (following is None and alignments.mapper is not None):
+                    joined = join_chunks([part]) if part is not None else ([], [], [])
+                    aligned, normalized = alignments.bodies(joined, final=following is None)
                 line = {
                     "audio_base64": base64.b64encode(event.audio).decode("ascii"),
                     "alignment": aligned,
-                    "normalized_alignment": aligned,
+                    "normalized_alignment": normalized,
                 }
                 await response.write((_json(line) + "\n").encode())
-                event = await anext(chunks, None)
+                event = following
 
         return await finish_stream(request, response, job_stream, write_all())
 

@@ -6,18 +6,21 @@ import logging
 import math
 import re
 from collections.abc import Awaitable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 from aiohttp.client_exceptions import ClientConnectionResetError
 
 from ..audio import OutputFormat, OutputFormatError, parse_output_format
+from ..dictionaries.store import StorageUnavailable
 from ..dispatch import JobFailed, JobStream
 from ..errors import ApiError
 from ..jsonbody import BadJson, read_json
-from ..keys import CREDENTIAL, DISPATCHER, REQUEST_ID, SETTINGS, VOICES
+from ..keys import CREDENTIAL, DICTIONARIES, DISPATCHER, REQUEST_ID, SETTINGS, VOICES
 from ..protocol import Job
+from ..spoken import Spoken
+from ..textprep import TextOptionError, TextOptions, parse_options, prepare
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +52,17 @@ class TtsRequest:
     model_id: str | None
     voice_settings: dict[str, Any]
     seed: int | None
+    options: TextOptions = field(default_factory=TextOptions)
+    # What the engine speaks, once submitted (None until then).
+    spoken: Spoken | None = None
+
+
+def text_options(body: dict[str, Any]) -> TextOptions:
+    """The body's ``apply_text_normalization`` and ``pronunciation_dictionary_locators``, or ApiError."""
+    try:
+        return parse_options(body)
+    except TextOptionError as err:
+        raise ApiError(err.status, err.code, err.message, param=err.param) from err
 
 
 async def parse_tts_request(request: web.Request, route: str) -> TtsRequest:
@@ -88,7 +102,7 @@ async def parse_tts_request(request: web.Request, route: str) -> TtsRequest:
         seed = int(seed)
     if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= 4294967295):
         raise ApiError(422, "invalid_parameters", "Field 'seed' must be an integer 0..4294967295.", param="seed")
-    return TtsRequest(voice_id, text, fmt, model_id, voice_settings, seed)
+    return TtsRequest(voice_id, text, fmt, model_id, voice_settings, seed, text_options(body))
 
 
 def check_voice_settings(raw: object) -> dict[str, Any]:
@@ -158,10 +172,23 @@ def audio_headers(request: web.Request, tts: TtsRequest, job: Job) -> dict[str, 
 async def submit(request: web.Request, tts: TtsRequest, *, alignment: bool = False) -> JobStream:
     """Queue the job for this request, with an unknown voice id swapped for the swap-out voice.
 
-    ``alignment`` asks the worker for character timing with every chunk (the with-timestamps routes).
+    ``alignment`` asks the worker for character timing with every chunk (the with-timestamps routes). The text is
+    prepared first (break tags, dictionaries, normalization: :mod:`zsynth.textprep`); ``tts.spoken`` keeps the result.
     """
+    settings = request.app[SETTINGS]
+    try:
+        tts.spoken = await prepare(tts.text, tts.options, settings.engine, request.app.get(DICTIONARIES))
+    except TextOptionError as err:
+        raise ApiError(err.status, err.code, err.message, param=err.param) from err
+    except StorageUnavailable as err:
+        raise ApiError(
+            503,
+            "dictionary_storage_unavailable",
+            f"Pronunciation dictionaries cannot be read ({err}).",
+            headers={"Retry-After": "1"},
+        ) from err
     job = Job(
-        text=tts.text,
+        text=tts.spoken.text if tts.spoken.changed else tts.text,
         voice_id=request.app[VOICES].resolve(tts.voice_id),
         output_format=tts.fmt.name,
         voice_settings=tts.voice_settings,

@@ -38,6 +38,7 @@ from .connection import Connection, StreamParams, WsError, inactivity_error, par
 from .lifecycle import run_socket
 from .speaker import Speaker
 from .stream_input import BUSY_POLL_S, MIN_WAIT_S, checked_text, make_buffer
+from .text_options import socket_text_options
 
 logger = logging.getLogger(__name__)
 
@@ -63,8 +64,9 @@ class MultiSession:
         self.live: dict[str | None, Context] = {}
         self.closing: set[Speaker] = set()  # contexts told to close whose isFinal is not sent yet
         self.closing_socket = False
+        self.first: dict[str, Any] = {}  # the socket's first message: its dictionaries serve every context
 
-    def _context(self, context_id: str | None, message: dict[str, Any]) -> Context:
+    async def _context(self, context_id: str | None, message: dict[str, Any]) -> Context:
         """The live context ``context_id``, created (counted against the limit) when there is none."""
         context = self.live.get(context_id)
         if context is not None:
@@ -76,8 +78,16 @@ class MultiSession:
                 "an existing context before opening a new one.",
             )
         buffer = make_buffer(message, self.params, self.conn.request.app[SETTINGS])
+        own = "pronunciation_dictionary_locators" in message
+        options = await socket_text_options(self.conn, message if own else self.first)
         speaker = Speaker(
-            self.conn, self.params, voice_settings_field(message), context_id, multi=True, on_done=self._finished
+            self.conn,
+            self.params,
+            voice_settings_field(message),
+            context_id,
+            multi=True,
+            on_done=self._finished,
+            options=options,
         )
         self.speakers.append(speaker)
         context = Context(buffer, speaker)
@@ -128,7 +138,7 @@ class MultiSession:
         flush = bool(message.get("flush"))
         if text == "" and not flush and context_id not in self.live:
             return  # a keep-alive for the socket or for a context that is gone: nothing to keep
-        context = self._context(context_id, message)
+        context = await self._context(context_id, message)
         context.speaker.touch()
         spoken = bool(text.strip())
         if flush and (not spoken or not self.params.auto_mode):
@@ -168,6 +178,7 @@ async def _serve(conn: Connection, speakers: list[Speaker]) -> None:
     if first is None:
         return
     session = MultiSession(conn, params, speakers)
+    session.first = first
     message: dict[str, Any] | None = first
     while True:
         if message is not None and not session.closing_socket:

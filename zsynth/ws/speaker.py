@@ -18,14 +18,18 @@ import base64
 import contextlib
 import json
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from ..alignment import CharAlignment, Timeline
+from ..dictionaries.store import StorageUnavailable
 from ..dispatch import JobFailed, JobStream
-from ..keys import DISPATCHER, SETTINGS
+from ..keys import DICTIONARIES, DISPATCHER, SETTINGS
 from ..protocol import Event, Job
+from ..spoken import AlignmentMapper
+from ..textprep import TextOptionError, TextOptions, prepare
 from .connection import Connection, StreamParams, WsError
 
 logger = logging.getLogger(__name__)
@@ -44,6 +48,11 @@ _UNAVAILABLE: Final = {
 }
 
 OnDone = Callable[["Speaker"], Awaitable[None]]
+# The end of a segment that may be the start of a break tag whose rest is still to come (the buffer cuts at white
+# space, and a tag has some): it waits for the next segment, or for the end of the context.
+# The longest break tag start held for its rest (`<break time="10.0s" />` is 25 characters).
+MAX_HELD_TAG_CHARS: Final = 100
+_TAG_START: Final = re.compile(r"<(?:b|br|bre|brea|break(?:\s[^<>]*)?)?$", re.IGNORECASE)
 
 
 class Speaker:
@@ -58,6 +67,7 @@ class Speaker:
         *,
         multi: bool,
         on_done: OnDone,
+        options: TextOptions | None = None,
     ) -> None:
         self.conn = conn
         self.params = params
@@ -65,6 +75,11 @@ class Speaker:
         self.context_id = context_id
         self.multi = multi
         self.on_done = on_done
+        self.options = options or TextOptions()
+        self._carry = ""  # a break tag's start, held for the rest of it
+        # Jobs whose text was rewritten (normalization, dictionaries, break tags): their alignment is mapped back.
+        self._mappers: dict[str, AlignmentMapper] = {}
+        self._mapper: AlignmentMapper | None = None
         self.pending = 0  # segments accepted and not yet fully sent
         self.ended = False
         self.last_activity = time.monotonic()
@@ -105,6 +120,20 @@ class Speaker:
         """
         if self.ended:
             return
+        if self._carry:
+            # The buffer cuts at white space and strips it: put one back, unless the cut was inside the tag's name
+            # (only auto_mode's message boundaries cut inside a word).
+            inside_name = self._carry.lower() in ("<", "<b", "<br", "<bre", "<brea")
+            segment = self._carry + ("" if inside_name else " ") + segment
+            self._carry = ""
+        held = _TAG_START.search(segment)
+        # Only a tag's start is held: text after an unclosed "<break " is not, however long (the context's text
+        # must stay bounded).
+        if held is not None and len(segment) - held.start() <= MAX_HELD_TAG_CHARS:
+            segment, self._carry = segment[: held.start()], segment[held.start() :]
+            if not segment.strip():
+                self._carry = segment + self._carry
+                return
         settings = self.conn.request.app[SETTINGS]
         chars, segments = settings.ws_max_queued_chars, settings.ws_max_queued_segments
         if self._queued_chars + len(segment) > chars or self._segments.qsize() >= segments:
@@ -119,6 +148,11 @@ class Speaker:
     def end(self) -> None:
         """No more segments: once the queued ones are spoken, ``on_done`` runs."""
         if not self.ended:
+            if self._carry.strip():  # an unfinished tag is spoken as the text it is
+                self._queued_chars += len(self._carry)
+                self.pending += 1
+                self._segments.put_nowait(self._carry)
+            self._carry = ""
             self.ended = True
             self._segments.put_nowait(None)
 
@@ -168,8 +202,16 @@ class Speaker:
                 return
             self._queued_chars -= len(segment)
             await self._slots.acquire()
+            app_settings = app[SETTINGS]
+            try:
+                spoken = await prepare(segment, self.options, app_settings.engine, app.get(DICTIONARIES))
+            except (TextOptionError, StorageUnavailable) as err:
+                self._finisher = asyncio.current_task()
+                code = err.code if isinstance(err, TextOptionError) else "synthesis_unavailable"
+                await self.conn.fail(WsError(code, str(err)))
+                return
             job = Job(
-                text=segment,
+                text=spoken.text if spoken.changed else segment,
                 voice_id=self.params.voice_id,
                 output_format=self.params.fmt.name,
                 voice_settings=self.voice_settings,
@@ -200,6 +242,8 @@ class Speaker:
             finally:
                 self._submitting = False
             self._live.add(stream)
+            if spoken.changed:
+                self._mappers[job.job_id] = AlignmentMapper(spoken)
             if self._interrupted:
                 return  # interrupt() cancels every live job once this task has ended
             logger.debug("socket %s: segment job %s (%d chars)", self.conn.socket_id, job.job_id, len(segment))
@@ -213,6 +257,7 @@ class Speaker:
                     break
                 try:
                     job_start = True
+                    self._mapper = self._mappers.pop(stream.job.job_id, None)
                     async for event in stream.chunks():
                         job_start = await self._forward(event, job_start)
                         if self._interrupted:
@@ -243,6 +288,8 @@ class Speaker:
 
     def _alignment(self, event: Event, job_start: bool) -> CharAlignment | None:
         alignment = CharAlignment.from_meta(event.meta.get("alignment"))
+        if alignment is not None and self._mapper is not None:
+            alignment = self._mapped(alignment)
         if alignment is None or not alignment.chars:
             return None
         if job_start and self._chars_sent and not alignment.chars[0].isspace():
@@ -251,6 +298,16 @@ class Speaker:
             alignment = CharAlignment([" ", *alignment.chars], [0, *alignment.start_ms], [0, *alignment.dur_ms])
         self._chars_sent = True
         return alignment
+
+    def _mapped(self, alignment: CharAlignment) -> CharAlignment:
+        """The chunk's alignment on the caller's characters (both alignment fields carry them on the sockets)."""
+        assert self._mapper is not None
+        base = self._audio_ms  # where this chunk starts on the context's clock: the mapper needs one clock
+        starts = [base + s for s in alignment.start_ms]
+        ends = [a + d for a, d in zip(starts, alignment.dur_ms, strict=True)]
+        chars, first, last = self._mapper.feed(alignment.chars, starts, ends)
+        rel = [max(0, round(s - base)) for s in first]
+        return CharAlignment(chars, rel, [max(0, round(e - base) - r) for e, r in zip(last, rel, strict=True)])
 
     async def _forward(self, event: Event, job_start: bool) -> bool:
         """Send one chunk as one frame, or several when its audio would make a frame too large.

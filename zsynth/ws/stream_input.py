@@ -26,6 +26,7 @@ from .connection import (
 )
 from .lifecycle import run_socket
 from .speaker import Speaker
+from .text_options import socket_text_options
 
 # Smallest wait between inactivity checks; aiohttp treats a 0 timeout as "no timeout".
 MIN_WAIT_S = 0.05
@@ -70,7 +71,8 @@ async def _serve(conn: Connection, speakers: list[Speaker]) -> None:
         await conn.send({"isFinal": True})
         await conn.close(1000)
 
-    speaker = Speaker(conn, params, voice_settings_field(first), None, multi=False, on_done=finished)
+    options = await socket_text_options(conn, first)
+    speaker = Speaker(conn, params, voice_settings_field(first), None, multi=False, on_done=finished, options=options)
     speakers.append(speaker)
     message: dict[str, Any] | None = first
     while True:

@@ -1,0 +1,1 @@
+"""Pronunciation dictionaries: rules (alias and phoneme), PLS lexicons, durable versioned storage."""

@@ -1,0 +1,342 @@
+"""Pronunciation dictionaries, as the ElevenLabs SDK's ``pronunciation_dictionaries`` client calls them.
+
+``POST /v1/pronunciation-dictionaries/add-from-file`` (multipart: ``name``, ``file`` = a PLS lexicon,
+``description``), ``POST .../add-from-rules`` (JSON), ``GET /v1/pronunciation-dictionaries`` (paged),
+``GET .../{id}``, ``PATCH .../{id}`` (``name``, ``archived``), ``POST .../{id}/add-rules``, ``.../remove-rules`` and
+``.../set-rules`` (each makes a new version), and ``GET .../{id}/{version_id}/download`` (the version as PLS).
+
+Managing needs a full key: ephemeral tokens are refused by the auth middleware on every path here (they may still
+name dictionaries in ``pronunciation_dictionary_locators`` when they synthesize). Archiving only hides a
+dictionary from the list: requests that name it keep working, as upstream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any, Final
+
+from aiohttp import BodyPartReader, web
+from aiohttp.http_exceptions import HttpProcessingError
+
+from ..dictionaries.rules import Rule, RuleError, parse_pls, parse_rules, to_pls
+from ..dictionaries.store import (
+    BucketBackend,
+    Dictionary,
+    DictionaryStore,
+    DirectoryBackend,
+    StorageUnavailable,
+)
+from ..errors import ApiError
+from ..jsonbody import BadJson, read_json
+from ..keys import DICTIONARIES, SETTINGS
+
+logger = logging.getLogger(__name__)
+
+BASE: Final = "/v1/pronunciation-dictionaries"
+MAX_LEXICON_BYTES: Final = 1024 * 1024
+MAX_NAME_CHARS: Final = 200
+PERMISSION: Final = "admin"
+CREATED_BY: Final = "zsynth"
+WORKSPACE_ACCESS: Final = ("admin", "editor", "commenter", "viewer")
+
+
+async def dictionaries_context(app: web.Application) -> AsyncIterator[None]:
+    """The dictionary store: the voices' bucket when set, else the data directory."""
+    settings = app[SETTINGS]
+    backend: BucketBackend | DirectoryBackend
+    if settings.voices_bucket:
+        backend = BucketBackend(settings.voices_bucket, settings.dictionaries_prefix)
+        await backend.open()
+    else:
+        backend = DirectoryBackend(settings.data_dir / "dictionaries")
+    app[DICTIONARIES] = DictionaryStore(backend)
+    yield
+    await app[DICTIONARIES].close()
+
+
+def _unavailable(err: StorageUnavailable) -> ApiError:
+    return ApiError(
+        503,
+        "dictionary_storage_unavailable",
+        f"The pronunciation dictionaries' storage cannot be reached ({err}); nothing was changed.",
+        headers={"Retry-After": "1"},
+    )
+
+
+def _not_found(dictionary_id: str) -> ApiError:
+    return ApiError(
+        404,
+        "pronunciation_dictionary_not_found",
+        f"Pronunciation dictionary {dictionary_id!r} was not found.",
+        param="pronunciation_dictionary_id",
+    )
+
+
+def _bad(message: str, param: str | None = None) -> ApiError:
+    return ApiError(422, "invalid_parameters", message, param=param)
+
+
+def _name(raw: object) -> str:
+    if not isinstance(raw, str) or not raw.strip() or len(raw) > MAX_NAME_CHARS:
+        raise _bad(f"Field 'name' is required: a string of 1 to {MAX_NAME_CHARS} characters.", "name")
+    return raw
+
+
+def _description(raw: object) -> str | None:
+    if raw in (None, "", "null"):
+        return None
+    if not isinstance(raw, str) or len(raw) > 4000:
+        raise _bad("Field 'description' must be a string of at most 4000 characters.", "description")
+    return raw
+
+
+def _workspace_access(raw: object) -> None:
+    """Checked and ignored: a dictionary here belongs to whoever holds a full key."""
+    if raw not in (None, "") and raw not in WORKSPACE_ACCESS:
+        raise _bad(f"Field 'workspace_access' must be one of {', '.join(WORKSPACE_ACCESS)}.", "workspace_access")
+
+
+def _created(dictionary: Dictionary) -> dict[str, Any]:
+    return {
+        "id": dictionary.id,
+        "name": dictionary.name,
+        "created_by": CREATED_BY,
+        "creation_time_unix": dictionary.created_at,
+        "version_id": dictionary.version_id,
+        "version_rules_num": len(dictionary.rules),
+        "description": dictionary.description,
+        "permission_on_resource": PERMISSION,
+    }
+
+
+def _metadata(meta: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": meta["id"],
+        "latest_version_id": meta["latest_version_id"],
+        "latest_version_rules_num": meta["latest_version_rules_num"],
+        "name": meta["name"],
+        "permission_on_resource": PERMISSION,
+        "created_by": CREATED_BY,
+        "creation_time_unix": meta["creation_time_unix"],
+        "archived_time_unix": meta.get("archived_time_unix"),
+        "description": meta.get("description"),
+    }
+
+
+async def _json_body(request: web.Request) -> dict[str, Any]:
+    try:
+        body = await read_json(request)
+    except BadJson as err:
+        raise ApiError(400, "invalid_json", "The request body must be a JSON object.") from err
+    if not isinstance(body, dict):
+        raise ApiError(400, "invalid_json", "The request body must be a JSON object.")
+    return body
+
+
+async def _store_call(coro: Any) -> Any:
+    try:
+        return await coro
+    except StorageUnavailable as err:
+        raise _unavailable(err) from err
+
+
+async def _dictionary(request: web.Request) -> Dictionary:
+    dictionary_id = request.match_info["dictionary_id"]
+    dictionary = await _store_call(request.app[DICTIONARIES].get(dictionary_id))
+    if dictionary is None:
+        raise _not_found(dictionary_id)
+    assert isinstance(dictionary, Dictionary)
+    return dictionary
+
+
+async def add_from_rules(request: web.Request) -> web.Response:
+    """A new dictionary from a JSON list of rules."""
+    body = await _json_body(request)
+    name, description = _name(body.get("name")), _description(body.get("description"))
+    _workspace_access(body.get("workspace_access"))
+    try:
+        rules = parse_rules(body.get("rules"))
+    except RuleError as err:
+        raise _bad(str(err), "rules") from err
+    dictionary = await _store_call(request.app[DICTIONARIES].create(name, description, rules))
+    logger.info("request: dictionary %s created from %d rules", dictionary.id, len(rules))
+    return web.json_response(_created(dictionary))
+
+
+async def _read_lexicon(request: web.Request) -> tuple[dict[str, str], bytes | None]:
+    if not request.content_type.startswith("multipart/"):
+        raise ApiError(400, "invalid_content_type", "Send multipart/form-data with 'name' and a PLS 'file'.")
+    fields: dict[str, str] = {}
+    lexicon: bytes | None = None
+    total = 0  # the whole body is bounded too: aiohttp's client_max_size does not apply to multipart reads
+    try:
+        reader = await request.multipart()
+        while (part := await reader.next()) is not None:
+            if not isinstance(part, BodyPartReader):
+                continue
+            data = bytearray()
+            while chunk := await part.read_chunk(64 * 1024):
+                data.extend(chunk)
+                total += len(chunk)
+                if len(data) > MAX_LEXICON_BYTES or total > 2 * MAX_LEXICON_BYTES:
+                    raise ApiError(413, "request_too_large", f"A PLS upload is limited to {MAX_LEXICON_BYTES} bytes.")
+            if part.name == "file":
+                lexicon = bytes(data)
+            elif part.name:
+                fields[part.name] = data.decode("utf-8", "replace")
+    except (ValueError, HttpProcessingError) as err:
+        # A part header aiohttp rejects (a control character in a field name) is the client's error, not ours.
+        message = getattr(err, "message", None) or str(err)
+        raise ApiError(400, "invalid_multipart", f"The multipart body could not be read: {message}") from err
+    return fields, lexicon
+
+
+async def add_from_file(request: web.Request) -> web.Response:
+    """A new dictionary from an uploaded PLS lexicon."""
+    fields, lexicon = await _read_lexicon(request)
+    name, description = _name(fields.get("name")), _description(fields.get("description"))
+    _workspace_access(fields.get("workspace_access"))
+    if not lexicon:
+        raise _bad("Field 'file' (a PLS lexicon) is required.", "file")
+    try:
+        rules = await asyncio.to_thread(parse_pls, lexicon)
+    except RuleError as err:
+        raise ApiError(400, "invalid_pls", str(err), param="file") from err
+    dictionary = await _store_call(request.app[DICTIONARIES].create(name, description, rules))
+    logger.info("request: dictionary %s created from a lexicon of %d rules", dictionary.id, len(rules))
+    return web.json_response(_created(dictionary))
+
+
+async def list_dictionaries(request: web.Request) -> web.Response:
+    """Every dictionary, newest first (``sort=name`` by name), paged by ``cursor`` and ``page_size`` (1-100)."""
+    try:
+        page_size = int(request.query.get("page_size") or 30)
+        offset = int(request.query.get("cursor") or 0)
+    except ValueError as err:
+        raise _bad("page_size and cursor must be whole numbers.") from err
+    if not 1 <= page_size <= 100 or offset < 0:
+        raise _bad("page_size must be 1 to 100.", "page_size")
+    sort = request.query.get("sort") or "creation_time_unix"
+    direction = request.query.get("sort_direction") or "DESCENDING"
+    archived_raw = (request.query.get("include_archived") or "false").lower()
+    if sort not in ("creation_time_unix", "name") or direction not in ("ASCENDING", "DESCENDING"):
+        raise _bad("sort must be creation_time_unix or name; sort_direction ASCENDING or DESCENDING.", "sort")
+    if archived_raw not in ("true", "false"):
+        raise _bad("include_archived must be true or false.", "include_archived")
+    archived = archived_raw == "true"
+    metas = [
+        m for m in await _store_call(request.app[DICTIONARIES].list()) if archived or not m.get("archived_time_unix")
+    ]
+    by_name = sort == "name"
+    descending = direction == "DESCENDING"
+    metas.sort(key=lambda m: (m["name"] if by_name else m["creation_time_unix"], m["id"]), reverse=descending)
+    page = metas[offset : offset + page_size]
+    more = offset + page_size < len(metas)
+    return web.json_response(
+        {
+            "pronunciation_dictionaries": [_metadata(m) for m in page],
+            "next_cursor": str(offset + page_size) if more else None,
+            "has_more": more,
+        }
+    )
+
+
+async def get_dictionary(request: web.Request) -> web.Response:
+    """The dictionary with its latest version's rules."""
+    dictionary = await _dictionary(request)
+    meta = await _store_call(request.app[DICTIONARIES].meta(dictionary.id))
+    body = _metadata(meta or dictionary.meta()) | {"rules": [rule.to_json() for rule in dictionary.rules]}
+    return web.json_response(body)
+
+
+async def update_dictionary(request: web.Request) -> web.Response:
+    """Rename or archive (``archived: true``) a dictionary; no new version is made."""
+    dictionary = await _dictionary(request)
+    body = await _json_body(request)
+    store = request.app[DICTIONARIES]
+    meta = dict(await _store_call(store.meta(dictionary.id, fresh=True)) or dictionary.meta())
+    if body.get("name") is not None:
+        meta["name"] = _name(body["name"])
+    if body.get("archived") is not None:
+        if not isinstance(body["archived"], bool):
+            raise _bad("Field 'archived' must be true or false.", "archived")
+        meta["archived_time_unix"] = int(time.time()) if body["archived"] else None
+    await _store_call(store.backend_put_meta(dictionary.id, meta))
+    return web.json_response(_metadata(meta) | {"rules": [rule.to_json() for rule in dictionary.rules]})
+
+
+async def _new_version(request: web.Request, dictionary: Dictionary, rules: list[Rule]) -> web.Response:
+    saved = await _store_call(request.app[DICTIONARIES].save(dictionary, rules))
+    logger.info("request: dictionary %s version %s (%d rules)", saved.id, saved.version_id, len(rules))
+    return web.json_response({"id": saved.id, "version_id": saved.version_id, "version_rules_num": len(rules)})
+
+
+async def add_rules(request: web.Request) -> web.Response:
+    """A new version with the rules added (a rule for a string already there replaces it)."""
+    dictionary = await _dictionary(request)
+    body = await _json_body(request)
+    try:
+        added = parse_rules(body.get("rules"))
+    except RuleError as err:
+        raise _bad(str(err), "rules") from err
+    strings = {rule.string_to_replace for rule in added}
+    rules = [rule for rule in dictionary.rules if rule.string_to_replace not in strings] + added
+    return await _new_version(request, dictionary, rules)
+
+
+async def remove_rules(request: web.Request) -> web.Response:
+    """A new version without the rules whose ``string_to_replace`` is listed."""
+    dictionary = await _dictionary(request)
+    body = await _json_body(request)
+    strings = body.get("rule_strings")
+    if not isinstance(strings, list) or not all(isinstance(s, str) for s in strings):
+        raise _bad("Field 'rule_strings' must be a list of strings.", "rule_strings")
+    rules = [rule for rule in dictionary.rules if rule.string_to_replace not in set(strings)]
+    return await _new_version(request, dictionary, rules)
+
+
+async def set_rules(request: web.Request) -> web.Response:
+    """A new version holding exactly the given rules."""
+    dictionary = await _dictionary(request)
+    body = await _json_body(request)
+    try:
+        rules = parse_rules(body.get("rules"))
+    except RuleError as err:
+        raise _bad(str(err), "rules") from err
+    return await _new_version(request, dictionary, rules)
+
+
+async def download(request: web.Request) -> web.Response:
+    """One version as a PLS lexicon."""
+    dictionary_id, version_id = request.match_info["dictionary_id"], request.match_info["version_id"]
+    rules = await _store_call(request.app[DICTIONARIES].rules(dictionary_id, version_id))
+    if rules is None:
+        raise ApiError(
+            404,
+            "pronunciation_dictionary_version_not_found",
+            f"Pronunciation dictionary {dictionary_id!r} has no version {version_id!r}.",
+            param="version_id",
+        )
+    body = await asyncio.to_thread(to_pls, rules)
+    return web.Response(
+        body=body,
+        content_type="application/pls+xml",
+        headers={"Content-Disposition": f'attachment; filename="{dictionary_id}-{version_id}.pls"'},
+    )
+
+
+def setup(app: web.Application) -> None:
+    """Register the dictionary routes and the store's lifecycle."""
+    app.cleanup_ctx.append(dictionaries_context)
+    app.router.add_post(f"{BASE}/add-from-file", add_from_file)
+    app.router.add_post(f"{BASE}/add-from-rules", add_from_rules)
+    app.router.add_get(BASE, list_dictionaries)
+    app.router.add_get(BASE + "/{dictionary_id}", get_dictionary)
+    app.router.add_patch(BASE + "/{dictionary_id}", update_dictionary)
+    app.router.add_post(BASE + "/{dictionary_id}/add-rules", add_rules)
+    app.router.add_post(BASE + "/{dictionary_id}/remove-rules", remove_rules)
+    app.router.add_post(BASE + "/{dictionary_id}/set-rules", set_rules)
+    app.router.add_get(BASE + "/{dictionary_id}/{version_id}/download", download)

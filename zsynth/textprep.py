@@ -1,0 +1,122 @@
+"""From a request's text to what the engine speaks: break tags, pronunciation dictionaries, then normalization.
+
+The request fields (the same on every synthesis route and in the first message of both sockets):
+
+* ``apply_text_normalization``: ``auto`` (default), ``on`` or ``off`` (see :mod:`zsynth.normalize`);
+* ``pronunciation_dictionary_locators``: at most 3 ``{"pronunciation_dictionary_id", "version_id"?}`` (no version:
+  the latest).
+
+``<break time="1.5s" />`` (or ``"500ms"``) becomes a pause of that length, at most 3 s; any other markup is spoken
+as written. The result is a :class:`~zsynth.spoken.Spoken`; when nothing changed, the job carries the caller's text.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from . import marks
+from .dictionaries.rules import apply_rules
+from .dictionaries.store import DictionaryStore
+from .normalize import MODES, normalize, wants_normalization
+from .spoken import Spoken
+
+MAX_LOCATORS: Final = 3
+BREAK: Final = re.compile(r"<break\s+time\s*=\s*[\"'](?P<n>\d+(?:\.\d+)?)\s*(?P<unit>s|ms)[\"']\s*/?>", re.IGNORECASE)
+
+
+class TextOptionError(ValueError):
+    """A bad text option; ``param`` names the field."""
+
+    def __init__(self, code: str, message: str, param: str, status: int = 422) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.param = param
+        self.status = status
+
+
+@dataclass(frozen=True, slots=True)
+class TextOptions:
+    """The request's text options."""
+
+    normalization: str = "auto"
+    locators: tuple[tuple[str, str | None], ...] = field(default_factory=tuple)
+
+
+def parse_normalization(value: object) -> str:
+    """``apply_text_normalization``: auto, on or off (null means auto)."""
+    if value is None:
+        return "auto"
+    if value not in MODES:
+        raise TextOptionError(
+            "invalid_parameters",
+            "Field 'apply_text_normalization' must be 'auto', 'on' or 'off'.",
+            "apply_text_normalization",
+        )
+    return str(value)
+
+
+def parse_locators(value: object) -> tuple[tuple[str, str | None], ...]:
+    """``pronunciation_dictionary_locators``: at most 3 ids, each with an optional version."""
+    if value is None:
+        return ()
+    param = "pronunciation_dictionary_locators"
+    if not isinstance(value, list):
+        raise TextOptionError("invalid_parameters", f"Field '{param}' must be a list.", param)
+    if len(value) > MAX_LOCATORS:
+        raise TextOptionError(
+            "invalid_parameters", f"At most {MAX_LOCATORS} pronunciation dictionaries may be used at once.", param
+        )
+    locators = []
+    for index, item in enumerate(value):
+        dictionary_id = item.get("pronunciation_dictionary_id") if isinstance(item, dict) else None
+        version_id = item.get("version_id") if isinstance(item, dict) else None
+        if not isinstance(dictionary_id, str) or not dictionary_id or not isinstance(version_id, str | None):
+            raise TextOptionError(
+                "invalid_parameters",
+                f"{param}[{index}] must be {{'pronunciation_dictionary_id': str, 'version_id': str (optional)}}.",
+                param,
+            )
+        locators.append((dictionary_id, version_id or None))
+    return tuple(locators)
+
+
+def parse_options(body: dict[str, Any], normalization: object = None) -> TextOptions:
+    """The text options of a JSON body (``normalization`` overrides the body's, e.g. from a socket's query)."""
+    raw = normalization if normalization is not None else body.get("apply_text_normalization")
+    return TextOptions(parse_normalization(raw), parse_locators(body.get("pronunciation_dictionary_locators")))
+
+
+def _pause(match: re.Match[str]) -> str:
+    seconds = float(match["n"]) / (1000.0 if match["unit"].lower() == "ms" else 1.0)
+    return marks.pause(round(min(seconds, marks.MAX_BREAK_MS / 1000.0) * 1000))
+
+
+async def prepare(text: str, options: TextOptions, engine: str, store: DictionaryStore | None) -> Spoken:
+    """What the engine speaks for ``text``; TextOptionError names a dictionary that does not exist."""
+    spoken = Spoken(text)
+    if "<" in text:
+        spoken.rewrite(BREAK, _pause)
+    for dictionary_id, version_id in options.locators:
+        rules = None
+        if store is not None:
+            if version_id is None:
+                meta = await store.meta(dictionary_id)
+                version_id = str(meta["latest_version_id"]) if meta else None
+            if version_id is not None:
+                rules = await store.rules(dictionary_id, version_id)
+        if rules is None:
+            raise TextOptionError(
+                "pronunciation_dictionary_not_found",
+                f"Pronunciation dictionary {dictionary_id!r}"
+                + (f" version {version_id!r}" if version_id else "")
+                + " does not exist.",
+                "pronunciation_dictionary_locators",
+                status=404,
+            )
+        apply_rules(spoken, rules, engine)
+    if wants_normalization(options.normalization, engine):
+        normalize(spoken)
+    return spoken
