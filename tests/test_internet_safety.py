@@ -361,3 +361,25 @@ async def test_one_key_cannot_fill_the_queue_ahead_of_another(aiohttp_client, pr
         task.cancel()
     await asyncio.gather(*waiting, return_exceptions=True)
     await redis.aclose()
+
+
+async def test_a_keys_realtime_segments_wait_for_its_own_share(aiohttp_client, private_redis_url, data_dir):
+    settings = make_settings(
+        private_redis_url, data_dir, api_keys=("key-a", "key-b"), max_queue=4, first_chunk_timeout_s=5.0
+    )
+    client = await aiohttp_client(create_app(settings))
+    redis = Redis.from_url(private_redis_url)
+    sockets = []
+    for key, messages in (("key-a", 2), ("key-a", 1), ("key-b", 1)):
+        ws = await client.ws_connect(PATH, headers={"xi-api-key": key})
+        await ws.send_json({"text": " "})
+        for n in range(messages):
+            await ws.send_json({"text": f"Segment number {n} of this socket. ", "flush": True})
+        sockets.append(ws)
+        await asyncio.sleep(0.3)
+    # key-a's two jobs are its share: its second socket's segment waits, key-b's goes in.
+    assert await redis.llen(QUEUE) == 3
+    assert not any(ws.closed for ws in sockets)
+    for ws in sockets:
+        await ws.close()
+    await redis.aclose()
