@@ -162,6 +162,10 @@ def test_aws_clients_share_one_config_with_short_timeouts_and_bounded_attempts()
     assert KeyStore("t").config.read_timeout == VoiceBucket("b", "p/").config.read_timeout == 4.0
     tuned = client_config(Settings.from_env({"ZSYNTH_AWS_READ_TIMEOUT": "0.5", "ZSYNTH_AWS_MAX_ATTEMPTS": "3"}))
     assert tuned.read_timeout == 0.5 and tuned.retries["total_max_attempts"] == 3
+    # The keys table the servers build from their settings takes the same variables.
+    env = {"ZSYNTH_API_KEYS_TABLE": "keys", "ZSYNTH_AWS_READ_TIMEOUT": "0.5", "ZSYNTH_AWS_CONNECT_TIMEOUT": "0.25"}
+    store = Authenticator.from_settings(Settings.from_env(env)).store
+    assert store is not None and (store.config.connect_timeout, store.config.read_timeout) == (0.25, 0.5)
 
 
 async def test_a_silent_keys_table_fails_a_lookup_within_the_bound(silent_endpoint, monkeypatch):

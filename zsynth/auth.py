@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal
 
+from .aws import client_config
 from .keystore import KeyRecord, KeyStore, KeyStoreError
 
 if TYPE_CHECKING:
@@ -192,7 +193,7 @@ class Authenticator:
     @classmethod
     def from_settings(cls, settings: Settings, **kwargs: Any) -> Authenticator:
         """The authenticator a server's settings describe (``kwargs``: clock, cache options, for tests)."""
-        store = KeyStore(settings.api_keys_table) if settings.api_keys_table else None
+        store = KeyStore(settings.api_keys_table, config=client_config(settings)) if settings.api_keys_table else None
         kwargs.setdefault("cache_ttl_s", settings.auth_cache_ttl_s)
         kwargs.setdefault("max_failures_per_min", settings.auth_max_failures_per_min)
         return cls(settings.static_keys, store, **kwargs)
