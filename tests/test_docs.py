@@ -93,7 +93,7 @@ CHECKS: dict[str, Callable[[Path, str], None]] = {
     ),
     "realtime_sdk.py": speech_file("realtime.mp3", "Hello there. This was streamed word by word."),
     "clone_sdk.py": printed(r"^$"),
-    "mint_token.py": printed(r"^zsk_temp_\w+\n$"),
+    "mint_token.py": printed(r"^zsk_temp_[A-Za-z0-9_-]+\n$"),  # URL-safe base64
     "stream_requests.py": printed(r"^\d+\.\d s of audio\n$"),
     "openapi_document.py": printed(r"^\d+ speech paths, \d+ avatar paths\n$"),
 }
