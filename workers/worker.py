@@ -403,11 +403,13 @@ class Worker:
         """In the engine thread: publish one chunk event (the first one also marks the job as started)."""
         event = protocol.Event("chunk", progress.seq, meta, audio, job_id=job.job_id)
         if progress.seq == 0:
-            # Mark the job as started in the same round trip: a reaper never re-runs a started job.
+            # Mark the job as started in the same round trip, and before its first audio goes out: a reaper never
+            # re-runs a started job, and whoever hears the first chunk finds the job marked (a large chunk can reach
+            # Redis in several reads, so a mark sent after it could land after a client's look).
             with self.chunk_redis.pipeline(transaction=False) as pipe:
-                pipe.publish(job.reply_to, event.encode())
                 pipe.hset(protocol.job_key(job.job_id), protocol.STARTED_FIELD, str(time.time()))
                 pipe.expire(protocol.job_key(job.job_id), self.settings.job_ttl_s)
+                pipe.publish(job.reply_to, event.encode())
                 pipe.execute()
         else:
             self.chunk_redis.publish(job.reply_to, event.encode())
