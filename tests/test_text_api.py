@@ -235,9 +235,13 @@ async def test_a_token_may_use_dictionaries_but_not_change_them(api_client):
     assert resp.status == 401, await resp.text()  # the scope refusal every route answers with
     assert (await resp.json())["detail"]["code"] == "insufficient_scope"
     resp = await api_client.post(
-        f"/v1/pronunciation-dictionaries/{made.id}/add-rules", json={"rules": []}, headers=bearer
+        f"/v1/pronunciation-dictionaries/{made.id}/add-rules",
+        json={"rules": [{"type": "alias", "string_to_replace": "x", "alias": "y"}]},
+        headers=bearer,
     )
-    assert resp.status == 401
+    assert resp.status == 401 and (await resp.json())["detail"]["code"] == "insufficient_scope"
+    current = await sdk(api_client).pronunciation_dictionaries.get(made.id)
+    assert current.latest_version_id == made.version_id  # the refused change made no new version
     resp = await api_client.post(
         f"/v1/text-to-speech/any-voice?output_format={FMT}",
         json={"text": "Reply ASAP.", "pronunciation_dictionary_locators": [{"pronunciation_dictionary_id": made.id}]},

@@ -55,6 +55,7 @@ TABLE = [
     ("Tom & Jerry", "Tom and Jerry"),
     ("mail john.doe@example.com today", "mail john dot doe at example dot com today"),
     ("see https://example.com/docs.", "see example dot com slash docs."),
+    ("Davis jr. sang on Main rd. by Sunset BLVD. today", "Davis Junior sang on Main Road by Sunset Boulevard today"),
     # what must stay as written
     ("Nothing to do here.", "Nothing to do here."),
     ("Version 2 of 10:75", "Version two of ten:seventy-five"),

@@ -351,8 +351,9 @@ class Worker:
         voice = self.voice_spec(job.voice_id)
         waited_s: float | None = round(max(0.0, time.time() - (job.queued_at or job.created_at)), 4)
         offset = job.sample_offset
-        pieces = text_pieces(job.text, self.settings.piece_max_chars)
         may_yield = job.priority == "batch" and fmt.codec in YIELDING_CODECS
+        # Only a job that may yield is cut into pieces: the others go to the engine whole (one call, one seeding).
+        pieces = text_pieces(job.text, self.settings.piece_max_chars) if may_yield else [job.text]
         for index, piece in enumerate(pieces):
             if self._abort.is_set():
                 return

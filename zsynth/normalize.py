@@ -82,6 +82,7 @@ _ABBREVIATIONS: Final = {
     "e.g": "for example",
     "i.e": "that is",
 }
+_ABBREVIATION_WORDS: Final = {word.lower(): spoken for word, spoken in _ABBREVIATIONS.items()}
 
 _NUMBER: Final = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?"
 
@@ -185,8 +186,8 @@ def _ends_sentence(match: re.Match[str]) -> bool:
 
 
 def _abbreviation(match: re.Match[str]) -> str:
-    word = match.group("abbr")
-    expansion = _ABBREVIATIONS.get(word) or _ABBREVIATIONS[word.lower()]
+    # The pattern ignores case, so "jr." and "BLVD." arrive here too.
+    expansion = _ABBREVIATION_WORDS[match.group("abbr").lower()]
     return expansion + ("." if _ends_sentence(match) else "")
 
 

@@ -21,7 +21,7 @@ from typing import Any, Final
 from aiohttp import BodyPartReader, web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from ..dictionaries.rules import Rule, RuleError, parse_pls, parse_rules, to_pls
+from ..dictionaries.rules import MAX_RULES, Rule, RuleError, parse_pls, parse_rules, to_pls
 from ..dictionaries.store import (
     BucketBackend,
     Dictionary,
@@ -284,6 +284,8 @@ async def add_rules(request: web.Request) -> web.Response:
         raise _bad(str(err), "rules") from err
     strings = {rule.string_to_replace for rule in added}
     rules = [rule for rule in dictionary.rules if rule.string_to_replace not in strings] + added
+    if len(rules) > MAX_RULES:  # every front re-reads the version through parse_rules, which holds to this bound
+        raise _bad(f"A dictionary holds at most {MAX_RULES} rules.", "rules")
     return await _new_version(request, dictionary, rules)
 
 
@@ -294,7 +296,8 @@ async def remove_rules(request: web.Request) -> web.Response:
     strings = body.get("rule_strings")
     if not isinstance(strings, list) or not all(isinstance(s, str) for s in strings):
         raise _bad("Field 'rule_strings' must be a list of strings.", "rule_strings")
-    rules = [rule for rule in dictionary.rules if rule.string_to_replace not in set(strings)]
+    removed = set(strings)
+    rules = [rule for rule in dictionary.rules if rule.string_to_replace not in removed]
     return await _new_version(request, dictionary, rules)
 
 

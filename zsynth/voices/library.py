@@ -350,6 +350,8 @@ class VoiceLibrary:
         with contextlib.suppress(FileExistsError):
             await asyncio.to_thread(self.store.install, remote.meta, remote.reference)
         self.store.invalidate()
+        if await self._removed_meanwhile(voice_id):
+            return False
         logger.info("voice library: fetched %s on demand in %.2fs", voice_id, time.monotonic() - started)
         return True
 
@@ -429,11 +431,24 @@ class VoiceLibrary:
             return False
         remote = await self.bucket.get_voice(voice_id)
         if remote is None:
-            return await self._drop_local(voice_id) if local is not None else False
+            # No readable voice can also be an edit replacing its clip right now: only a tombstone means removed.
+            if local is None or not await self.bucket.is_removed(voice_id):
+                return False
+            return await self._drop_local(voice_id)
         if local is not None and revision(local.meta) >= revision(remote.meta):
             return False
         await self._write_local(remote.meta, remote.reference)
+        if await self._removed_meanwhile(voice_id):
+            return True
         logger.info("voice library: %s is at revision %d on this box", voice_id, revision(remote.meta))
+        return True
+
+    async def _removed_meanwhile(self, voice_id: str) -> bool:
+        """A removal applied while this voice was being fetched: take the copy just written away again."""
+        if voice_id not in await asyncio.to_thread(self.store.tombstones):
+            return False
+        await asyncio.to_thread(self.store.remove, voice_id)
+        self.store.invalidate()
         return True
 
     async def _drop_local(self, voice_id: str) -> bool:
