@@ -25,7 +25,7 @@ from .helpers import WorkerProcess, decode_audio
 try:
     import torch
 
-    from workers.engines.turbo import TurboEngine, text_pieces
+    from workers.engines.turbo import TurboEngine, chunk_schedule, text_pieces
     from workers.engines.turbo_ckpt import reference_clip, write_random_checkpoint
     from workers.engines.turbo_compat import TurboUnavailable
     from workers.engines.turbo_voices import CONDS_FILE, VoiceClipError
@@ -148,6 +148,13 @@ def test_conditioning_is_built_once_without_autograd_saved_and_reloaded(engine: 
     assert engine.voices.loaded == loaded_before + 1 and engine.voices.built == built_before + 1
     assert torch.equal(again.gen["embedding"], conds.gen["embedding"])
     assert torch.equal(again.t3.cond_prompt_speech_tokens, conds.t3.cond_prompt_speech_tokens)
+
+
+def test_chunks_start_small_and_double_up_to_the_largest():
+    assert chunk_schedule(8, 128) == (8, 16, 32, 64, 128)
+    assert chunk_schedule(12, 40) == (12, 24, 40)
+    assert chunk_schedule(40, 40) == (40,)
+    assert chunk_schedule(50, 40) == (50,)
 
 
 def test_long_text_streams_several_chunks_per_piece_in_order_without_clicks(engine: TurboEngine):

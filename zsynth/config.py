@@ -246,14 +246,15 @@ class Settings:
     turbo_voice_cache: int = _env("TURBO_VOICE_CACHE", _positive_int, default=64)
     # Most speech tokens per text piece (25 a second; the model's own cap is 1000 = 40 s).
     turbo_max_tokens: int = _env("TURBO_MAX_TOKENS", _min_tokens, default=1000)
-    # Speech tokens in the first streamed chunk of a piece, then in each later one (25 make a second).
-    turbo_first_chunk_tokens: int = _env("TURBO_FIRST_CHUNK_TOKENS", _min_tokens, default=12)
-    turbo_chunk_tokens: int = _env("TURBO_CHUNK_TOKENS", _min_tokens, default=40)
+    # Speech tokens in the first streamed chunk of a piece (25 make a second); each later chunk doubles up to the
+    # largest (workers/engines/turbo.py: chunk_schedule).
+    turbo_first_chunk_tokens: int = _env("TURBO_FIRST_CHUNK_TOKENS", _min_tokens, default=8)
+    turbo_chunk_tokens: int = _env("TURBO_CHUNK_TOKENS", _min_tokens, default=128)
     # Perth watermark on every chunk (the upstream generate() always applies it).
     turbo_watermark: bool = _env("TURBO_WATERMARK", _parse_bool, default=True)
     # T3's decode step as CUDA graphs, one per attention length bucket, captured before READY (GPU only).
     turbo_cuda_graphs: bool = _env("TURBO_CUDA_GRAPHS", _parse_bool, default=True)
-    # bfloat16 runs T3 and S3Gen's flow in bf16 on the GPU (the vocoder stays fp32); float32 everywhere else.
+    # bfloat16 runs T3 in bf16 on the GPU (S3Gen's flow and vocoder stay fp32); float32 everywhere else.
     turbo_dtype: str = _env("TURBO_DTYPE", _turbo_dtype, default="float32")
     # Realtime WebSockets: default idle time before a socket is ended (a client may ask for 5-180 s with
     # ?inactivity_timeout=), and how long a socket that has not authenticated yet may take to send its first message.

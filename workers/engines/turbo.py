@@ -61,6 +61,19 @@ def text_pieces(text: str, max_chars: int = PIECE_MAX_CHARS) -> list[str]:
     return [piece.replace(_KEEP, " ") for piece in pieces]
 
 
+def chunk_schedule(first: int, largest: int) -> tuple[int, ...]:
+    """Speech tokens per streamed chunk of a piece: ``first``, then doubling up to ``largest`` (which repeats).
+
+    The first chunk is small so audio starts early; each later one doubles, so the client's buffer (the audio
+    already sent) always outlasts the time the next chunk takes, while a long piece is decoded a few times instead
+    of every ``first`` tokens (each flow pass costs about the same whatever its length).
+    """
+    sizes = [first]
+    while sizes[-1] < largest:
+        sizes.append(min(largest, sizes[-1] * 2))
+    return tuple(sizes)
+
+
 def _check_checkpoint(ckpt: Path | None) -> Path:
     if ckpt is None:
         raise TurboUnavailable(f"ZSYNTH_ENGINE=turbo needs ZSYNTH_TURBO_CHECKPOINT: {DOWNLOAD_HINT}")
@@ -127,7 +140,9 @@ class TurboEngine:
         self.dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[settings.turbo_dtype]
         # Reduced precision is a GPU option: on the CPU it only makes T3 slower.
         reduced = self.dtype if self.device == "cuda" and self.dtype != torch.float32 else None
-        self.flow_dtype = reduced
+        # S3Gen's flow stays float32: on an H100 autocast made it slower (its kernels are small, so the casts cost
+        # more than the narrower math saves: docs/gpu-figures.md), and its mel moved by 0.8 % for nothing.
+        self.flow_dtype: Any = None
         self.t3 = StaticT3(self.model.t3, settings.turbo_max_tokens, dtype=reduced, graphs=settings.turbo_cuda_graphs)
         where = torch.cuda.get_device_name() if self.device == "cuda" else "cpu"
         logger.info(
@@ -218,7 +233,7 @@ class TurboEngine:
         sampling = Sampling(temperature=1.2 - 0.8 * stability)
         speed = clamp_setting(settings.get("speed"), 0.7, 1.2, 1.0)
         cap = max_tokens or self.settings.turbo_max_tokens
-        first_want, want = self.settings.turbo_first_chunk_tokens, self.settings.turbo_chunk_tokens
+        schedule = chunk_schedule(self.settings.turbo_first_chunk_tokens, self.settings.turbo_chunk_tokens)
         if seed is not None:
             torch.manual_seed(seed % (2**63))  # the global RNG: meaningful because jobs never overlap here
         for index, piece in enumerate(text_pieces(text)):
@@ -227,6 +242,7 @@ class TurboEngine:
             ids = self.model.tokenizer(punc_norm(piece), return_tensors="pt", truncation=True).input_ids
             decoder = PieceDecoder(self.model.s3gen, conds.gen, cap, speed, self.flow_dtype)
             first = True
+            chunk_no = 0
             # Tokens come back from the GPU once per chunk: the first chunk's worth plus the flow's lookahead, then
             # a chunk's worth at a time.
             tokens = self.t3.generate(
@@ -235,18 +251,19 @@ class TurboEngine:
                 sampling,
                 cap,
                 should_stop,
-                blocks=(first_want + LOOKAHEAD_TOKENS, want),
+                blocks=(schedule[0] + LOOKAHEAD_TOKENS, *schedule[1:]),
             )
             timer = _Timer()
             for token in timer.iterate(tokens):
                 if token >= SPEECH_VOCAB:
                     continue
                 decoder.tokens.append(token)
-                if decoder.ready(first_want if first else want):
+                if decoder.ready(schedule[min(chunk_no, len(schedule) - 1)]):
                     with timer.decoding():
                         pcm = decoder.flush(final=False)
                     yield self._chunk(pcm, piece if first else "", index, False, timer.take())
                     first = False
+                    chunk_no += 1
             if should_stop():
                 return
             with timer.decoding():
