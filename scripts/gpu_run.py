@@ -516,6 +516,7 @@ def main() -> int:
 
     settings = Settings(
         engine="turbo",
+        turbo_dtype="float32",  # the float32 rows first; the bfloat16 rows swap T3 for its bf16 copy below
         turbo_checkpoint=ckpt,
         turbo_device=device,
         data_dir=work,

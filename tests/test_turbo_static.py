@@ -265,8 +265,8 @@ def test_turbo_speed_settings_parse_and_refuse_bad_values():
     from zsynth.config import Settings, SettingsError
 
     default = Settings.from_env({})
-    assert (default.turbo_cuda_graphs, default.turbo_dtype) == (True, "float32")
-    chosen = Settings.from_env({"ZSYNTH_TURBO_CUDA_GRAPHS": "false", "ZSYNTH_TURBO_DTYPE": "BFloat16"})
-    assert (chosen.turbo_cuda_graphs, chosen.turbo_dtype) == (False, "bfloat16")
+    assert (default.turbo_cuda_graphs, default.turbo_dtype) == (True, "bfloat16")
+    chosen = Settings.from_env({"ZSYNTH_TURBO_CUDA_GRAPHS": "false", "ZSYNTH_TURBO_DTYPE": "Float32"})
+    assert (chosen.turbo_cuda_graphs, chosen.turbo_dtype) == (False, "float32")
     with pytest.raises(SettingsError, match="ZSYNTH_TURBO_DTYPE"):
         Settings.from_env({"ZSYNTH_TURBO_DTYPE": "float16"})
