@@ -15,7 +15,7 @@ import pytest
 
 from zsynth.auth import Authenticator, AuthError
 from zsynth.avatar.app import create_avatar_app
-from zsynth.keys import AVATAR_SESSIONS
+from zsynth.avatar.sessions import AVATAR_SESSIONS
 
 from .avatar_peer import Viewer, loopback_host_addresses
 from .conftest import make_settings

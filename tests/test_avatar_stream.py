@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from zsynth.avatar.app import create_avatar_app
-from zsynth.keys import AVATAR_SESSIONS
+from zsynth.avatar.sessions import AVATAR_SESSIONS
 
 from .avatar_peer import Viewer, loopback_host_addresses
 from .conftest import make_settings

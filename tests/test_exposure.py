@@ -21,13 +21,15 @@ from zsynth import protocol
 from zsynth.app import create_app
 from zsynth.auth import Authenticator
 from zsynth.avatar.app import create_avatar_app
+from zsynth.avatar.sessions import AVATAR_SESSIONS
 from zsynth.aws import client_config
 from zsynth.config import Settings
 from zsynth.demo.app import create_demo_app
-from zsynth.keys import AVATAR_SESSIONS, DISPATCHER, VOICE_LIBRARY
+from zsynth.dispatch import DISPATCHER
 from zsynth.keystore import KeyStore, KeyStoreError
 from zsynth.supervise import Supervisor
 from zsynth.voices.bucket import VoiceBucket
+from zsynth.voices.library import VOICE_LIBRARY
 
 from .avatar_peer import Viewer, loopback_host_addresses
 from .conftest import make_settings

@@ -18,9 +18,9 @@ import pytest
 from redis.asyncio import Redis
 
 from zsynth.app import create_app
-from zsynth.auth import Authenticator, AuthError, secret_hash
+from zsynth.auth import AUTHENTICATOR, Authenticator, AuthError, secret_hash
 from zsynth.avatar.app import create_avatar_app
-from zsynth.keys import AUTHENTICATOR, AVATAR_SESSIONS
+from zsynth.avatar.sessions import AVATAR_SESSIONS
 from zsynth.keystore import HASH_ATTR
 from zsynth.protocol import QUEUE
 from zsynth.ws.buffer import TextBuffer

@@ -24,8 +24,7 @@ from elevenlabs.pronunciation_dictionaries import (
 from livekit.plugins import elevenlabs as livekit_elevenlabs
 
 from zsynth.app import create_app
-from zsynth.auth import Authenticator
-from zsynth.keys import AUTHENTICATOR
+from zsynth.auth import AUTHENTICATOR, Authenticator
 
 from .conftest import make_settings
 from .helpers import FakeClock, assert_speech, decode_audio

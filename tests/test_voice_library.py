@@ -25,7 +25,7 @@ from redis.asyncio import Redis
 from zsynth import protocol
 from zsynth.app import create_app
 from zsynth.dispatch import Dispatcher, JobFailed
-from zsynth.keys import VOICE_LIBRARY
+from zsynth.voices.library import VOICE_LIBRARY
 
 from .conftest import make_settings
 from .helpers import WorkerProcess, assert_speech, decode_audio, free_port, front_process, redis_server

@@ -13,7 +13,7 @@ from redis.asyncio import Redis
 from zsynth import protocol
 from zsynth.app import create_app
 from zsynth.config import Settings
-from zsynth.keys import VOICE_LIBRARY
+from zsynth.voices.library import VOICE_LIBRARY
 
 from .conftest import make_settings
 from .voice_clips import reference_file

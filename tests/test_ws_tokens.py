@@ -7,8 +7,7 @@ from urllib.parse import quote
 import pytest
 
 from zsynth.app import create_app
-from zsynth.auth import Authenticator
-from zsynth.keys import AUTHENTICATOR
+from zsynth.auth import AUTHENTICATOR, Authenticator
 
 from .conftest import make_settings
 from .helpers import FakeClock, assert_speech, decode_audio

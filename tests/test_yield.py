@@ -21,7 +21,7 @@ from redis.asyncio import Redis
 from workers.synthesis import text_pieces
 from zsynth import protocol
 from zsynth.app import create_app
-from zsynth.keys import METRICS
+from zsynth.metrics import METRICS
 
 from .conftest import make_settings
 from .helpers import RedisServer, WorkerProcess, assert_speech, decode_audio

@@ -11,9 +11,18 @@ import aiohttp_cors
 from aiohttp import hdrs, web
 from yarl import URL
 
-from .auth import Authenticator, AuthError, ephemeral_allowed, fingerprint, secret_from_headers
+from .auth import (
+    AUTHENTICATOR,
+    CREDENTIAL,
+    Authenticator,
+    AuthError,
+    ephemeral_allowed,
+    fingerprint,
+    secret_from_headers,
+)
 from .errors import ApiError, Handler
-from .keys import AUTHENTICATOR, CREDENTIAL, METRICS, REQUEST_ID, SETTINGS
+from .keys import REQUEST_ID, SETTINGS
+from .metrics import METRICS
 
 logger = logging.getLogger(__name__)
 

@@ -15,10 +15,10 @@ from redis.asyncio import BlockingConnectionPool, Redis
 
 from .access import auth_middleware, authenticator_ctx, open_cors_middleware, setup_cors
 from .config import Settings
-from .dispatch import Dispatcher
+from .dispatch import DISPATCHER, Dispatcher
 from .errors import Handler, error_middleware
-from .keys import DISPATCHER, METRICS, REDIS, REQUEST_ID, SETTINGS
-from .metrics import Metrics
+from .keys import REDIS, REQUEST_ID, SETTINGS
+from .metrics import METRICS, Metrics
 from .routes import setup_routes
 from .sdnotify import notify
 from .supervise import Supervisor

@@ -26,6 +26,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal
 
+from aiohttp import web
+
 from .aws import client_config
 from .keystore import KeyRecord, KeyStore, KeyStoreError
 
@@ -432,3 +434,8 @@ async def watch_credential(
             logger.info("credential %s: no longer valid (%s)", credential.fingerprint, err.message)
             await on_refused(err)
             return
+
+
+AUTHENTICATOR: Final = web.AppKey("authenticator", Authenticator)
+# The caller of a request, set by the access middleware.
+CREDENTIAL: Final = web.RequestKey("credential", Credential)

@@ -13,8 +13,9 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Final
 
+from aiohttp import web
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 from redis.exceptions import RedisError
@@ -300,3 +301,6 @@ class Dispatcher:
             elif kind == "subscribe":
                 # Also after redis-py resubscribed on a reconnect.
                 self._subscribed.set()
+
+
+DISPATCHER: Final = web.AppKey("dispatcher", Dispatcher)

@@ -1,35 +1,24 @@
-"""Every typed key stored on the application, declared once."""
+"""The application's own keys: settings, Redis and per-request values. A leaf: it imports none of the services.
+
+Each service declares its key next to its class (``dispatch.DISPATCHER``, ``auth.AUTHENTICATOR``,
+``auth.CREDENTIAL``, ``metrics.METRICS``, ``voices.catalog.VOICES``, ``voices.library.VOICE_LIBRARY``,
+``dictionaries.store.DICTIONARIES``, ``avatar.sessions.AVATAR_SESSIONS``, ``avatar.renderers.base.AVATARS``,
+``demo.backend.DEMO_BACKEND``), so importing a key never pulls in a service the importer does not use.
+"""
 
 from __future__ import annotations
 
 import collections
 import weakref
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from aiohttp import web
 from redis.asyncio import Redis
 
-from .auth import Authenticator, Credential
 from .config import Settings
-from .dictionaries.store import DictionaryStore
-from .dispatch import Dispatcher
-from .metrics import Metrics
-from .voices import VoiceCatalog
-from .voices.library import VoiceLibrary
-
-if TYPE_CHECKING:
-    from .avatar.renderers import AvatarRenderer
-    from .avatar.sessions import SessionRegistry
-    from .demo.backend import DemoBackend
 
 SETTINGS: Final = web.AppKey("settings", Settings)
 REDIS: Final = web.AppKey("redis", Redis)
-DISPATCHER: Final = web.AppKey("dispatcher", Dispatcher)
-AUTHENTICATOR: Final = web.AppKey("authenticator", Authenticator)
-METRICS: Final = web.AppKey("metrics", Metrics)
-VOICES: Final = web.AppKey("voices", VoiceCatalog)
-DICTIONARIES: Final = web.AppKey("dictionaries", DictionaryStore)  # pronunciation dictionaries, shared by every front
-VOICE_LIBRARY: Final = web.AppKey("voice_library", VoiceLibrary)  # the voice library across boxes
 # Open realtime sockets, closed with GOING_AWAY when the front shuts down.
 WS_REGISTRY: Final = web.AppKey("ws_registry", weakref.WeakSet[web.WebSocketResponse])
 # Open realtime sockets per credential fingerprint on this front (ZSYNTH_WS_MAX_SOCKETS_PER_CREDENTIAL).
@@ -39,11 +28,3 @@ WS_UNAUTHENTICATED: Final = web.AppKey("ws_unauthenticated", collections.Counter
 
 # Per-request values.
 REQUEST_ID: Final = web.RequestKey("request_id", str)
-CREDENTIAL: Final = web.RequestKey("credential", Credential)
-
-# The avatar server (zsynth.avatar); its types are imported for type checking only, to keep imports acyclic.
-AVATAR_SESSIONS: Final[web.AppKey[SessionRegistry]] = web.AppKey("avatar_sessions")
-AVATARS: Final[web.AppKey[dict[str, AvatarRenderer]]] = web.AppKey("avatars")
-
-# The demo server (zsynth.demo): the backend that holds the full key and mints the page's tokens.
-DEMO_BACKEND: Final[web.AppKey[DemoBackend]] = web.AppKey("demo_backend")

@@ -10,6 +10,7 @@ import json
 from collections import Counter as CountBy
 from typing import Final
 
+from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from redis.asyncio import Redis
 
@@ -118,3 +119,6 @@ class Metrics:
     def render(self) -> bytes:
         """The text exposition format."""
         return generate_latest(self.registry)
+
+
+METRICS: Final = web.AppKey("metrics", Metrics)

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from ..auth import AuthError, Credential, watch_credential
-from ..keys import AUTHENTICATOR, CREDENTIAL
+from ..auth import AUTHENTICATOR, CREDENTIAL, AuthError, Credential, watch_credential
 from .errors import AvatarError
 from .session import AvatarSession
 

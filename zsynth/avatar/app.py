@@ -9,15 +9,17 @@ from aiohttp import web
 
 from ..access import authenticator_ctx
 from ..app import dispatcher, redis_client, request_id_middleware, run_forever, serve_app
-from ..auth import Authenticator
+from ..auth import AUTHENTICATOR, Authenticator
 from ..config import Settings
-from ..keys import AUTHENTICATOR, AVATAR_SESSIONS, AVATARS, DISPATCHER, METRICS, SETTINGS
-from ..metrics import Metrics
+from ..dispatch import DISPATCHER
+from ..keys import SETTINGS
+from ..metrics import METRICS, Metrics
 from .cors import cors_middleware
 from .errors import avatar_error_middleware
 from .renderers import AvatarRenderer, builtin_avatars
+from .renderers.base import AVATARS
 from .routes import setup_routes
-from .sessions import SessionRegistry
+from .sessions import AVATAR_SESSIONS, SessionRegistry
 
 logger = logging.getLogger(__name__)
 

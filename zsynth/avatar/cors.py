@@ -13,8 +13,9 @@ from typing import Final
 from aiohttp import web
 
 from ..access import cross_origin_write
+from ..auth import AUTHENTICATOR
 from ..errors import Handler
-from ..keys import AUTHENTICATOR, SETTINGS
+from ..keys import SETTINGS
 
 _ALLOW_HEADERS: Final = "Authorization, Content-Type, X-Api-Key"
 _ALLOW_METHODS: Final = "GET, POST, DELETE, OPTIONS"

@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+from typing import Final
+
+from aiohttp import web
 
 from ..config import Settings
 from ..dispatch import Dispatcher
@@ -66,3 +69,6 @@ class SessionRegistry:
     async def close_all(self, reason: str) -> None:
         """Close every session (server shutdown)."""
         await asyncio.gather(*(s.close(reason) for s in list(self.sessions.values())), return_exceptions=True)
+
+
+AVATAR_SESSIONS: Final = web.AppKey("avatar_sessions", SessionRegistry)

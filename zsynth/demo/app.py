@@ -14,8 +14,8 @@ from aiohttp import web
 from ..app import request_id_middleware, run_forever, serve_app
 from ..config import Settings
 from ..errors import ApiError, error_middleware
-from ..keys import DEMO_BACKEND, REQUEST_ID, SETTINGS
-from .backend import DemoBackend, UpstreamError, same_origin
+from ..keys import REQUEST_ID, SETTINGS
+from .backend import DEMO_BACKEND, DemoBackend, UpstreamError, same_origin
 
 logger = logging.getLogger(__name__)
 

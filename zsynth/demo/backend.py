@@ -13,6 +13,7 @@ from collections.abc import AsyncIterable, Awaitable
 from typing import Any, Final
 
 import aiohttp
+from aiohttp import web
 from yarl import URL
 
 from ..config import Settings
@@ -177,3 +178,7 @@ class DemoBackend:
                 return resp.status, await resp.read()
         except (aiohttp.ClientError, TimeoutError) as err:
             raise UpstreamError(f"{url} cannot be reached ({type(err).__name__})") from err
+
+
+# The demo server's backend, which holds the full key and mints the page's tokens.
+DEMO_BACKEND: Final = web.AppKey("demo_backend", DemoBackend)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 import aioboto3
+from aiohttp import web
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -259,3 +260,7 @@ class DictionaryStore:
 
 def _valid_id(value: str) -> bool:
     return 0 < len(value) <= 64 and all(c.isalnum() or c in "-_" for c in value)
+
+
+# Pronunciation dictionaries, shared by every front.
+DICTIONARIES: Final = web.AppKey("dictionaries", DictionaryStore)

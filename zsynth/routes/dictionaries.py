@@ -23,6 +23,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from ..dictionaries.rules import MAX_RULES, Rule, RuleError, parse_pls, parse_rules, to_pls
 from ..dictionaries.store import (
+    DICTIONARIES,
     BucketBackend,
     Dictionary,
     DictionaryStore,
@@ -31,7 +32,7 @@ from ..dictionaries.store import (
 )
 from ..errors import ApiError
 from ..jsonbody import BadJson, read_json
-from ..keys import DICTIONARIES, SETTINGS
+from ..keys import SETTINGS
 
 logger = logging.getLogger(__name__)
 

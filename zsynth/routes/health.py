@@ -7,7 +7,9 @@ import asyncio
 from aiohttp import web
 
 from .. import protocol
-from ..keys import DISPATCHER, REDIS, VOICE_LIBRARY
+from ..dispatch import DISPATCHER
+from ..keys import REDIS
+from ..voices.library import VOICE_LIBRARY
 
 
 async def live_workers(app: web.Application) -> list[str]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from ..keys import METRICS, REDIS
-from ..metrics import CONTENT_TYPE
+from ..keys import REDIS
+from ..metrics import CONTENT_TYPE, METRICS
 
 
 async def metrics(request: web.Request) -> web.Response:

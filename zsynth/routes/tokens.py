@@ -6,10 +6,10 @@ import logging
 
 from aiohttp import web
 
-from ..auth import AuthError, clamp_ttl
+from ..auth import AUTHENTICATOR, CREDENTIAL, AuthError, clamp_ttl
 from ..errors import ApiError
 from ..jsonbody import BadJson, loads
-from ..keys import AUTHENTICATOR, CREDENTIAL, REQUEST_ID
+from ..keys import REQUEST_ID
 
 logger = logging.getLogger(__name__)
 

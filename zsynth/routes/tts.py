@@ -13,14 +13,16 @@ from aiohttp import web
 from aiohttp.client_exceptions import ClientConnectionResetError
 
 from ..audio import OutputFormat, OutputFormatError, parse_output_format
-from ..dictionaries.store import StorageUnavailable
-from ..dispatch import JobFailed, JobStream
+from ..auth import CREDENTIAL
+from ..dictionaries.store import DICTIONARIES, StorageUnavailable
+from ..dispatch import DISPATCHER, JobFailed, JobStream
 from ..errors import ApiError
 from ..jsonbody import BadJson, read_json
-from ..keys import CREDENTIAL, DICTIONARIES, DISPATCHER, REQUEST_ID, SETTINGS, VOICES
+from ..keys import REQUEST_ID, SETTINGS
 from ..protocol import Job
 from ..spoken import Spoken
 from ..textprep import TextOptionError, TextOptions, parse_options, prepare
+from ..voices.catalog import VOICES
 
 logger = logging.getLogger(__name__)
 

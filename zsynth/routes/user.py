@@ -9,7 +9,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ..keys import VOICES
+from ..voices.catalog import VOICES
 
 
 def subscription(voices_used: int) -> dict[str, Any]:

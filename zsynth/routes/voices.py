@@ -26,13 +26,14 @@ from .. import protocol
 from ..aws import client_config
 from ..errors import ApiError
 from ..jsonbody import BadJson, loads
-from ..keys import METRICS, REDIS, REQUEST_ID, SETTINGS, VOICE_LIBRARY, VOICES
+from ..keys import REDIS, REQUEST_ID, SETTINGS
+from ..metrics import METRICS
 from ..supervise import Supervisor
 from ..voices import DEFAULT_SETTINGS, StoredVoice, VoiceCatalog, VoiceConfigError, VoiceStore, is_clone_id
 from ..voices.bucket import VoiceBucket
-from ..voices.catalog import clone_object, new_clone_meta
+from ..voices.catalog import VOICES, clone_object, new_clone_meta
 from ..voices.clips import ADVICE, STORE_RATE, Clip, ClipError, build_reference, decode_clip, encode_wav
-from ..voices.library import StorageUnavailable, VoiceGone, VoiceLibrary
+from ..voices.library import VOICE_LIBRARY, StorageUnavailable, VoiceGone, VoiceLibrary
 from ..voices.store import reference_name, revision
 
 logger = logging.getLogger(__name__)

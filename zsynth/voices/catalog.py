@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from aiohttp import web
+
 from .store import StoredVoice, VoiceStore, is_clone_id, new_voice_id
 
 DEFAULT_SETTINGS: Final[Mapping[str, Any]] = {
@@ -222,3 +224,6 @@ class VoiceCatalog:
         if voice_id in self.builtins or is_clone_id(voice_id):
             return voice_id
         return self.swapout()  # the routes log both ids with the job
+
+
+VOICES: Final = web.AppKey("voices", VoiceCatalog)

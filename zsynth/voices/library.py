@@ -36,6 +36,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from aiohttp import web
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
@@ -650,3 +651,7 @@ class VoiceLibrary:
         if warning != self.warning and warning is not None:
             logger.critical("voice library: %s", warning)
         self.warning = warning
+
+
+# The voice library across boxes.
+VOICE_LIBRARY: Final = web.AppKey("voice_library", VoiceLibrary)

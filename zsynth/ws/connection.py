@@ -15,8 +15,9 @@ from aiohttp import WSMsgType, web
 
 from .. import jsonbody
 from ..audio import OutputFormat, OutputFormatError, parse_output_format
-from ..auth import AuthError, Credential, secret_from_message, secret_from_request, watch_credential
-from ..keys import AUTHENTICATOR, REQUEST_ID, SETTINGS, VOICES, WS_PER_CREDENTIAL
+from ..auth import AUTHENTICATOR, AuthError, Credential, secret_from_message, secret_from_request, watch_credential
+from ..keys import REQUEST_ID, SETTINGS, WS_PER_CREDENTIAL
+from ..voices.catalog import VOICES
 
 logger = logging.getLogger(__name__)
 

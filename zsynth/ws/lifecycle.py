@@ -12,9 +12,10 @@ from typing import Final
 
 from aiohttp import WSCloseCode, web
 
-from ..auth import secret_from_request
+from ..auth import AUTHENTICATOR, secret_from_request
 from ..errors import ApiError
-from ..keys import AUTHENTICATOR, METRICS, SETTINGS, WS_PER_CREDENTIAL, WS_REGISTRY, WS_UNAUTHENTICATED
+from ..keys import SETTINGS, WS_PER_CREDENTIAL, WS_REGISTRY, WS_UNAUTHENTICATED
+from ..metrics import METRICS
 from .connection import Connection, WsError
 from .speaker import Speaker, cancel_all
 

@@ -24,9 +24,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from ..alignment import CharAlignment, Timeline
-from ..dictionaries.store import StorageUnavailable
-from ..dispatch import JobFailed, JobStream
-from ..keys import DICTIONARIES, DISPATCHER, SETTINGS
+from ..dictionaries.store import DICTIONARIES, StorageUnavailable
+from ..dispatch import DISPATCHER, JobFailed, JobStream
+from ..keys import SETTINGS
 from ..protocol import Event, Job
 from ..spoken import AlignmentMapper
 from ..textprep import TextOptionError, TextOptions, prepare

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..dictionaries.store import StorageUnavailable
-from ..keys import DICTIONARIES, SETTINGS
+from ..dictionaries.store import DICTIONARIES, StorageUnavailable
+from ..keys import SETTINGS
 from ..textprep import TextOptionError, TextOptions, parse_options, prepare
 from .connection import Connection, WsError
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
+from aiohttp import web
 from av import VideoFrame
 
 
@@ -72,3 +74,7 @@ class AvatarRenderer(ABC):
     @abstractmethod
     def open_stream(self, seed: int) -> RenderStream:
         """A fresh per-session stream; ``seed`` varies blinks and idle motion between sessions."""
+
+
+# The avatar server's renderers by avatar id.
+AVATARS: Final = web.AppKey("avatars", dict[str, AvatarRenderer])

@@ -5,8 +5,8 @@ from __future__ import annotations
 from aiohttp import web
 
 from ... import openapi
-from ...keys import METRICS, SETTINGS
-from ...metrics import CONTENT_TYPE
+from ...keys import SETTINGS
+from ...metrics import CONTENT_TYPE, METRICS
 from ..access import authorize
 from . import connect, control, manage, tokens
 

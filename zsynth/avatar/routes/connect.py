@@ -7,9 +7,11 @@ import re
 
 from aiohttp import web
 
-from ...keys import AVATAR_SESSIONS, AVATARS, SETTINGS
+from ...keys import SETTINGS
 from ..access import authorize, watch_session
 from ..errors import AvatarError
+from ..renderers.base import AVATARS
+from ..sessions import AVATAR_SESSIONS
 from .tokens import read_json_object
 
 logger = logging.getLogger(__name__)

@@ -16,10 +16,11 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
-from ...keys import AVATAR_SESSIONS, SETTINGS
+from ...keys import SETTINGS
 from ..access import authorize, watch_session
 from ..errors import AvatarError
 from ..session import AvatarSession
+from ..sessions import AVATAR_SESSIONS
 
 logger = logging.getLogger(__name__)
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from ...keys import AVATAR_SESSIONS, AVATARS
 from ..access import authorize
+from ..renderers.base import AVATARS
+from ..sessions import AVATAR_SESSIONS
 
 
 async def list_avatars(request: web.Request) -> web.Response:

@@ -7,8 +7,7 @@ from typing import Any
 from aiohttp import web
 
 from ... import jsonbody
-from ...auth import AuthError, clamp_ttl
-from ...keys import AUTHENTICATOR
+from ...auth import AUTHENTICATOR, AuthError, clamp_ttl
 from ..access import auth_error, authorize
 from ..errors import AvatarError
 
