@@ -1,0 +1,242 @@
+"""Route declarations: every route of every server is declared once, next to its handler.
+
+A declaration names the handler, who may call it (:class:`Access`), whether pages on other origins may call it
+(``cors``), the pydantic models of its JSON body and its query string, and the OpenAPI fields no model expresses
+(operation id, tag, summary, responses). The access middleware, the CORS set-up and the OpenAPI generator read the
+declarations (``app[ENDPOINTS]`` or a module's :class:`Endpoints` table); nothing else keeps a table of paths.
+
+A route module declares its routes on a module-level table::
+
+    routes = Endpoints()
+
+    @routes.post("/v1/tokens/ephemeral", access=Access.FULL, cors=False, body=TokenRequest, operation_id=...)
+    async def mint(request: web.Request) -> web.Response:
+        body = await parse_body(request, TokenRequest, ...)
+
+and the app factory adds the tables with :func:`add_endpoints`.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol, TypeVar
+
+import pydantic
+import pydantic_core
+from aiohttp import web
+
+from .jsonbody import BadJson, loads
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+M = TypeVar("M", bound=pydantic.BaseModel)
+
+
+class Access(enum.Enum):
+    """Who may call a route."""
+
+    #: Anyone, without a credential (probes, the OpenAPI documents).
+    PUBLIC = "public"
+    #: A full key, or a short-lived token (the speech API's ``zsk_temp_`` tokens of scope ``tts``, the avatar's
+    #: session tokens).
+    TOKEN = "token"
+    #: A full key only; tokens are refused.
+    FULL = "full"
+    #: The handler authenticates in band (the realtime WebSockets read the key from the upgrade or the first
+    #: message), so the access middleware lets the request through.
+    IN_BAND = "in_band"
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """One route's declaration."""
+
+    method: str
+    path: str
+    handler: Handler
+    access: Access
+    #: Whether pages on the allowed origins (ZSYNTH_CORS_ORIGINS) may call it cross-origin.
+    cors: bool = True
+    body: type[pydantic.BaseModel] | None = None
+    query: type[pydantic.BaseModel] | None = None
+    #: A WebSocket route: outside OpenAPI.
+    websocket: bool = False
+    #: OpenAPI operation fields the models do not give (operationId, tags, summary, responses, parameters...).
+    doc: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Endpoints:
+    """A module's table of route declarations (like aiohttp's ``RouteTableDef``, with access and models)."""
+
+    def __init__(self) -> None:
+        self._items: list[Endpoint] = []
+
+    def __iter__(self) -> Iterator[Endpoint]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def route(
+        self,
+        method: str,
+        path: str,
+        *,
+        access: Access,
+        cors: bool = True,
+        body: type[pydantic.BaseModel] | None = None,
+        query: type[pydantic.BaseModel] | None = None,
+        websocket: bool = False,
+        **doc: Any,
+    ) -> Callable[[Handler], Handler]:
+        """Declare ``method path`` with the decorated handler; ``doc`` holds OpenAPI operation fields."""
+
+        def register(handler: Handler) -> Handler:
+            self._items.append(Endpoint(method.upper(), path, handler, access, cors, body, query, websocket, doc))
+            return handler
+
+        return register
+
+    def get(self, path: str, **kwargs: Any) -> Callable[[Handler], Handler]:
+        """Declare a GET route (HEAD is answered too)."""
+        return self.route("GET", path, **kwargs)
+
+    def post(self, path: str, **kwargs: Any) -> Callable[[Handler], Handler]:
+        """Declare a POST route."""
+        return self.route("POST", path, **kwargs)
+
+    def put(self, path: str, **kwargs: Any) -> Callable[[Handler], Handler]:
+        """Declare a PUT route."""
+        return self.route("PUT", path, **kwargs)
+
+    def patch(self, path: str, **kwargs: Any) -> Callable[[Handler], Handler]:
+        """Declare a PATCH route."""
+        return self.route("PATCH", path, **kwargs)
+
+    def delete(self, path: str, **kwargs: Any) -> Callable[[Handler], Handler]:
+        """Declare a DELETE route."""
+        return self.route("DELETE", path, **kwargs)
+
+
+#: Each registered route's declaration (HEAD routes map to their GET's).
+ENDPOINTS: Final = web.AppKey("endpoints", dict[web.AbstractRoute, Endpoint])
+#: The serialized OpenAPI document of this app, built on first use (set by the app factory).
+OPENAPI_DOCUMENT: Final[web.AppKey[Callable[[], bytes]]] = web.AppKey("openapi_document")
+
+
+def add_endpoints(app: web.Application, *tables: Endpoints) -> None:
+    """Register every declared route on ``app`` and remember its declaration."""
+    registry = app.get(ENDPOINTS)
+    if registry is None:
+        registry = app[ENDPOINTS] = {}
+    for table in tables:
+        for endpoint in table:
+            if endpoint.method == "GET":
+                # add_get also registers HEAD, as plain aiohttp routes do.
+                route = app.router.add_get(endpoint.path, endpoint.handler)
+                head = [r for r in route.resource or () if r.method == "HEAD"] if route.resource else []
+                for other in head:
+                    registry[other] = endpoint
+            else:
+                route = app.router.add_route(endpoint.method, endpoint.path, endpoint.handler)
+            registry[route] = endpoint
+
+
+def endpoint_of(request: web.Request) -> Endpoint | None:
+    """The declaration of the route ``request`` matched (None for 404/405 answers and undeclared routes)."""
+    registry = request.app.get(ENDPOINTS)
+    if registry is None:
+        return None
+    return registry.get(request.match_info.route)
+
+
+def all_endpoints(app: web.Application) -> list[Endpoint]:
+    """Every declaration of ``app``, each once, in registration order."""
+    seen: dict[int, Endpoint] = {}
+    for endpoint in app.get(ENDPOINTS, {}).values():
+        seen.setdefault(id(endpoint), endpoint)
+    return list(seen.values())
+
+
+# ----- request models ----------------------------------------------------------------------------------------------
+
+
+class ErrorFactory(Protocol):
+    """Builds a transport's error (the speech API's ApiError, the avatar's AvatarError) from a refusal."""
+
+    def __call__(self, http_status: int, code: str, message: str, param: str | None) -> Exception: ...
+
+
+def refusal(code: str, message: str, status: int = 422) -> pydantic_core.PydanticCustomError:
+    """An error for a model validator to raise: ``code`` and ``message`` reach the client as they are.
+
+    ``status`` is the HTTP status (422 unless the API answers this refusal with another one, e.g. 400
+    ``max_character_limit_exceeded``).
+    """
+    return pydantic_core.PydanticCustomError(code, message, {"status": status})
+
+
+def _param(loc: tuple[int | str, ...]) -> str | None:
+    return ".".join(str(part) for part in loc) or None
+
+
+def first_error(err: pydantic.ValidationError) -> tuple[int, str, str, str | None]:
+    """(status, code, message, param) of a model's first complaint.
+
+    A :func:`refusal` keeps its own code, status and message; pydantic's own complaints become 422
+    ``invalid_parameters`` with a message naming the field.
+    """
+    error = err.errors(include_url=False)[0]
+    loc = tuple(part for part in error["loc"] if not (isinstance(part, str) and part.startswith("function-")))
+    param = _param(loc)
+    ctx = error.get("ctx") or {}
+    if "status" in ctx and isinstance(ctx["status"], int):
+        return ctx["status"], error["type"], error["msg"], param
+    message = error["msg"]
+    if param is not None:
+        message = f"Field '{param}': {message[0].lower()}{message[1:]}." if message else f"Field '{param}' is invalid."
+    return 422, "invalid_parameters", message, param
+
+
+def validate(model: type[M], data: object, error: ErrorFactory, context: Mapping[str, Any] | None = None) -> M:
+    """``data`` as ``model``, or the transport's error for its first complaint."""
+    try:
+        return model.model_validate(data, context=dict(context or {}))
+    except pydantic.ValidationError as err:
+        raise error(*first_error(err)) from None
+
+
+async def parse_body(
+    request: web.Request,
+    model: type[M],
+    error: ErrorFactory,
+    *,
+    bad_json: str,
+    context: Mapping[str, Any] | None = None,
+    optional: bool = False,
+) -> M:
+    """The JSON body as ``model``.
+
+    A body that is not strict JSON, or not an object, gets 400 ``invalid_json`` with the message ``bad_json``;
+    ``optional`` takes a missing or blank body as ``{}``.
+    """
+    raw = await request.read()
+    data: object
+    if optional and not raw.strip():
+        data = {}
+    else:
+        try:
+            data = loads(raw)
+        except BadJson as err:
+            raise error(400, "invalid_json", bad_json, None) from err
+    if not isinstance(data, dict):
+        raise error(400, "invalid_json", bad_json, None)
+    return validate(model, data, error, context)
+
+
+def parse_query(
+    request: web.Request, model: type[M], error: ErrorFactory, context: Mapping[str, Any] | None = None
+) -> M:
+    """The query string as ``model`` (a repeated parameter counts once: its last value)."""
+    return validate(model, dict(request.query), error, context)

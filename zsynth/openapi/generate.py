@@ -1,0 +1,141 @@
+"""OpenAPI 3.1 operations and component schemas generated from route declarations (:mod:`zsynth.endpoints`).
+
+For each declared HTTP route: the declaration's ``doc`` fields (operationId, tags, summary, responses, extra
+parameters) are the operation; the body model becomes its ``requestBody``, the query model its query parameters,
+the path template its path parameters, and the access rule its ``security``. Any pydantic model class found in
+``doc`` (a response schema) is replaced by a reference and its schema joins the components, so response shapes are
+models too. WebSocket routes are left out: OpenAPI does not model them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import pydantic
+from pydantic.json_schema import models_json_schema
+
+from ..endpoints import Access, Endpoint
+
+JSON = "application/json"
+Schema = dict[str, Any]
+REF_TEMPLATE = "#/components/schemas/{model}"
+
+_PATH_PARAM = re.compile(r"{([^}/:]+)(?::[^}]*)?}")
+
+
+def ref(name: str) -> Schema:
+    """A reference to a component schema."""
+    return {"$ref": REF_TEMPLATE.format(model=name)}
+
+
+def _models_in(value: Any, found: set[type[pydantic.BaseModel]]) -> None:
+    if isinstance(value, type) and issubclass(value, pydantic.BaseModel):
+        found.add(value)
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            _models_in(item, found)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _models_in(item, found)
+
+
+def _with_refs(value: Any) -> Any:
+    """``value`` with every model class replaced by a reference to its component."""
+    if isinstance(value, type) and issubclass(value, pydantic.BaseModel):
+        return ref(value.__name__)
+    if isinstance(value, Mapping):
+        return {key: _with_refs(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_with_refs(item) for item in value]
+    return value
+
+
+def component_schemas(models: Iterable[type[pydantic.BaseModel]]) -> dict[str, Schema]:
+    """The JSON schemas of ``models`` and of every model they use, keyed by class name."""
+    unique = sorted(set(models), key=lambda model: model.__name__)
+    if not unique:
+        return {}
+    _, top = models_json_schema([(model, "validation") for model in unique], ref_template=REF_TEMPLATE)
+    schemas: dict[str, Schema] = dict(top.get("$defs", {}))
+    names = [model.__name__ for model in unique]
+    clash = {name for name in names if names.count(name) > 1}
+    if clash:
+        raise ValueError(f"two models share the name(s) {sorted(clash)}: component names must be unique")
+    return schemas
+
+
+def query_parameters(model: type[pydantic.BaseModel]) -> list[Schema]:
+    """One OpenAPI query parameter per field of ``model`` (its alias when it has one)."""
+    schema = model.model_json_schema(ref_template=REF_TEMPLATE)
+    properties: dict[str, Schema] = schema.get("properties", {})
+    required = set(schema.get("required", []))
+    parameters = []
+    for name, prop in properties.items():
+        prop = dict(prop)
+        description = prop.pop("description", None)
+        prop.pop("title", None)
+        parameter: Schema = {"name": name, "in": "query", "required": name in required, "schema": prop}
+        if description:
+            parameter["description"] = description
+        parameters.append(parameter)
+    return parameters
+
+
+def path_parameters(path: str, described: Mapping[str, str]) -> list[Schema]:
+    """The template's path parameters, all required strings, described from ``described``."""
+    return [
+        {
+            "name": name,
+            "in": "path",
+            "required": True,
+            "description": described.get(name, name),
+            "schema": {"type": "string"},
+        }
+        for name in _PATH_PARAM.findall(path)
+    ]
+
+
+def operation(endpoint: Endpoint, security: Mapping[Access, list[dict[str, list[str]]]]) -> Schema:
+    """The operation object of one declared route.
+
+    ``doc`` keys read here besides plain operation fields: ``path_params`` (name -> description) and
+    ``body_required`` (False for an optional JSON body); a ``requestBody`` in ``doc`` (multipart uploads) is kept
+    as written.
+    """
+    doc = dict(endpoint.doc)
+    described: Mapping[str, str] = doc.pop("path_params", {})
+    body_required: bool = doc.pop("body_required", True)
+    op: Schema = {key: _with_refs(value) for key, value in doc.items()}
+    op["security"] = list(security[endpoint.access])
+    parameters = path_parameters(endpoint.path, described)
+    if endpoint.query is not None:
+        parameters += query_parameters(endpoint.query)
+    parameters += op.pop("parameters", [])
+    if parameters:
+        op["parameters"] = parameters
+    if endpoint.body is not None and "requestBody" not in op:
+        op["requestBody"] = {"required": body_required, "content": {JSON: {"schema": ref(endpoint.body.__name__)}}}
+    return op
+
+
+def paths_and_schemas(
+    endpoints: Iterable[Endpoint], security: Mapping[Access, list[dict[str, list[str]]]]
+) -> tuple[dict[str, Schema], dict[str, Schema]]:
+    """The ``paths`` object and the component schemas of ``endpoints`` (WebSocket routes left out)."""
+    paths: dict[str, Schema] = {}
+    models: set[type[pydantic.BaseModel]] = set()
+    for endpoint in endpoints:
+        if endpoint.websocket:
+            continue
+        method = endpoint.method.lower()
+        item = paths.setdefault(endpoint.path, {})
+        if method in item:
+            raise ValueError(f"{endpoint.method} {endpoint.path} declared twice")
+        item[method] = operation(endpoint, security)
+        for model in (endpoint.body, endpoint.query):
+            if model is not None:
+                models.add(model)
+        _models_in(endpoint.doc, models)
+    return paths, component_schemas(models)
