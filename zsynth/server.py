@@ -45,7 +45,7 @@ class _Stop:
         self._drain = task
 
     def on_signal(self, sig: signal.Signals) -> None:
-        """Loop signal handler: flips flags and cancels the drain only (no I/O here)."""
+        """Called on the loop (add_signal_handler), not in signal context, so it may log; it only cancels the drain."""
         if not self.requested.is_set():
             self.requested.set()
             return
