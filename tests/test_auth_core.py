@@ -13,6 +13,7 @@ from zsynth.auth import (
     AuthError,
     clamp_ttl,
     ephemeral_allowed,
+    read_credential,
     secret_from_headers,
     secret_from_message,
     secret_from_request,
@@ -92,6 +93,27 @@ def test_secret_from_headers_and_request():
     req = make_mocked_request("GET", "/x?authorization=Bearer%20q", headers={"xi-api-key": "header-wins"})
     assert secret_from_request(req) == "header-wins"
     assert secret_from_request(make_mocked_request("GET", "/x")) is None
+
+
+def test_read_credential_one_header_set_and_the_routes_query_parameter():
+    # One header set on every server: the SDK's xi-api-key, the avatar's X-Api-Key, then Authorization: Bearer.
+    for headers in ({"xi-api-key": "k"}, {"X-Api-Key": "k"}, {"x-api-key": " k "}, {"Authorization": "Bearer k"}):
+        presented = read_credential(make_mocked_request("GET", "/x", headers=headers))
+        assert (presented.secret, presented.in_query) == ("k", False)
+    # The query string only where the route names a parameter, and the header wins over it.
+    assert read_credential(make_mocked_request("GET", "/connect?session_token=t")).secret is None
+    presented = read_credential(make_mocked_request("GET", "/connect?session_token=%20t%20"), "session_token")
+    assert (presented.secret, presented.in_query) == ("t", True)
+    presented = read_credential(
+        make_mocked_request("GET", "/connect?session_token=t", headers={"X-Api-Key": "k"}), "session_token"
+    )
+    assert (presented.secret, presented.in_query) == ("k", False)
+    empty = read_credential(make_mocked_request("GET", "/connect?session_token=%20"), "session_token")
+    assert (empty.secret, empty.in_query) == (None, False)
+    ws = read_credential(make_mocked_request("GET", "/ws?authorization=Bearer%20t"), "authorization")
+    assert (ws.secret, ws.in_query) == ("t", True)
+    # Each parameter keeps its own form: session_token is the token itself, authorization an Authorization value.
+    assert read_credential(make_mocked_request("GET", "/ws?session_token=t"), "authorization").secret is None
 
 
 def test_secret_from_message():

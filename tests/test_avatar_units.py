@@ -7,10 +7,10 @@ import pytest
 from av import VideoFrame
 
 from zsynth.auth import clamp_ttl
-from zsynth.avatar.media import SAMPLES_PER_FRAME, AudioSlot, Timeline
+from zsynth.avatar.media import Playout
 from zsynth.avatar.renderers import FrameCue, builtin_avatars
 from zsynth.avatar.session import ice_configuration
-from zsynth.avatar.speech import Framer, SpeechTask, mouth_cues
+from zsynth.avatar.speech import SAMPLES_PER_FRAME, AudioSlot, Framer, SpeechTask, mouth_cues
 from zsynth.avatar.visemes import VISEMES, openness, phoneme_viseme, timing_labels, viseme_index
 from zsynth.config import Settings, SettingsError
 from zsynth.protocol import Event
@@ -68,7 +68,7 @@ def test_framer_cuts_chunks_into_20ms_frames_with_cues() -> None:
 
 
 def test_timeline_plays_in_order_and_peeks_ahead() -> None:
-    timeline = Timeline()
+    timeline = Playout()
     slots = [AudioSlot(tone(960), 0.5, v) for v in ("A", "C", "D")]
     timeline.pending.extend(slots)
     assert timeline.peek(1) is slots[1] and timeline.peek(5) is None

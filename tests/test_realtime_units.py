@@ -121,6 +121,26 @@ def test_join_chunks_in_seconds():
     assert chars == ["a", "b"] and starts == [0.0, 0.5] and ends == [0.5, 0.75]
 
 
+def test_timeline_places_received_chunks_at_their_audio_offsets():
+    # The worker cuts its chunks with take(); a receiver places each at the audio sent before it (span_ms).
+    sender = Timeline()
+    sender.add(CharAlignment(list("abc"), [0, 100, 200], [100, 100, 100]))
+    first, first_ms = sender.take(150)
+    rest, rest_ms = sender.take(100, final=True)
+    assert first is not None and rest is not None and (first_ms, rest_ms) == (150, 150)
+    receiver = Timeline()
+    meta = [
+        {"span_ms": first_ms, "alignment": first.to_meta()},
+        {"span_ms": 20.0},  # a chunk of audio without characters still moves the clock
+        {"span_ms": rest_ms, "alignment": rest.to_meta()},
+    ]
+    placed = [receiver.place(m) for m in meta]
+    assert placed[1] is None and [p[0] for p in placed if p is not None] == pytest.approx([0.0, 0.17])
+    assert receiver.parts == [p for p in placed if p is not None] and receiver.placed_s == pytest.approx(0.32)
+    chars, starts, ends = join_chunks(receiver.parts)
+    assert chars == ["a", "b", "c"] and starts == [0.0, 0.1, 0.17] and ends == [0.1, 0.15, 0.32]
+
+
 @pytest.mark.parametrize(
     ("alignment", "context_id", "multi"),
     [

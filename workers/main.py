@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
@@ -13,6 +12,7 @@ from redis.asyncio import Redis
 from zsynth import protocol
 from zsynth.config import Settings
 from zsynth.sdnotify import notify
+from zsynth.server import run_forever
 
 from .engines import load_engine
 from .worker import Worker
@@ -59,10 +59,5 @@ async def check(settings: Settings) -> bool:
 
 
 def run(settings: Settings) -> None:
-    """Blocking entry: run the worker on uvloop when available."""
-    try:
-        import uvloop
-
-        uvloop.run(serve(settings))
-    except ImportError:
-        asyncio.run(serve(settings))
+    """Blocking entry: run the worker on the servers' loop (uvloop when available)."""
+    run_forever(serve(settings))

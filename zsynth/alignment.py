@@ -16,13 +16,15 @@ the previous one ends (times are monotone), and the last one ends at the chunk's
 
 Encoders hold a little audio back (a resampler's filter delay, an MP3 frame), so the bytes sent with a chunk are
 not exactly the chunk the engine made. :class:`Timeline` therefore places every character on the job's absolute
-clock and cuts it into the spans of the audio actually sent with each chunk, the job's tail included.
+clock and cuts it into the spans of the audio actually sent with each chunk, the job's tail included (the worker's
+side: :meth:`Timeline.add` and :meth:`Timeline.take`). A receiver of those chunks puts each one back at the offset
+where its audio starts (:meth:`Timeline.place`, for the HTTP routes' times in seconds).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -192,6 +194,10 @@ class Timeline:
         self._bounds: list[float] = [0.0]  # len(chars) + 1 absolute boundaries, monotone
         self._next = 0  # first character not handed out yet
         self._sent_ms = 0.0  # audio handed out so far
+        #: The chunks placed so far, each at the offset (seconds) where its audio starts.
+        self.parts: list[tuple[float, CharAlignment]] = []
+        #: Audio placed so far, in seconds (summed in seconds, as the offsets are).
+        self.placed_s = 0.0
 
     def add(self, alignment: CharAlignment) -> None:
         """Append an engine chunk's alignment after the previous chunks."""
@@ -230,6 +236,18 @@ class Timeline:
             ms[i] = max(ms[i], ms[i - 1])
         durations = [b - a for a, b in zip(ms, ms[1:], strict=False)]
         return CharAlignment(self._chars[first:last], ms[:-1], durations), end - begin
+
+    def place(self, meta: Mapping[str, Any]) -> tuple[float, CharAlignment] | None:
+        """A received chunk (its event ``meta``): its alignment, already cut to the chunk by :meth:`take`, at the
+        offset in seconds where its audio starts (None without an alignment); the clock moves past its ``span_ms``."""
+        offset = self.placed_s
+        self.placed_s += float(meta.get("span_ms", 0.0)) / 1000.0
+        alignment = CharAlignment.from_meta(meta.get("alignment"))
+        if alignment is None:
+            return None
+        part = (offset, alignment)
+        self.parts.append(part)
+        return part
 
 
 def join_chunks(parts: Sequence[tuple[float, CharAlignment]]) -> tuple[list[str], list[float], list[float]]:

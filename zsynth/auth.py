@@ -102,6 +102,25 @@ def clamp_ttl(value: object) -> int:
     return max(TTL_MIN, min(TTL_MAX, int(value)))
 
 
+#: The headers a credential is read from, on every server, before ``Authorization: Bearer <secret>``: ``xi-api-key``
+#: (the ElevenLabs SDK's) and ``X-Api-Key`` (the avatar spec's). Where a route allows a credential in the URL (a
+#: browser cannot set headers on a WebSocket) one query parameter is read after them: :data:`QueryParameter`. A
+#: realtime socket's first message may carry one too (:func:`secret_from_message`).
+KEY_HEADERS: Final = ("xi-api-key", "X-Api-Key")
+
+#: Query parameters that may carry a credential: ``authorization`` on the realtime socket (an Authorization value,
+#: the ``Bearer`` scheme optional), ``session_token`` on the avatar's stream routes (the token as is).
+QueryParameter = Literal["authorization", "session_token"]
+
+
+@dataclass(frozen=True, slots=True)
+class Presented:
+    """The secret a request presents (None: none) and whether it came in the query string."""
+
+    secret: str | None
+    in_query: bool = False
+
+
 def _strip_bearer(value: str) -> str | None:
     scheme, _, token = value.strip().partition(" ")
     if scheme.lower() != "bearer":
@@ -110,10 +129,11 @@ def _strip_bearer(value: str) -> str | None:
 
 
 def secret_from_headers(headers: Mapping[str, str]) -> str | None:
-    """The secret in ``xi-api-key`` (the ElevenLabs SDK's header) or ``Authorization: Bearer``; None if absent."""
-    key = headers.get("xi-api-key", "").strip()
-    if key:
-        return key
+    """The secret in :data:`KEY_HEADERS` or ``Authorization: Bearer``, in that order; None if absent."""
+    for name in KEY_HEADERS:
+        key = headers.get(name, "").strip()
+        if key:
+            return key
     authorization = headers.get("Authorization")
     return _strip_bearer(authorization) if authorization else None
 
@@ -125,9 +145,22 @@ def _from_authorization_value(value: object) -> str | None:
     return _strip_bearer(value) or (value.strip() if " " not in value.strip() else None)
 
 
+def read_credential(request: web.Request, query: QueryParameter | None = None) -> Presented:
+    """The secret ``request`` presents: headers first, then the query parameter ``query`` where the route allows one."""
+    secret = secret_from_headers(request.headers)
+    if secret is not None or query is None:
+        return Presented(secret)
+    value = request.query.get(query)
+    if query == "authorization":
+        secret = _from_authorization_value(value)
+    elif value is not None:
+        secret = value.strip() or None
+    return Presented(secret, in_query=secret is not None)
+
+
 def secret_from_request(request: web.Request) -> str | None:
     """For the realtime WebSocket: headers first, then the URL-encoded ``authorization=Bearer …`` query parameter."""
-    return secret_from_headers(request.headers) or _from_authorization_value(request.query.get("authorization"))
+    return read_credential(request, "authorization").secret
 
 
 def secret_from_message(msg: Mapping[str, Any]) -> str | None:

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import json
-import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Final
 
 from aiohttp import web
 
 from .keys import REQUEST_ID
-
-logger = logging.getLogger(__name__)
+from .middleware import Handler as Handler  # re-exported: handlers and middlewares type with it
+from .middleware import error_middleware_for
 
 ERROR_TYPES: Final = {
     400: "validation_error",
@@ -90,29 +89,18 @@ class ApiError(Exception):
         )
 
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+class _ElevenLabsEnvelope:
+    """The speech API's envelope: ``{"detail": {...}}``, or OpenAI's ``{"error": {...}}`` under ``/v1/audio/``."""
 
-_HTTP_STATUS_NAMES: Final = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
+    error_type = ApiError
+
+    def make(self, http_status: int, code: str, message: str, headers: Mapping[str, str]) -> ApiError:
+        return ApiError(http_status, code, message, headers=headers)
+
+    def render(self, request: web.Request, error: ApiError) -> web.Response:
+        return error.response(request.get(REQUEST_ID, ""), openai=request.path.startswith(OPENAI_PREFIX))
 
 
-@web.middleware
-async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Turn ApiError and aiohttp's own HTTP errors into the route's envelope; never leak a traceback."""
-    openai = request.path.startswith(OPENAI_PREFIX)
-    try:
-        return await handler(request)
-    except ApiError as err:
-        return err.response(request.get(REQUEST_ID, ""), openai=openai)
-    except web.HTTPException as exc:
-        if exc.status < 400 or exc.content_type == "application/json":
-            raise
-        status = _HTTP_STATUS_NAMES.get(exc.status, "invalid_request")
-        allow = {k: v for k, v in exc.headers.items() if k == "Allow"}
-        return ApiError(exc.status, status, exc.reason, headers=allow).response(
-            request.get(REQUEST_ID, ""), openai=openai
-        )
-    except Exception:
-        logger.exception("request %s failed", request.get(REQUEST_ID, "-"))
-        return ApiError(500, "internal_error", "Something went wrong on our side.").response(
-            request.get(REQUEST_ID, ""), openai=openai
-        )
+#: The speech API's error middleware (the demo server uses it too): ApiError and aiohttp's HTTP errors in the
+#: route's envelope; never a traceback.
+error_middleware: Final = error_middleware_for(_ElevenLabsEnvelope())

@@ -9,20 +9,9 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from ..auth import AUTHENTICATOR, CREDENTIAL, AuthError, Credential, watch_credential
+from ..auth import AUTHENTICATOR, CREDENTIAL, AuthError, Credential, read_credential, watch_credential
 from .errors import AvatarError
 from .session import AvatarSession
-
-
-def _header_secret(request: web.Request) -> str | None:
-    key = request.headers.get("X-Api-Key")
-    if key:
-        return key.strip()
-    auth = request.headers.get("Authorization", "")
-    scheme, _, value = auth.partition(" ")
-    if scheme.lower() == "bearer" and value.strip():
-        return value.strip()
-    return None
 
 
 def auth_error(err: AuthError) -> AvatarError:
@@ -30,17 +19,9 @@ def auth_error(err: AuthError) -> AvatarError:
     return AvatarError(err.http_status, err.status, err.message)
 
 
-def _secret(request: web.Request) -> tuple[str | None, bool]:
-    """The presented secret, and whether it came in the query string."""
-    secret = _header_secret(request)
-    if secret is None and "session_token" in request.query:
-        return request.query["session_token"].strip(), True
-    return secret, False
-
-
 def watch_session(request: web.Request, credential: Credential, session: AvatarSession) -> None:
     """End ``session`` with an ``error`` event (``code`` the auth status) once its credential expires or is revoked."""
-    secret, _ = _secret(request)
+    secret = read_credential(request, "session_token").secret
     if secret is None:
         return
 
@@ -55,16 +36,16 @@ def watch_session(request: web.Request, credential: Credential, session: AvatarS
 async def authorize(request: web.Request, *, stream_route: bool) -> Credential:
     """Resolve the caller's credential; session tokens pass only where ``stream_route`` is true."""
     authenticator = request.app[AUTHENTICATOR]
-    secret, from_query = _secret(request)
+    presented = read_credential(request, "session_token")
     try:
-        credential = await authenticator.verify(secret, client=request.remote)
+        credential = await authenticator.verify(presented.secret, client=request.remote)
     except AuthError as err:
         if err.status == "missing_api_key":
             raise AvatarError(
                 401, "missing_api_key", "No API key was sent: use 'X-Api-Key: <key>' or 'Authorization: Bearer <key>'."
             ) from err
         raise auth_error(err) from err
-    if from_query and credential.kind == "full":
+    if presented.in_query and credential.kind == "full":
         raise AvatarError(
             401, "invalid_api_key", "Query parameter 'session_token' takes a session token; send full keys in a header."
         )

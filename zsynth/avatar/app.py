@@ -8,12 +8,14 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from ..access import authenticator_ctx
-from ..app import dispatcher, redis_client, request_id_middleware, run_forever, serve_app
 from ..auth import AUTHENTICATOR, Authenticator
 from ..config import Settings
 from ..dispatch import DISPATCHER
 from ..keys import SETTINGS
 from ..metrics import METRICS, Metrics
+from ..middleware import request_id_middleware
+from ..server import run_server
+from ..services import dispatcher, redis_client
 from .cors import cors_middleware
 from .errors import avatar_error_middleware
 from .renderers import AvatarRenderer, builtin_avatars
@@ -51,4 +53,4 @@ def create_avatar_app(settings: Settings, auth: Authenticator | None = None) -> 
 
 def run_avatar(settings: Settings) -> None:
     """Serve the avatar server on settings.host:settings.avatar_port until SIGINT/SIGTERM, then drain."""
-    run_forever(serve_app(create_avatar_app(settings), settings, settings.avatar_port, "avatar server"))
+    run_server(create_avatar_app(settings), settings, settings.avatar_port, "avatar server")

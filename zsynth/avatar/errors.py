@@ -3,17 +3,13 @@ for every error of this server so clients parse one shape)."""
 
 from __future__ import annotations
 
-import logging
+from collections.abc import Mapping
 from typing import Final
 
 from aiohttp import web
 
-from ..errors import Handler
 from ..keys import REQUEST_ID
-
-logger = logging.getLogger(__name__)
-
-_HTTP_CODES: Final = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
+from ..middleware import error_middleware_for
 
 
 class AvatarError(Exception):
@@ -35,20 +31,17 @@ class AvatarError(Exception):
         )
 
 
-@web.middleware
-async def avatar_error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Render AvatarError and aiohttp's HTTP errors in the envelope; never leak a traceback."""
-    request_id = request.get(REQUEST_ID, "")
-    try:
-        return await handler(request)
-    except AvatarError as err:
-        return err.response(request_id)
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        allow = {k: v for k, v in exc.headers.items() if k == "Allow"}
-        code = _HTTP_CODES.get(exc.status, "invalid_request")
-        return AvatarError(exc.status, code, exc.reason, allow).response(request_id)
-    except Exception:
-        logger.exception("request %s failed", request_id or "-")
-        return AvatarError(500, "internal_error", "Something went wrong on our side.").response(request_id)
+class _AvatarEnvelope:
+    """``{"code", "message"}``."""
+
+    error_type = AvatarError
+
+    def make(self, http_status: int, code: str, message: str, headers: Mapping[str, str]) -> AvatarError:
+        return AvatarError(http_status, code, message, dict(headers))
+
+    def render(self, request: web.Request, error: AvatarError) -> web.Response:
+        return error.response(request.get(REQUEST_ID, ""))
+
+
+#: The avatar server's error middleware: AvatarError and aiohttp's HTTP errors in this envelope; never a traceback.
+avatar_error_middleware: Final = error_middleware_for(_AvatarEnvelope())

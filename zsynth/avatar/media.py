@@ -3,7 +3,7 @@
 The audio track plays 20 ms frames of 48 kHz mono PCM; the video track shows 25 frames a second. Both sleep until
 each frame's due time on the same absolute clock (``origin + n * period`` on ``time.monotonic()``), because aiortc's
 senders send whatever ``recv()`` returns at once. The video frame for time T is drawn from the audio frames that
-cover T, found in the same :class:`Timeline`, so lips and sound come from one source of truth.
+cover T, found in the same :class:`Playout`, so lips and sound come from one source of truth.
 """
 
 from __future__ import annotations
@@ -12,25 +12,20 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import numpy as np
-import numpy.typing as npt
 from aiortc import MediaStreamTrack
 from aiortc.mediastreams import MediaStreamError
 from av import AudioFrame, VideoFrame
 
 from .renderers.base import FrameCue, RenderStream
+from .speech import SAMPLES_PER_FRAME, AudioSlot
 from .visemes import REST
-
-if TYPE_CHECKING:
-    from .speech import SpeechTask
 
 AUDIO_RATE: Final = 48_000
 AUDIO_FRAME_S: Final = 0.020
-SAMPLES_PER_FRAME: Final = 960
 VIDEO_FPS: Final = 25
 AUDIO_PER_VIDEO: Final = 2  # audio frames per video frame (40 ms / 20 ms)
 VIDEO_CLOCK: Final = 90_000
@@ -38,18 +33,9 @@ _SILENCE: Final = np.zeros(SAMPLES_PER_FRAME, dtype=np.int16)
 _HISTORY: Final = 32  # played audio frames remembered for the video track
 
 
-@dataclass(slots=True)
-class AudioSlot:
-    """One 20 ms frame of speech with its mouth cues and the task it belongs to."""
-
-    pcm: npt.NDArray[np.int16]
-    openness: float
-    viseme: str
-    task: SpeechTask | None = None
-
-
-class Timeline:
-    """The session clock and the speech frames waiting to be played on it."""
+class Playout:
+    """The session clock and the speech frames waiting to be played on it (audio frames, not text: character
+    alignment is :class:`zsynth.alignment.Timeline`)."""
 
     def __init__(self) -> None:
         self.origin = time.monotonic()
@@ -95,7 +81,7 @@ class SpeechAudioTrack(MediaStreamTrack):
 
     kind = "audio"
 
-    def __init__(self, timeline: Timeline, on_play: Callable[[AudioSlot | None], None]) -> None:
+    def __init__(self, timeline: Playout, on_play: Callable[[AudioSlot | None], None]) -> None:
         super().__init__()
         self.timeline = timeline
         self.on_play = on_play
@@ -133,7 +119,7 @@ class AvatarVideoTrack(MediaStreamTrack):
 
     kind = "video"
 
-    def __init__(self, timeline: Timeline, stream: RenderStream, is_talking: Callable[[], bool]) -> None:
+    def __init__(self, timeline: Playout, stream: RenderStream, is_talking: Callable[[], bool]) -> None:
         super().__init__()
         self.timeline = timeline
         self.stream = stream

@@ -17,9 +17,9 @@ from ..config import Settings
 from ..dispatch import Dispatcher, JobFailed
 from ..protocol import Job
 from .errors import AvatarError
-from .media import AudioSlot, AvatarVideoTrack, SpeechAudioTrack, Timeline
+from .media import AvatarVideoTrack, Playout, SpeechAudioTrack
 from .renderers.base import AvatarRenderer
-from .speech import OUTPUT_FORMAT, Framer, SpeechTask
+from .speech import OUTPUT_FORMAT, AudioSlot, Framer, SpeechTask
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class AvatarSession:
         self._closer: asyncio.Task[None] | None = None
         self.ws: web.WebSocketResponse | None = None
         self.talking: SpeechTask | None = None
-        self.timeline = Timeline()
+        self.timeline = Playout()
         self.render_stream = renderer.open_stream(seed=hash(session_id) & 0xFFFF)
         self.audio = SpeechAudioTrack(self.timeline, self._on_play)
         self.video = AvatarVideoTrack(self.timeline, self.render_stream, lambda: self.talking is not None)

@@ -10,10 +10,10 @@ import numpy as np
 import numpy.typing as npt
 
 from ..protocol import Event
-from .media import SAMPLES_PER_FRAME, AudioSlot
 from .visemes import REST, UNTIMED, VISEMES, openness, timing_labels
 
 OUTPUT_FORMAT: Final = "pcm_48000"  # the workers resample to the WebRTC rate, so no resampling happens here
+SAMPLES_PER_FRAME: Final = 960  # 20 ms at 48 kHz: one WebRTC audio frame
 _QUIET: Final = 0.08  # openness under which a frame shows a resting mouth whatever the phoneme
 
 
@@ -41,6 +41,16 @@ class SpeechTask:
     def fully_played(self) -> bool:
         """Every frame fed has been played and no more will come."""
         return self.feeding_done and self.frames_played >= self.frames_fed
+
+
+@dataclass(slots=True)
+class AudioSlot:
+    """One 20 ms frame of speech with its mouth cues and the task it belongs to."""
+
+    pcm: npt.NDArray[np.int16]
+    openness: float
+    viseme: str
+    task: SpeechTask | None = None
 
 
 class Framer:

@@ -11,10 +11,11 @@ from typing import Final
 import aiohttp
 from aiohttp import web
 
-from ..app import request_id_middleware, run_forever, serve_app
 from ..config import Settings
 from ..errors import ApiError, error_middleware
 from ..keys import REQUEST_ID, SETTINGS
+from ..middleware import request_id_middleware
+from ..server import run_server
 from .backend import DEMO_BACKEND, DemoBackend, UpstreamError, same_origin
 
 logger = logging.getLogger(__name__)
@@ -86,4 +87,4 @@ def create_demo_app(settings: Settings) -> web.Application:
 def run_demo(settings: Settings) -> None:
     """Serve the demo on settings.host:settings.demo_port until SIGINT/SIGTERM, as the other servers run (uvloop,
     READY/STOPPING, drain)."""
-    run_forever(serve_app(create_demo_app(settings), settings, settings.demo_port, "demo server"))
+    run_server(create_demo_app(settings), settings, settings.demo_port, "demo server")

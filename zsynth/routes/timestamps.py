@@ -17,7 +17,7 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from ..alignment import CharAlignment, join_chunks
+from ..alignment import Timeline, join_chunks
 from ..dispatch import JobFailed
 from ..marks import CLOSE, OPEN
 from ..protocol import Event
@@ -77,41 +77,22 @@ def _json(payload: dict[str, Any]) -> str:
     return json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
 
 
-class _Timeline:
-    """Places each chunk's relative alignment at its absolute offset in the audio."""
-
-    def __init__(self) -> None:
-        self.parts: list[tuple[float, CharAlignment]] = []
-        self.offset_s = 0.0
-
-    def add(self, event: Event) -> tuple[float, CharAlignment] | None:
-        """The chunk's alignment at its absolute offset (None without one); advances past the chunk's audio."""
-        offset = self.offset_s
-        self.offset_s += float(event.meta.get("span_ms", 0.0)) / 1000.0
-        alignment = CharAlignment.from_meta(event.meta.get("alignment"))
-        if alignment is None:
-            return None
-        part = (offset, alignment)
-        self.parts.append(part)
-        return part
-
-
 async def convert_with_timestamps(request: web.Request) -> web.Response:
     """The whole audio as base64 plus the alignment of the whole text, once synthesis is complete."""
     tts = await parse_tts_request(request, "convert")
     audio: list[bytes] = []
-    timeline = _Timeline()
+    timeline = Timeline()
     async with await submit(request, tts, alignment=True) as stream:
         try:
             async for event in stream.chunks():
                 audio.append(event.audio)
-                timeline.add(event)
+                timeline.place(event.meta)
         except JobFailed as err:
             raise job_failure(err) from err
         chars, starts, ends = join_chunks(timeline.parts)
         if ends:
             # An encoder's final flush can carry a few ms after the last character starts: it is that character's.
-            ends[-1] = max(ends[-1], round(timeline.offset_s, 3))
+            ends[-1] = max(ends[-1], round(timeline.placed_s, 3))
         aligned, normalized = _Alignments(tts.spoken).bodies((chars, starts, ends), final=True)
         body = {
             "audio_base64": base64.b64encode(b"".join(audio)).decode("ascii"),
@@ -134,14 +115,14 @@ async def stream_with_timestamps(request: web.Request) -> web.StreamResponse:
             raise job_failure(err) from err
         response = web.StreamResponse(headers=audio_headers(request, tts, job_stream.job) | JSON_TYPE)
         await response.prepare(request)
-        timeline = _Timeline()
+        timeline = Timeline()
         alignments = _Alignments(tts.spoken)
 
         async def write_all() -> None:
             event = first
             while event is not None:
                 following = await anext(chunks, None)
-                part = timeline.add(event)
+                part = timeline.place(event.meta)
                 aligned: dict[str, Any] | None = None
                 normalized: dict[str, Any] | None = None
                 if part is not None or (following is None and alignments.mapper is not None):

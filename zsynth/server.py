@@ -1,0 +1,131 @@
+"""Start-up shared by every zsynth process: the event loop (uvloop), and for the three servers (speech front,
+avatar server, demo) TLS, signals, systemd notification and the drain.
+
+A server runs until SIGTERM or SIGINT, then drains: it stops accepting connections, runs the shutdown hooks (open
+WebSockets are closed with 1001 "going away"), lets running HTTP requests finish for up to ZSYNTH_DRAIN_TIMEOUT
+seconds, cancels what is left and runs the cleanup contexts. A second SIGTERM or SIGINT during the drain (a second
+Ctrl-C) ends it at once: the requests still running are cancelled, the cleanup contexts are skipped, and the
+process exits 0 like after a complete drain, since both stops were asked for. This matches the worker, whose second
+signal aborts its running job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import ssl
+from collections.abc import Coroutine
+from typing import Any
+
+from aiohttp import web
+
+from .config import Settings
+from .sdnotify import notify
+from .tls import TlsError, server_context
+from .tls import reload as reload_tls
+from .voices.catalog import VoiceConfigError
+
+logger = logging.getLogger(__name__)
+
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class _Stop:
+    """What the stop signals asked for: the first one a drain, a second one during the drain the end of it."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.requested = asyncio.Event()
+        self.forced = False
+        self._drain: asyncio.Task[Any] | None = None
+
+    def draining(self, task: asyncio.Task[Any] | None) -> None:
+        """The task that runs the drain, cancelled by a second signal."""
+        self._drain = task
+
+    def on_signal(self, sig: signal.Signals) -> None:
+        """Called on the loop (add_signal_handler), not in signal context, so it may log; it only cancels the drain."""
+        if not self.requested.is_set():
+            self.requested.set()
+            return
+        if self.forced or self._drain is None:
+            return
+        self.forced = True
+        logger.warning(
+            "%s: second stop signal (%s) during the drain: cancelling the open requests and exiting now",
+            self.name,
+            sig.name,
+        )
+        self._drain.cancel()
+
+
+async def serve_app(app: web.Application, settings: Settings, port: int, name: str) -> None:
+    """Serve ``app`` on ``settings.host:port`` until SIGTERM/SIGINT, then drain (see the module docstring).
+
+    With ZSYNTH_TLS_CERT_FILE/KEY_FILE the port speaks HTTPS and WSS, and SIGHUP reloads the certificate.
+    systemd (``Type=notify``) hears READY once the socket listens and STOPPING when the drain starts.
+    """
+    ssl_context = server_context(settings)
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=settings.drain_timeout_s)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.host, port, reuse_port=settings.reuse_port, ssl_context=ssl_context)
+    await site.start()
+    stop = _Stop(name)
+    loop = asyncio.get_running_loop()
+    for sig in _STOP_SIGNALS:
+        loop.add_signal_handler(sig, stop.on_signal, sig)
+    # SIGHUP (systemctl reload) re-reads the certificate; without TLS it is ignored rather than ending the process.
+    loop.add_signal_handler(signal.SIGHUP, _on_sighup, ssl_context, settings, name)
+    scheme = "https" if ssl_context is not None else "http"
+    logger.info("%s listening on %s://%s:%d", name, scheme, settings.host, port)
+    notify(f"READY=1\nSTATUS={name} serving")
+    await stop.requested.wait()
+    logger.info("%s draining: no new connections; open streams get %gs to finish", name, settings.drain_timeout_s)
+    notify("STOPPING=1")
+    stop.draining(asyncio.current_task())
+    try:
+        await runner.cleanup()
+    except asyncio.CancelledError:
+        if not stop.forced:
+            raise
+        # The cancellation was ours: end it here so the loop's shutdown cancels the requests still running.
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()
+        logger.warning("%s stopped before its drain finished", name)
+        return
+    logger.info("%s stopped", name)
+
+
+def _on_sighup(ssl_context: ssl.SSLContext | None, settings: Settings, name: str) -> None:
+    if ssl_context is None:
+        logger.info("%s: SIGHUP ignored (no TLS certificate to reload)", name)
+        return
+    reload_tls(ssl_context, settings)
+
+
+def run_forever(main: Coroutine[Any, Any, None]) -> None:
+    """Run a process's main coroutine on uvloop when available; a bad voice pin or TLS pair exits with its message
+    only (no traceback)."""
+    try:
+        _run_loop(main)
+    except VoiceConfigError as err:
+        # Already logged as critical by the voices start-up.
+        raise SystemExit(f"zsynth: {err}") from err
+    except TlsError as err:
+        raise SystemExit(f"zsynth: {err}") from err
+
+
+def _run_loop(main: Coroutine[Any, Any, None]) -> None:
+    try:
+        import uvloop
+    except ImportError:  # uvloop is a Linux/macOS wheel; elsewhere the standard loop serves
+        asyncio.run(main)
+        return
+    uvloop.run(main)
+
+
+def run_server(app: web.Application, settings: Settings, port: int, name: str) -> None:
+    """Blocking entry of a server command: serve ``app`` on ``port`` until stopped."""
+    run_forever(serve_app(app, settings, port, name))
