@@ -275,7 +275,9 @@ async def test_speech_that_never_comes_is_reported(aiohttp_client, private_redis
     await control.ws.send_json({"type": "speak", "text": "Is anybody there?", "id": "lonely"})
     accepted = await control.next("speak.accepted")
     error = await control.next("error")
-    assert error["code"] == "timeout" and error["task_id"] == accepted["task_id"] and error["id"] == "lonely"
+    assert (
+        error["code"] == "synthesis_unavailable" and error["task_id"] == accepted["task_id"] and error["id"] == "lonely"
+    )
     await control.ws.send_json({"type": "ping"})
     await control.next("pong")
     assert not [e for _, e in control.events if e["type"].startswith("avatar.")], "a failed task never talks"

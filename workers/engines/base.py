@@ -67,7 +67,8 @@ class Engine(Protocol):
 def clamp_setting(value: Any, low: float, high: float, default: float) -> float:
     """A voice setting as a number within [low, high]; ``default`` when it is missing or not a finite number.
 
-    The realtime sockets pass voice settings through unchecked, so anything a client can put in JSON arrives here.
+    Every transport of the front checks voice settings (:mod:`zsynth.voice_settings`), but a job queued by other
+    means may still carry anything JSON can.
     """
     try:
         number = float(value)

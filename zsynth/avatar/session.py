@@ -15,11 +15,11 @@ from redis.exceptions import RedisError
 
 from ..config import Settings
 from ..dispatch import Dispatcher, JobFailed
-from ..protocol import Job
+from ..synthesis import Failure, SynthesisFailed, SynthesisService, classify, unreachable
 from .errors import AvatarError
 from .media import AvatarVideoTrack, Playout, SpeechAudioTrack
 from .renderers.base import AvatarRenderer
-from .speech import OUTPUT_FORMAT, AudioSlot, Framer, SpeechTask
+from .speech import AudioSlot, Framer, SpeechTask
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +54,8 @@ class AvatarSession:
         self.session_id = session_id
         self.settings = settings
         self.dispatcher = dispatcher
+        # No voice catalog here: the avatar's voice ids go to the workers as given.
+        self.synthesis = SynthesisService(settings, dispatcher)
         self.renderer = renderer
         self.voice_id = voice_id
         self.owner = owner  # fingerprint of the credential that created it
@@ -262,39 +264,34 @@ class AvatarSession:
                 self.emit("error", code="internal_error", message="Speaking failed.", task_id=task.task_id)
 
     async def _feed(self, task: SpeechTask) -> None:
-        job = Job(
-            text=task.text,
-            voice_id=task.voice_id,
-            output_format=OUTPUT_FORMAT,
-            priority="realtime",
-            request_id=self.session_id,
-            alignment=True,
-        )
         framer = Framer(task)
+        job_id = "-"
         try:
-            async with await self.dispatcher.submit(job) as stream:
-                logger.info("session %s: task %s is job %s", self.session_id, task.task_id, job.job_id)
+            prepared = await self.synthesis.build(task.synthesis_request(self.session_id))
+            job_id = prepared.job.job_id
+            async with await self.synthesis.submit(prepared.job) as stream:
+                logger.info("session %s: task %s is job %s", self.session_id, task.task_id, job_id)
                 async for event in stream.chunks():
                     await self._enqueue(framer.push(event))
                 await self._enqueue(framer.flush())
         except JobFailed as err:
-            logger.warning("session %s: job %s failed: %s %s", self.session_id, job.job_id, err.code, err.message)
-            task.failed = True
-            self.emit("error", code=err.code, message=err.message, task_id=task.task_id, id=task.client_id)
+            logger.warning("session %s: job %s failed: %s %s", self.session_id, job_id, err.code, err.message)
+            self._speech_failed(task, classify(err))
+        except SynthesisFailed as err:
+            logger.warning("session %s: job %s not queued: %s", self.session_id, job_id, err.failure.message)
+            self._speech_failed(task, err.failure)
         except (RedisError, OSError) as err:
             logger.warning("session %s: speech unavailable: %r", self.session_id, err)
-            task.failed = True
-            self.emit(
-                "error",
-                code="speech_unavailable",
-                message="The speech service cannot be reached.",
-                task_id=task.task_id,
-                id=task.client_id,
-            )
+            self._speech_failed(task, unreachable())
         finally:
             task.feeding_done = True
             if task.fully_played:
                 self._finish(task, interrupted=False)
+
+    def _speech_failed(self, task: SpeechTask, failure: Failure) -> None:
+        """Report a task whose speech failed: an ``error`` event with the failure's realtime code."""
+        task.failed = True
+        self.emit("error", code=failure.realtime_code, message=failure.message, task_id=task.task_id, id=task.client_id)
 
     async def _enqueue(self, slots: list[AudioSlot]) -> None:
         # Back-pressure: keep at most a few seconds of speech in memory ahead of the clock.

@@ -10,6 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..protocol import Event
+from ..synthesis import SynthesisRequest
 from .visemes import REST, UNTIMED, VISEMES, openness, timing_labels
 
 OUTPUT_FORMAT: Final = "pcm_48000"  # the workers resample to the WebRTC rate, so no resampling happens here
@@ -41,6 +42,18 @@ class SpeechTask:
     def fully_played(self) -> bool:
         """Every frame fed has been played and no more will come."""
         return self.feeding_done and self.frames_played >= self.frames_fed
+
+    def synthesis_request(self, session_id: str) -> SynthesisRequest:
+        """What this task asks of the synthesis service: realtime, with timing, its text spoken as written."""
+        return SynthesisRequest(
+            text=self.text,
+            voice_id=self.voice_id,
+            output_format=OUTPUT_FORMAT,
+            request_id=session_id,
+            options=None,
+            alignment=True,
+            priority="realtime",
+        )
 
 
 @dataclass(slots=True)

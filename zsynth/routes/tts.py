@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import math
 import re
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
@@ -14,34 +13,20 @@ from aiohttp.client_exceptions import ClientConnectionResetError
 
 from ..audio import OutputFormat, OutputFormatError, parse_output_format
 from ..auth import CREDENTIAL
-from ..dictionaries.store import DICTIONARIES, StorageUnavailable
-from ..dispatch import DISPATCHER, JobFailed, JobStream
+from ..dispatch import JobFailed, JobStream
 from ..errors import ApiError
 from ..jsonbody import BadJson, read_json
 from ..keys import REQUEST_ID, SETTINGS
 from ..protocol import Job
 from ..spoken import Spoken
-from ..textprep import TextOptionError, TextOptions, parse_options, prepare
-from ..voices.catalog import VOICES
+from ..synthesis import Failure, SynthesisFailed, SynthesisRequest, SynthesisService, classify, queue_owner
+from ..textprep import TextOptionError, TextOptions, parse_options
+from ..voice_settings import InvalidParameter, check_seed
+from ..voice_settings import check_voice_settings as check_settings
 
 logger = logging.getLogger(__name__)
 
-# Job failures that mean "try again later" rather than "this request is wrong".
-_UNAVAILABLE = {
-    "timeout",
-    "worker_restarted",
-    "worker_stopping",
-    "worker_died",
-    "shutting_down",
-    "lost_events",
-    "deadline_exceeded",
-    "redis_unavailable",
-}
-_VOICE_FAILURES = {"voice_not_found": 404, "voice_storage_unavailable": 503}
-
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
-# voice_settings fields that must be numbers when present.
-_NUMERIC_SETTINGS = ("stability", "similarity_boost", "style", "speed")
 
 
 @dataclass(slots=True)
@@ -64,7 +49,7 @@ def text_options(body: dict[str, Any]) -> TextOptions:
     try:
         return parse_options(body)
     except TextOptionError as err:
-        raise ApiError(err.status, err.code, err.message, param=err.param) from err
+        raise api_error(classify(err)) from err
 
 
 async def parse_tts_request(request: web.Request, route: str) -> TtsRequest:
@@ -75,7 +60,7 @@ async def parse_tts_request(request: web.Request, route: str) -> TtsRequest:
     except OutputFormatError as err:
         raise ApiError(400, "invalid_output_format", str(err), param="output_format") from err
     try:
-        # Fix (hostile input): request.json() let deep nesting, 5000-digit numbers and bogus charsets through as 500s.
+        # Not request.json(): read_json bounds nesting and number sizes and refuses bogus charsets.
         body = await read_json(request)
     except BadJson as err:
         raise ApiError(400, "invalid_json", "The request body must be a JSON object with a 'text' field.") from err
@@ -97,62 +82,32 @@ async def parse_tts_request(request: web.Request, route: str) -> TtsRequest:
     model_id = body.get("model_id")
     if model_id is not None and not isinstance(model_id, str):
         raise ApiError(422, "invalid_parameters", "Field 'model_id' must be a string.", param="model_id")
-    voice_settings = check_voice_settings(body.get("voice_settings"))
-    seed = body.get("seed")
-    if isinstance(seed, float) and seed.is_integer():
-        # Fix (fuzzing): 42.0 is an integer in JSON Schema (and to JavaScript clients); accept it as 42.
-        seed = int(seed)
-    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= 4294967295):
-        raise ApiError(422, "invalid_parameters", "Field 'seed' must be an integer 0..4294967295.", param="seed")
+    try:
+        voice_settings = check_settings(body.get("voice_settings"))
+        seed = check_seed(body.get("seed"))
+    except InvalidParameter as err:
+        raise ApiError(422, err.code, err.message, param=err.param) from err
     return TtsRequest(voice_id, text, fmt, model_id, voice_settings, seed, text_options(body))
 
 
 def check_voice_settings(raw: object) -> dict[str, Any]:
-    """The request's voice settings; known fields must have their documented types (null means "default").
-
-    Fix (fuzzing): these went to the worker unchecked, so {"speed": {}} was accepted and a 400-digit integer
-    made the engine's float() raise OverflowError mid-job (a 500).
-    """
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise ApiError(422, "invalid_parameters", "Field 'voice_settings' must be an object.", param="voice_settings")
-    for name in _NUMERIC_SETTINGS:
-        value = raw.get(name)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int | float) or not _finite(value):
-            raise ApiError(
-                422, "invalid_parameters", f"voice_settings.{name} must be a number.", param=f"voice_settings.{name}"
-            )
-    boost = raw.get("use_speaker_boost")
-    if boost is not None and not isinstance(boost, bool):
-        raise ApiError(
-            422,
-            "invalid_parameters",
-            "voice_settings.use_speaker_boost must be true or false.",
-            param="voice_settings.use_speaker_boost",
-        )
-    return raw
-
-
-def _finite(value: float) -> bool:
+    """The request's voice settings (:func:`zsynth.voice_settings.check_voice_settings`), or a 422 ApiError."""
     try:
-        return math.isfinite(value)
-    except OverflowError:  # an int too large for a float
-        return False
+        return check_settings(raw)
+    except InvalidParameter as err:
+        raise ApiError(422, err.code, err.message, param=err.param) from err
+
+
+def api_error(failure: Failure) -> ApiError:
+    """A classified failure in the HTTP routes' envelope."""
+    return ApiError(
+        failure.http_status, failure.code, failure.message, param=failure.param, headers=failure.headers or None
+    )
 
 
 def job_failure(err: JobFailed) -> ApiError:
-    """Map a failed job to the error a client sees; 503 + Retry-After for transient ones."""
-    if err.code == "queue_full":
-        return ApiError(429, "system_busy", err.message, headers={"Retry-After": "1"})
-    if err.code in _UNAVAILABLE:
-        return ApiError(503, "system_busy", err.message, headers={"Retry-After": "1"})
-    if err.code in _VOICE_FAILURES:  # the worker could not load the voice (it never speaks another one)
-        status = _VOICE_FAILURES[err.code]
-        return ApiError(status, err.code, err.message, headers={"Retry-After": "5"} if status == 503 else None)
-    return ApiError(500, err.code, err.message)
+    """A failed job as the error a client sees; 503 + Retry-After for transient ones."""
+    return api_error(classify(err))
 
 
 def audio_headers(request: web.Request, tts: TtsRequest, job: Job) -> dict[str, str]:
@@ -165,57 +120,47 @@ def audio_headers(request: web.Request, tts: TtsRequest, job: Job) -> dict[str, 
         "x-voice-id": job.voice_id,
     }
     if tts.model_id:
-        # Fix (fuzzing): a model_id with a control character (e.g. a newline) made aiohttp refuse to write the
-        # headers ("header injection"), which dropped the connection on convert and answered 500 on stream.
+        # aiohttp refuses to write a header with a control character in it (header injection).
         headers["x-model-id"] = _CONTROL_CHARS.sub("", tts.model_id)
     return headers
 
 
 async def submit(request: web.Request, tts: TtsRequest, *, alignment: bool = False) -> JobStream:
-    """Queue the job for this request, with an unknown voice id swapped for the swap-out voice.
+    """Queue the job for this request through the synthesis service (:mod:`zsynth.synthesis`).
 
-    ``alignment`` asks the worker for character timing with every chunk (the with-timestamps routes). The text is
-    prepared first (break tags, dictionaries, normalization: :mod:`zsynth.textprep`); ``tts.spoken`` keeps the result.
+    ``alignment`` asks the worker for character timing with every chunk (the with-timestamps routes). An unknown
+    voice id gets the swap-out voice; ``tts.spoken`` keeps what the text became (break tags, dictionaries,
+    normalization: :mod:`zsynth.textprep`).
     """
-    settings = request.app[SETTINGS]
-    try:
-        tts.spoken = await prepare(tts.text, tts.options, settings.engine, request.app.get(DICTIONARIES))
-    except TextOptionError as err:
-        raise ApiError(err.status, err.code, err.message, param=err.param) from err
-    except StorageUnavailable as err:
-        raise ApiError(
-            503,
-            "dictionary_storage_unavailable",
-            f"Pronunciation dictionaries cannot be read ({err}).",
-            headers={"Retry-After": "1"},
-        ) from err
-    job = Job(
-        text=tts.spoken.text if tts.spoken.changed else tts.text,
-        voice_id=request.app[VOICES].resolve(tts.voice_id),
+    service = SynthesisService.of(request.app)
+    asked = SynthesisRequest(
+        text=tts.text,
+        voice_id=tts.voice_id,
         output_format=tts.fmt.name,
-        voice_settings=tts.voice_settings,
         request_id=request[REQUEST_ID],
-        alignment=alignment,
+        voice_settings=tts.voice_settings,
         seed=tts.seed,
-    )
-    logger.info(
-        "request %s: job %s voice %s (asked %s) format %s model %s (%d chars)",
-        job.request_id,
-        job.job_id,
-        job.voice_id,
-        tts.voice_id,
-        tts.fmt.name,
-        tts.model_id or "-",
-        len(tts.text),
-        extra={"request_id": job.request_id, "job_id": job.job_id},
+        options=tts.options,
+        alignment=alignment,
     )
     try:
-        credential = request.get(CREDENTIAL)
-        owner = credential.fingerprint if credential is not None and credential.kind != "open" else None
-        stream: JobStream = await request.app[DISPATCHER].submit(job, owner=owner)
-    except JobFailed as err:
-        raise job_failure(err) from err
-    return stream
+        prepared = await service.build(asked)
+        tts.spoken = prepared.spoken
+        job = prepared.job
+        logger.info(
+            "request %s: job %s voice %s (asked %s) format %s model %s (%d chars)",
+            job.request_id,
+            job.job_id,
+            job.voice_id,
+            tts.voice_id,
+            tts.fmt.name,
+            tts.model_id or "-",
+            len(tts.text),
+            extra={"request_id": job.request_id, "job_id": job.job_id},
+        )
+        return await service.submit(job, owner=queue_owner(request.get(CREDENTIAL)))
+    except SynthesisFailed as err:
+        raise api_error(err.failure) from err
 
 
 async def convert(request: web.Request) -> web.Response:
@@ -274,7 +219,10 @@ async def finish_stream(
         logger.info("job %s: client went away mid-stream", job_stream.job.job_id)
         return response
     except JobFailed as err:
-        logger.warning("job %s failed mid-stream: %s (%s)", job_stream.job.job_id, err.code, err.message)
+        failure = classify(err)
+        logger.warning(
+            "job %s failed mid-stream: %s (%s: %s)", job_stream.job.job_id, failure.kind, err.code, err.message
+        )
         if request.transport is not None:
             request.transport.abort()
         return response

@@ -17,6 +17,7 @@ from .. import jsonbody
 from ..audio import OutputFormat, OutputFormatError, parse_output_format
 from ..auth import AUTHENTICATOR, AuthError, Credential, secret_from_message, secret_from_request, watch_credential
 from ..keys import REQUEST_ID, SETTINGS, WS_PER_CREDENTIAL
+from ..voice_settings import InvalidParameter, check_seed, check_voice_settings
 from ..voices.catalog import VOICES
 
 logger = logging.getLogger(__name__)
@@ -99,13 +100,17 @@ def parse_params(request: web.Request) -> StreamParams:
                 f"{MAX_INACTIVITY_S} (got {raw}).",
             )
     seed: int | None = None
-    if request.query.get("seed"):
+    raw_seed = request.query.get("seed")
+    if raw_seed:
+        number: object
         try:
-            seed = int(request.query["seed"])
+            number = int(raw_seed)
         except ValueError:
-            seed = -1
-        if not 0 <= seed <= 4294967295:
-            raise WsError("invalid_parameters", "seed must be an integer 0..4294967295.")
+            number = raw_seed  # refused by check_seed, with the message HTTP gives
+        try:
+            seed = check_seed(number)
+        except InvalidParameter as err:
+            raise WsError(err.code, err.message) from err
     return StreamParams(
         # Resolved once per socket: an unknown id is spoken by the swap-out voice, as on the HTTP routes.
         voice_id=request.app[VOICES].resolve(request.match_info["voice_id"]),
@@ -326,11 +331,12 @@ def text_field(message: dict[str, Any]) -> str:
     return text
 
 
-def voice_settings_field(message: dict[str, Any]) -> dict[str, Any] | None:
-    """A message's ``voice_settings`` object, or None; WsError when it is not an object."""
-    value = message.get("voice_settings")
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        raise WsError("invalid_message", "Field 'voice_settings' must be an object.")
-    return value
+def voice_settings_field(message: dict[str, Any]) -> dict[str, Any]:
+    """A message's ``voice_settings``, checked as on HTTP (:mod:`zsynth.voice_settings`); {} when absent.
+
+    Bad settings end the socket like any other bad parameter: an ``invalid_parameters`` error frame, close 1008.
+    """
+    try:
+        return check_voice_settings(message.get("voice_settings"))
+    except InvalidParameter as err:
+        raise WsError(err.code, err.message) from err

@@ -24,12 +24,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from ..alignment import CharAlignment, Timeline
-from ..dictionaries.store import DICTIONARIES, StorageUnavailable
-from ..dispatch import DISPATCHER, JobFailed, JobStream
+from ..dispatch import JobFailed, JobStream
 from ..keys import SETTINGS
-from ..protocol import Event, Job
+from ..protocol import Event
 from ..spoken import AlignmentMapper
-from ..textprep import TextOptionError, TextOptions, prepare
+from ..synthesis import Failure, SynthesisFailed, SynthesisRequest, SynthesisService, classify, queue_owner, unreachable
+from ..textprep import TextOptions
 from .connection import Connection, StreamParams, WsError
 
 logger = logging.getLogger(__name__)
@@ -37,15 +37,6 @@ logger = logging.getLogger(__name__)
 LOOKAHEAD: Final = 2
 # Raw audio per frame: base64 makes it 4/3 larger, alignment adds a few KiB; frames stay well under 1 MiB.
 MAX_FRAME_AUDIO_BYTES: Final = 512 * 1024
-
-_UNAVAILABLE: Final = {
-    "timeout",
-    "worker_restarted",
-    "worker_stopping",
-    "shutting_down",
-    "lost_events",
-    "deadline_exceeded",
-}
 
 OnDone = Callable[["Speaker"], Awaitable[None]]
 # The end of a segment that may be the start of a break tag whose rest is still to come (the buffer cuts at white
@@ -91,8 +82,7 @@ class Speaker:
         self._finisher: asyncio.Task[Any] | None = None  # the task sending the last frames and the close
         self._segments: asyncio.Queue[str | None] = asyncio.Queue()
         self._queued_chars = 0  # characters in _segments (not yet submitted)
-        credential = conn.credential
-        self._owner = credential.fingerprint if credential is not None and credential.kind != "open" else None
+        self._owner = queue_owner(conn.credential)
         self.params_wait_s = conn.request.app[SETTINGS].first_chunk_timeout_s
         self._streams: asyncio.Queue[JobStream | None] = asyncio.Queue()
         self._slots = asyncio.Semaphore(LOOKAHEAD)
@@ -193,8 +183,7 @@ class Speaker:
     # ----- the two loops ---------------------------------------------------------------------------------------
 
     async def _submit_loop(self) -> None:
-        app = self.conn.request.app
-        dispatcher = app[DISPATCHER]
+        service = SynthesisService.of(self.conn.request.app)
         while True:
             segment = await self._segments.get()
             if segment is None:
@@ -202,52 +191,48 @@ class Speaker:
                 return
             self._queued_chars -= len(segment)
             await self._slots.acquire()
-            app_settings = app[SETTINGS]
-            try:
-                spoken = await prepare(segment, self.options, app_settings.engine, app.get(DICTIONARIES))
-            except (TextOptionError, StorageUnavailable) as err:
-                self._finisher = asyncio.current_task()
-                code = err.code if isinstance(err, TextOptionError) else "synthesis_unavailable"
-                await self.conn.fail(WsError(code, str(err)))
-                return
-            job = Job(
-                text=spoken.text if spoken.changed else segment,
+            request = SynthesisRequest(
+                text=segment,
                 voice_id=self.params.voice_id,
                 output_format=self.params.fmt.name,
-                voice_settings=self.voice_settings,
-                priority="realtime",
                 request_id=self.conn.socket_id,
+                voice_settings=self.voice_settings,
+                seed=self.params.seed,
+                options=self.options,
                 alignment=True,
-                seed=self.params.seed,  # the dispatcher sets the start deadline
+                priority="realtime",
             )
             try:
-                if self._owner is not None:
-                    # Past the key's share of the queue, wait for one of its own jobs to end, so other keys' jobs
-                    # go first; bounded by the first-chunk deadline, and cut short by an interrupt.
-                    await dispatcher.wait_for_share(self._owner, self.params_wait_s)
+                prepared = await service.build(request)
+                # Past the key's share of the queue, wait for one of its own jobs to end, so other keys' jobs go
+                # first; bounded by the first-chunk deadline, and cut short by an interrupt.
+                await service.wait_for_share(self._owner, self.params_wait_s)
                 self._submitting = True
-                stream = await dispatcher.submit(job, owner=self._owner)
-            except JobFailed as err:
-                # The queue, or this key's share of it, stayed full for the whole wait (HTTP answers 429 here).
-                logger.info("socket %s: segment not queued: %s", self.conn.socket_id, err.message)
-                self._finisher = asyncio.current_task()
-                code = "system_busy" if err.code == "queue_full" else "synthesis_unavailable"
-                await self.conn.fail(WsError(code, err.message))
+                stream = await service.submit(prepared.job, owner=self._owner)
+            except SynthesisFailed as err:
+                # Bad text options, or the queue (or this key's share of it) stayed full for the whole wait.
+                logger.info("socket %s: segment not queued: %s", self.conn.socket_id, err.failure.message)
+                await self._fail(err.failure)
                 return
             except Exception as err:  # Redis unreachable or slow: the socket cannot be served
                 logger.warning("socket %s: could not queue a segment: %r", self.conn.socket_id, err)
-                self._finisher = asyncio.current_task()
-                await self.conn.fail(WsError("synthesis_unavailable", "The speech service is unavailable."))
+                await self._fail(unreachable())
                 return
             finally:
                 self._submitting = False
             self._live.add(stream)
-            if spoken.changed:
-                self._mappers[job.job_id] = AlignmentMapper(spoken)
+            job = prepared.job
+            if prepared.spoken is not None and prepared.spoken.changed:
+                self._mappers[job.job_id] = AlignmentMapper(prepared.spoken)
             if self._interrupted:
                 return  # interrupt() cancels every live job once this task has ended
             logger.debug("socket %s: segment job %s (%d chars)", self.conn.socket_id, job.job_id, len(segment))
             await self._streams.put(stream)
+
+    async def _fail(self, failure: Failure) -> None:
+        """End the socket with the failure's error frame (this task sends it and closes)."""
+        self._finisher = asyncio.current_task()
+        await self.conn.fail(WsError(failure.realtime_code, failure.message))
 
     async def _forward_loop(self) -> None:
         try:
@@ -263,8 +248,15 @@ class Speaker:
                         if self._interrupted:
                             return
                 except JobFailed as err:
-                    code = "synthesis_unavailable" if err.code in _UNAVAILABLE else err.code
-                    raise WsError(code, err.message) from err
+                    failure = classify(err)
+                    logger.info(
+                        "socket %s: job %s failed: %s (%s)",
+                        self.conn.socket_id,
+                        stream.job.job_id,
+                        failure.kind,
+                        err.code,
+                    )
+                    raise WsError(failure.realtime_code, failure.message) from err
                 finally:
                     await stream.close()
                     self._live.discard(stream)

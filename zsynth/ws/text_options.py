@@ -12,6 +12,7 @@ from typing import Any
 
 from ..dictionaries.store import DICTIONARIES, StorageUnavailable
 from ..keys import SETTINGS
+from ..synthesis import classify
 from ..textprep import TextOptionError, TextOptions, parse_options, prepare
 from .connection import Connection, WsError
 
@@ -22,8 +23,7 @@ async def socket_text_options(conn: Connection, message: dict[str, Any]) -> Text
     try:
         options = parse_options(message, request.query.get("apply_text_normalization") or None)
         await prepare("", options, request.app[SETTINGS].engine, request.app.get(DICTIONARIES))
-    except TextOptionError as err:
-        raise WsError(err.code, err.message) from err
-    except StorageUnavailable as err:
-        raise WsError("synthesis_unavailable", f"Pronunciation dictionaries cannot be read ({err}).") from err
+    except (TextOptionError, StorageUnavailable) as err:
+        failure = classify(err)
+        raise WsError(failure.realtime_code, failure.message) from err
     return options

@@ -1,0 +1,196 @@
+"""One synthesis service: every transport shows a failure as the same classified error, and checks voice settings
+the same way (HTTP routes, both realtime sockets, the avatar)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+
+import aiohttp
+import aioice.ice
+import pytest
+from redis.asyncio import Redis
+
+from zsynth import protocol
+from zsynth.app import create_app
+from zsynth.avatar.app import create_avatar_app
+from zsynth.dispatch import JobFailed
+from zsynth.synthesis import classify
+
+from .avatar_peer import Viewer, loopback_host_addresses
+from .conftest import make_settings
+from .helpers import WorkerProcess
+from .ws_helpers import collect
+
+KEY = "synthesis-service-key"
+LONG_TEXT = " ".join(f"This is sentence {n} of a long text that keeps the worker busy for a while." for n in range(30))
+DIED = "The worker died while speaking."
+
+
+@pytest.fixture
+def loopback_ice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both WebRTC peers gather 127.0.0.1 host candidates (aioice skips loopback otherwise)."""
+    monkeypatch.setattr(aioice.ice, "get_host_addresses", loopback_host_addresses)
+
+
+async def _next_event(ws: aiohttp.ClientWebSocketResponse, kind: str, timeout: float = 60.0) -> dict:
+    """The avatar control socket's next event of ``kind`` (others are skipped)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        msg = await ws.receive(timeout=max(0.1, deadline - time.monotonic()))
+        assert msg.type is aiohttp.WSMsgType.TEXT, f"control socket ended ({msg.type}) waiting for {kind}"
+        event = msg.json()
+        if event["type"] == kind:
+            return event
+
+
+async def _started_jobs(redis_url: str, workers: list[WorkerProcess]) -> int:
+    """How many of ``workers`` are speaking a job whose audio has started."""
+    redis = Redis.from_url(redis_url)
+    try:
+        started = 0
+        for worker in workers:
+            for raw in await redis.lrange(protocol.processing_key(worker.worker_id), 0, -1):
+                job = protocol.Job.from_json(raw)
+                started += bool(await redis.hexists(protocol.job_key(job.job_id), protocol.STARTED_FIELD))
+        return started
+    finally:
+        await redis.aclose()
+
+
+async def test_a_dead_worker_is_the_same_classified_error_on_every_transport(
+    aiohttp_client, private_redis_url, tmp_path, loopback_ice, caplog
+) -> None:
+    """Four workers each speak one transport's job; all four are killed; a survivor reaps them (worker_died).
+
+    HTTP whole-body: 503 system_busy with Retry-After; HTTP stream (audio already sent): the transfer is cut and the
+    failure logged with its kind; the realtime socket: error frame synthesis_unavailable, close 1008; the avatar: an
+    ``error`` event synthesis_unavailable. Every one carries the worker's own message.
+    """
+    failure = classify(JobFailed("worker_died", DIED))
+    assert (failure.kind, failure.http_status, failure.code, failure.realtime_code, failure.retry_after) == (
+        "unavailable",
+        503,
+        "system_busy",
+        "synthesis_unavailable",
+        1,
+    )
+    caplog.set_level(logging.WARNING, logger="zsynth.routes.tts")
+    victims = [WorkerProcess(private_redis_url, f"victim-{n}", tmp_path) for n in range(4)]
+    survivor: WorkerProcess | None = None
+    viewer = Viewer()
+    try:
+        for victim in victims:
+            await asyncio.to_thread(victim.wait_ready)
+        # Deadlines far beyond the reaper's few seconds: the failure seen must be the worker's death, not a timeout.
+        slow = {"first_chunk_timeout_s": 60.0, "chunk_timeout_s": 60.0}
+        front = await aiohttp_client(create_app(make_settings(private_redis_url, tmp_path, **slow)))
+        avatar_settings = make_settings(
+            private_redis_url, tmp_path, api_keys=(KEY,), avatar_connect_timeout_s=30.0, **slow
+        )
+        avatar = await aiohttp_client(create_avatar_app(avatar_settings))
+        headers = {"X-Api-Key": KEY}
+
+        # The avatar session first (WebRTC takes a moment), then one job per transport, one per victim.
+        answer = await (await avatar.post("/connect", json=await viewer.offer(), headers=headers)).json()
+        await viewer.accept(answer)
+        control = await avatar.ws_connect(answer["control_url"], headers=headers)
+        await viewer.wait_connected()
+        await _next_event(control, "session.ready")
+
+        convert = asyncio.ensure_future(
+            front.post("/v1/text-to-speech/v?output_format=pcm_16000", json={"text": LONG_TEXT})
+        )
+        stream = await front.post("/v1/text-to-speech/v/stream?output_format=pcm_22050", json={"text": LONG_TEXT})
+        assert stream.status == 200
+        assert await stream.content.readany()
+        socket = await front.ws_connect("/v1/text-to-speech/v/stream-input?output_format=pcm_16000")
+        await socket.send_json({"text": " "})
+        await socket.send_json({"text": LONG_TEXT + " ", "flush": True})
+        first_frame = json.loads((await socket.receive(timeout=60)).data)
+        assert first_frame.get("audio"), first_frame
+        socket_got = asyncio.ensure_future(collect(socket, timeout=60))  # read on, so its close is answered
+        await control.send_json({"type": "speak", "text": LONG_TEXT, "id": "doomed"})
+        await _next_event(control, "speak.accepted")
+
+        deadline = time.monotonic() + 60
+        while await _started_jobs(private_redis_url, victims) < 4:
+            assert time.monotonic() < deadline, "the four jobs did not all start on the four victims"
+            await asyncio.sleep(0.1)
+        for victim in victims:
+            victim.kill()
+        # A surviving worker's reaper ends every started job of the dead ones with worker_died.
+        survivor = WorkerProcess(private_redis_url, "survivor", tmp_path)
+
+        whole = await asyncio.wait_for(convert, 60)
+        assert whole.status == failure.http_status
+        assert whole.headers["Retry-After"] == str(failure.retry_after)
+        detail = (await whole.json())["detail"]
+        assert (detail["status"], detail["code"], detail["message"]) == (failure.code, failure.code, DIED)
+
+        with pytest.raises(aiohttp.ClientPayloadError):
+            await asyncio.wait_for(stream.read(), 60)
+        job_id = stream.headers["history-item-id"]
+        assert any(
+            f"job {job_id} failed mid-stream: unavailable (worker_died" in r.getMessage() for r in caplog.records
+        ), [r.getMessage() for r in caplog.records]
+
+        got = await socket_got
+        assert got.close_code == 1008
+        assert got.errors == [{"message": DIED, "error": failure.realtime_code, "code": 1008}]
+
+        error = await _next_event(control, "error")
+        assert (error["code"], error["message"], error["id"]) == (failure.realtime_code, DIED, "doomed")
+        await control.close()
+    finally:
+        await viewer.close()
+        for victim in victims:
+            victim.stop()
+        if survivor is not None:
+            survivor.stop()
+
+
+BAD_SETTINGS = [
+    ({"speed": "fast"}, "voice_settings.speed", "voice_settings.speed must be a number."),
+    ({"stability": 10**400}, "voice_settings.stability", "voice_settings.stability must be a number."),
+    (
+        {"use_speaker_boost": "yes"},
+        "voice_settings.use_speaker_boost",
+        "voice_settings.use_speaker_boost must be true or false.",
+    ),
+    ("loud", "voice_settings", "Field 'voice_settings' must be an object."),
+]
+
+
+@pytest.mark.parametrize(("settings", "param", "message"), BAD_SETTINGS, ids=["string", "huge", "boost", "not-object"])
+async def test_bad_voice_settings_are_refused_alike_on_http_and_both_sockets(
+    aiohttp_client, private_redis_url, tmp_path, settings, param, message
+) -> None:
+    client = await aiohttp_client(create_app(make_settings(private_redis_url, tmp_path)))
+
+    resp = await client.post("/v1/text-to-speech/v", json={"text": "Hello.", "voice_settings": settings})
+    assert resp.status == 422
+    detail = (await resp.json())["detail"]
+    assert (detail["code"], detail["param"], detail["message"]) == ("invalid_parameters", param, message)
+    refused = {"message": message, "error": detail["code"], "code": 1008}
+
+    # stream-input: the first message carries the socket's settings.
+    ws = await client.ws_connect("/v1/text-to-speech/v/stream-input")
+    await ws.send_json({"text": " ", "voice_settings": settings})
+    got = await collect(ws, timeout=20)
+    assert got.close_code == 1008 and got.errors == [refused], got.frames
+
+    # multi-stream-input: each context's first message carries that context's settings.
+    ws = await client.ws_connect("/v1/text-to-speech/v/multi-stream-input")
+    await ws.send_json({"text": "Hello ", "context_id": "good", "voice_settings": {"speed": 1.1}})
+    await ws.send_json({"text": "Hello ", "context_id": "bad", "voice_settings": settings})
+    got = await collect(ws, timeout=20)
+    assert got.close_code == 1008 and got.errors == [refused], got.frames
+
+    redis = Redis.from_url(private_redis_url)
+    try:
+        assert await redis.llen(protocol.QUEUE) == 0, "a refused request queued a job"
+    finally:
+        await redis.aclose()
