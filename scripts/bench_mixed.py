@@ -30,7 +30,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -222,7 +222,7 @@ def main() -> None:
     finally:
         server.stop()
 
-    rows = [
+    rows: list[tuple[str, Callable[[Run], str]]] = [
         ("realtime idle p50/p95 ms", lambda r: f"{ms(r.idle_rt, 50)}/{ms(r.idle_rt, 95)}"),
         ("realtime loaded p50/p95 ms", lambda r: f"{ms(r.loaded_rt, 50)}/{ms(r.loaded_rt, 95)}"),
         ("realtime turns loaded", lambda r: str(len(r.loaded_rt))),

@@ -188,6 +188,11 @@ async def socket_latency(base: str, session: aiohttp.ClientSession, reps: int) -
     return times[1:]  # the first one warms the path
 
 
+def _text(value: bytes | str) -> str:
+    """A Redis reply as text (the client is typed to return either)."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
 async def worker_times(redis_url: str) -> list[float]:
     """Seconds each latency segment spent in the worker (claim to done: the engine plus encoding and publishing)."""
     from redis.asyncio import Redis
@@ -198,7 +203,7 @@ async def worker_times(redis_url: str) -> list[float]:
     times = []
     try:
         async for key in redis.scan_iter(protocol.job_key("*")):
-            record = {k.decode(): v.decode() for k, v in (await redis.hgetall(key)).items()}
+            record = {_text(k): _text(v) for k, v in (await redis.hgetall(key)).items()}
             if record.get("state") == "done" and record.get("chars") == str(len(SENTENCE)):
                 times.append(float(record["finished_at"]) - float(record["started_at"]))
     finally:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import statistics
 import tempfile
 import time
@@ -68,7 +69,7 @@ async def main() -> None:
         print(f"{'case':44} {'p50':>8} {'p95':>8}")
         for name, options in cases.items():
             await prepare(TEXT, options, "piper", store)  # first use reads the versions from storage
-            p50, p95 = await _timed(runs, lambda options=options: prepare(TEXT, options, "piper", store))
+            p50, p95 = await _timed(runs, functools.partial(prepare, TEXT, options, "piper", store))
             print(f"{name:44} {p50:8.0f} {p95:8.0f}")
         spoken = await prepare(TEXT, TextOptions("on", locators), "piper", store)
         chars = list(" ".join(spoken.text.split()))

@@ -199,7 +199,8 @@ def decode_modes(engine: Any, dev: Device, tokens: int, reference_tokens: int) -
     def static(runner: Any) -> Callable[[int], Iterator[int]]:
         def make(n: int) -> Iterator[int]:
             cond = fresh_t3_cond(engine.builtin.t3)
-            return runner.generate(cond, ids, sampling, n, lambda: False, blocks=(n,))
+            tokens: Iterator[int] = runner.generate(cond, ids, sampling, n, lambda: False, blocks=(n,))
+            return tokens
 
         return make
 

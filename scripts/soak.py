@@ -42,6 +42,11 @@ TEXTS = [
 ]
 
 
+def _text(value: bytes | str) -> str:
+    """A Redis reply as text (the client is typed to return either)."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
 def fds(pid: int) -> int:
     """Open file descriptors of a process."""
     return len(os.listdir(f"/proc/{pid}/fd"))
@@ -147,8 +152,8 @@ def main() -> None:
                 wall = time.monotonic() - t0
                 time.sleep(int(job_ttl) + 2)  # let job records and cancel markers expire
                 client = redis.Redis.from_url(server.url)
-                keys = sorted(k.decode() for k in client.keys("*"))
-                channels = sorted(c.decode() for c in client.pubsub_channels("zsynth:events:*"))
+                keys = sorted(_text(k) for k in client.keys("*"))
+                channels = sorted(_text(c) for c in client.pubsub_channels("zsynth:events:*"))
                 client.close()
         finally:
             for worker in workers:

@@ -1,8 +1,9 @@
-"""Shared fixtures: one real redis-server and two real Piper workers per test run."""
+"""Shared fixtures: one real redis-server and two real Piper workers per test run, moto, private workers, ICE."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -15,7 +16,7 @@ from zsynth.app import create_app
 from zsynth.config import Settings
 from zsynth.keystore import KeyStore
 
-from .helpers import WorkerProcess, moto_server, redis_server
+from .helpers import WorkerProcess, make_settings, moto_server, redis_server
 
 SHARED_WORKERS = ("shared-0", "shared-1")
 
@@ -91,16 +92,22 @@ def private_redis_url(redis_url: str) -> Iterator[str]:
     client.close()
 
 
-def make_settings(redis_url: str, data_dir: Path, **overrides: object) -> Settings:
-    """Front settings for tests (short deadlines so failures surface quickly)."""
-    base: dict[str, object] = {
-        "redis_url": redis_url,
-        "data_dir": data_dir,
-        "first_chunk_timeout_s": 20.0,
-        "chunk_timeout_s": 10.0,
-    }
-    base.update(overrides)
-    return Settings(**base)  # type: ignore[arg-type]
+@pytest.fixture
+def private_worker(private_redis_url: str, tmp_path: Path) -> Iterator[WorkerProcess]:
+    """One real Piper worker of its own on the private database, for tests that kill or occupy it."""
+    worker = WorkerProcess(private_redis_url, f"private-{time.monotonic_ns()}", tmp_path).wait_ready()
+    yield worker
+    worker.stop()
+
+
+@pytest.fixture
+def loopback_ice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both WebRTC peers gather 127.0.0.1 host candidates (aioice skips loopback otherwise)."""
+    import aioice.ice  # WebRTC stays unloaded in the runs that need no peer
+
+    from .avatar_peer import loopback_host_addresses
+
+    monkeypatch.setattr(aioice.ice, "get_host_addresses", loopback_host_addresses)
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +19,7 @@ import soundfile as sf
 
 from zsynth import protocol
 from zsynth.audio import alaw_to_int16, parse_output_format, ulaw_to_int16
+from zsynth.config import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -30,7 +31,19 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_for(predicate, timeout: float, what: str, interval: float = 0.05) -> None:
+def make_settings(redis_url: str, data_dir: Path, **overrides: object) -> Settings:
+    """Front settings for tests (short deadlines so failures surface quickly)."""
+    base: dict[str, object] = {
+        "redis_url": redis_url,
+        "data_dir": data_dir,
+        "first_chunk_timeout_s": 20.0,
+        "chunk_timeout_s": 10.0,
+    }
+    base.update(overrides)
+    return Settings(**base)  # type: ignore[arg-type]
+
+
+def wait_for(predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.05) -> None:
     """Poll ``predicate`` until true; fail with ``what`` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -7,8 +7,8 @@ import pytest
 from zsynth.app import create_app
 from zsynth.auth import AUTHENTICATOR, Authenticator
 
-from .conftest import make_settings
-from .helpers import FakeClock, assert_speech, decode_audio
+from .fronts import clocked_app
+from .helpers import assert_speech, decode_audio, make_settings
 
 STATIC = "static-test-key"
 
@@ -35,9 +35,7 @@ CREDENTIALS = ["none", "static", "table", "ephemeral", "expired", "revoked", "ga
 async def table_client(aiohttp_client, redis_url, data_dir, shared_workers, keys_table):
     """A front with a static key and the keys table; its authenticator runs on a clock the test moves."""
     settings = make_settings(redis_url, data_dir, api_key=STATIC, api_keys_table=keys_table)
-    app = create_app(settings)
-    app[AUTHENTICATOR] = Authenticator.from_settings(settings, clock=FakeClock())
-    return await aiohttp_client(app)
+    return await aiohttp_client(clocked_app(settings))
 
 
 def auth_of(client) -> Authenticator:

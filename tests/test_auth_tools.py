@@ -10,8 +10,7 @@ import uuid
 
 from zsynth.app import create_app
 
-from .conftest import make_settings
-from .helpers import ROOT
+from .helpers import ROOT, make_settings
 
 
 def zsynth_keys(*args: str, table: str) -> subprocess.CompletedProcess[str]:

@@ -10,24 +10,20 @@ import asyncio
 import time
 
 import aiohttp
-import aioice.ice
 import pytest
 
 from zsynth.auth import Authenticator, AuthError
 from zsynth.avatar.app import create_avatar_app
 from zsynth.avatar.sessions import AVATAR_SESSIONS
 
-from .avatar_peer import Viewer, loopback_host_addresses
-from .conftest import make_settings
-from .helpers import FakeClock
+from .avatar_peer import Viewer
+from .helpers import FakeClock, make_settings
 
 KEY = "avatar-full-key"
 
 
-@pytest.fixture(autouse=True)
-def loopback_ice(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Both peers gather 127.0.0.1 host candidates (aioice skips loopback otherwise)."""
-    monkeypatch.setattr(aioice.ice, "get_host_addresses", loopback_host_addresses)
+# Both WebRTC peers gather loopback ICE candidates (the conftest fixture).
+pytestmark = pytest.mark.usefixtures("loopback_ice")
 
 
 @pytest.fixture

@@ -7,16 +7,14 @@ import time
 from pathlib import Path
 
 import aiohttp
-import aioice.ice
 import numpy as np
 import pytest
 
 from zsynth.avatar.app import create_avatar_app
 from zsynth.avatar.sessions import AVATAR_SESSIONS
 
-from .avatar_peer import Viewer, loopback_host_addresses
-from .conftest import make_settings
-from .helpers import assert_speech
+from .avatar_peer import Viewer
+from .helpers import assert_speech, make_settings
 
 KEY = "avatar-full-key"
 HEADERS = {"X-Api-Key": KEY}
@@ -24,10 +22,8 @@ TEXT = "Hello there, I am the zsynth avatar and I am speaking to you right now."
 LONG_TEXT = " ".join(["This is a long sentence that keeps the avatar talking for quite a while."] * 6)
 
 
-@pytest.fixture(autouse=True)
-def loopback_ice(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Both peers gather 127.0.0.1 host candidates (aioice skips loopback otherwise)."""
-    monkeypatch.setattr(aioice.ice, "get_host_addresses", loopback_host_addresses)
+# Both WebRTC peers gather loopback ICE candidates (the conftest fixture).
+pytestmark = pytest.mark.usefixtures("loopback_ice")
 
 
 def avatar_settings(redis_url: str, data_dir: Path, **overrides: object):

@@ -7,8 +7,7 @@ from pathlib import Path
 from zsynth.app import create_app
 from zsynth.demo.app import create_demo_app
 
-from .conftest import make_settings
-from .helpers import free_port
+from .helpers import free_port, make_settings
 
 KEY = "demo-backend-full-key"
 

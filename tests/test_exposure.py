@@ -13,7 +13,6 @@ from pathlib import Path
 
 import aioboto3
 import aiohttp
-import aioice.ice
 import pytest
 import redis
 
@@ -31,10 +30,9 @@ from zsynth.supervise import Supervisor
 from zsynth.voices.bucket import VoiceBucket
 from zsynth.voices.library import VOICE_LIBRARY
 
-from .avatar_peer import Viewer, loopback_host_addresses
-from .conftest import make_settings
-from .helpers import RedisServer, WorkerProcess, assert_speech, decode_audio, front_process, wait_for
-from .test_voices_s3 import PREFIX, create_bucket, start_front
+from .avatar_peer import Viewer
+from .helpers import RedisServer, WorkerProcess, assert_speech, decode_audio, front_process, make_settings, wait_for
+from .s3_helpers import PREFIX, create_bucket, start_front
 from .voice_clips import flac_bomb, reference_file
 
 TIMEOUT = aiohttp.ClientTimeout(total=60)
@@ -374,11 +372,6 @@ async def test_an_open_server_with_any_origin_refuses_cross_site_writes_and_warn
 # ----- item 7: avatar capacity -------------------------------------------------------------------------------------
 
 AVATAR_KEY = "exposure-avatar-key"
-
-
-@pytest.fixture
-def loopback_ice(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(aioice.ice, "get_host_addresses", loopback_host_addresses)
 
 
 async def test_one_session_token_cannot_take_every_avatar_slot(

@@ -13,8 +13,7 @@ from redis.asyncio import Redis
 from zsynth import protocol
 from zsynth.app import create_app
 
-from .conftest import make_settings
-from .helpers import RedisServer, WorkerProcess, assert_speech, decode_audio
+from .helpers import RedisServer, WorkerProcess, assert_speech, decode_audio, make_settings
 
 LONG_TEXT = " ".join(f"This is sentence {n} of a long text that keeps the worker busy for a while." for n in range(30))
 

@@ -19,7 +19,7 @@ from zsynth.config import Settings
 from zsynth.openapi import build_document
 
 from .helpers import front_process
-from .test_openapi import JSON_LINES  # one JSON object per line: their per-line schema check lives there
+from .openapi_helpers import JSON_LINES  # one JSON object per line: their per-line schema check lives there
 
 KEY = "fuzz-key-0123456789"
 # Examples per operation: 20 operations, so the run stays around a minute on two busy cores.

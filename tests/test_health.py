@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from zsynth.app import create_app
 
-from .conftest import make_settings
+from .helpers import make_settings
 
 
 async def test_healthz(client):

@@ -15,8 +15,7 @@ from yarl import URL
 
 from zsynth.app import create_app
 
-from .conftest import make_settings
-from .helpers import assert_speech, decode_audio
+from .helpers import assert_speech, decode_audio, make_settings
 from .voice_clips import reference_file
 
 # Generous for a busy 2-core box, but a hang still fails the test instead of blocking the run.

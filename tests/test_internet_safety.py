@@ -26,7 +26,7 @@ from zsynth.protocol import QUEUE
 from zsynth.ws.buffer import TextBuffer
 
 from .avatar_peer import Viewer, loopback_host_addresses
-from .conftest import make_settings
+from .helpers import make_settings
 from .ws_helpers import collect
 
 PATH = "/v1/text-to-speech/any-voice/stream-input"

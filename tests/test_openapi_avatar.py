@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import aioice.ice
 import pytest
 from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate
@@ -11,9 +10,9 @@ from zsynth.avatar.app import create_avatar_app
 from zsynth.config import Settings
 from zsynth.openapi import build_document
 
-from .avatar_peer import Viewer, loopback_host_addresses
-from .conftest import make_settings
-from .test_openapi import Checker, documented, registered
+from .avatar_peer import Viewer
+from .helpers import make_settings
+from .openapi_helpers import Checker, documented, registered
 
 DOC = build_document("avatar")
 KEY = "avatar-openapi-key"
@@ -24,10 +23,8 @@ WEBSOCKET_SUFFIXES = ("/control/{session_id}",)
 SHAPED_OFFER = "v=0\r\nm=audio 9 UDP/TLS/RTP/SAVPF 111\r\nm=video 9 UDP/TLS/RTP/SAVPF 96\r\n"
 
 
-@pytest.fixture(autouse=True)
-def loopback_ice(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Both peers gather 127.0.0.1 host candidates (aioice skips loopback otherwise)."""
-    monkeypatch.setattr(aioice.ice, "get_host_addresses", loopback_host_addresses)
+# Both WebRTC peers gather loopback ICE candidates (the conftest fixture).
+pytestmark = pytest.mark.usefixtures("loopback_ice")
 
 
 def test_avatar_document_is_valid_openapi_31():

@@ -24,13 +24,12 @@ from elevenlabs.pronunciation_dictionaries import (
 from livekit.plugins import elevenlabs as livekit_elevenlabs
 
 from zsynth.app import create_app
-from zsynth.auth import AUTHENTICATOR, Authenticator
 
-from .conftest import make_settings
-from .helpers import FakeClock, assert_speech, decode_audio
-from .test_voices_s3 import create_bucket
-from .test_ws_livekit import CONN
-from .test_ws_livekit import speak as livekit_speak
+from .fronts import clocked_app
+from .helpers import assert_speech, decode_audio, make_settings
+from .livekit_helpers import CONN
+from .livekit_helpers import speak as livekit_speak
+from .s3_helpers import create_bucket
 from .ws_helpers import collect
 
 KEY = "sk-text-api-test"
@@ -47,9 +46,7 @@ PLS = b"""<?xml version="1.0" encoding="UTF-8"?>
 @pytest.fixture
 async def api_client(aiohttp_client, redis_url, data_dir, shared_workers, keys_table):
     settings = make_settings(redis_url, data_dir, api_key=KEY, api_keys_table=keys_table)
-    app = create_app(settings)
-    app[AUTHENTICATOR] = Authenticator.from_settings(settings, clock=FakeClock())
-    return await aiohttp_client(app)
+    return await aiohttp_client(clocked_app(settings))
 
 
 def sdk(client) -> AsyncElevenLabs:

@@ -19,8 +19,7 @@ from zsynth.app import create_app
 from zsynth.config import Settings
 from zsynth.voices.store import VoiceStore
 
-from .conftest import make_settings
-from .helpers import WorkerProcess, decode_audio
+from .helpers import WorkerProcess, decode_audio, make_settings
 
 try:
     import torch

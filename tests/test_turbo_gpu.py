@@ -25,8 +25,7 @@ from workers.engines.turbo_ckpt import write_random_checkpoint  # noqa: E402
 from zsynth import protocol  # noqa: E402
 from zsynth.dispatch import Dispatcher  # noqa: E402
 
-from .conftest import make_settings  # noqa: E402
-from .helpers import WorkerProcess  # noqa: E402
+from .helpers import WorkerProcess, make_settings  # noqa: E402
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")]
 

@@ -27,8 +27,7 @@ from zsynth.app import create_app
 from zsynth.dispatch import Dispatcher, JobFailed
 from zsynth.voices.library import VOICE_LIBRARY
 
-from .conftest import make_settings
-from .helpers import WorkerProcess, assert_speech, decode_audio, free_port, front_process, redis_server
+from .helpers import WorkerProcess, assert_speech, decode_audio, free_port, front_process, make_settings, redis_server
 from .voice_clips import RATE, encode, piper_speech, pitch_of, reference_file, reference_pcm
 
 PREFIX = "library/"
@@ -258,7 +257,7 @@ async def test_b_restarted_with_a_stale_copy_keeps_the_deleted_voice_gone_everyw
     box_b.stop()
     try:
         await delete(box_a.url, voice_id)
-        # B's disk still holds the voice, with no tombstone: what used to be uploaded again at B's start.
+        # B's disk still holds the voice, with no tombstone: a start-up sync must not upload it again.
         assert (box_b.voices / voice_id / "meta.json").is_file()
         assert not (box_b.voices / ".deleted" / voice_id).exists()
     finally:

@@ -202,7 +202,7 @@ async def test_bad_clips_get_400_saying_what_to_send(client, make, code):
 async def test_oversized_clip_gets_400(aiohttp_client, redis_url, data_dir, shared_workers):
     from zsynth.app import create_app
 
-    from .conftest import make_settings
+    from .helpers import make_settings
 
     small = await aiohttp_client(create_app(make_settings(redis_url, data_dir, voice_clip_max_bytes=100_000)))
     resp = await small.post("/voices", data=clone_form("big", ("big.wav", reference_file(), "audio/wav")))

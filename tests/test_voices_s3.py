@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from pathlib import Path
 
-import aioboto3
 import aiohttp
 from redis.asyncio import Redis
 
@@ -15,28 +13,9 @@ from zsynth.app import create_app
 from zsynth.config import Settings
 from zsynth.voices.library import VOICE_LIBRARY
 
-from .conftest import make_settings
+from .helpers import make_settings
+from .s3_helpers import PREFIX, bucket_keys, create_bucket, start_front
 from .voice_clips import reference_file
-
-PREFIX = "team/voices/"
-
-
-async def create_bucket() -> str:
-    name = f"voices-{uuid.uuid4().hex[:10]}"
-    async with aioboto3.Session().client("s3") as s3:
-        await s3.create_bucket(Bucket=name)
-    return name
-
-
-async def bucket_keys(bucket: str) -> set[str]:
-    async with aioboto3.Session().client("s3") as s3:
-        listing = await s3.list_objects_v2(Bucket=bucket)
-    return {obj["Key"] for obj in listing.get("Contents", [])}
-
-
-async def start_front(aiohttp_client, redis_url: str, data_dir: Path, bucket: str, **overrides: object):
-    settings = make_settings(redis_url, data_dir, voices_bucket=bucket, voices_prefix=PREFIX, **overrides)
-    return await aiohttp_client(create_app(settings))
 
 
 async def clone(front, name: str) -> str:

@@ -14,8 +14,7 @@ from aiohttp.test_utils import TestServer
 from zsynth.app import create_app
 from zsynth.voices import VoiceConfigError
 
-from .conftest import make_settings
-from .helpers import ROOT, WorkerProcess, assert_speech, decode_audio, free_port
+from .helpers import ROOT, WorkerProcess, assert_speech, decode_audio, free_port, make_settings
 from .voice_clips import reference_file
 
 TEXT = "A client written for another provider still gets speech from this server."

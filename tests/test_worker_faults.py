@@ -12,17 +12,9 @@ from redis.asyncio import Redis
 from zsynth import protocol
 from zsynth.app import create_app
 
-from .conftest import make_settings
-from .helpers import WorkerProcess, assert_speech, decode_audio
+from .helpers import assert_speech, decode_audio, make_settings
 
 LONG_TEXT = " ".join(f"This is sentence {n} of a long text that keeps the worker busy for a while." for n in range(30))
-
-
-@pytest.fixture
-def private_worker(private_redis_url, tmp_path):
-    worker = WorkerProcess(private_redis_url, f"private-{time.monotonic_ns()}", tmp_path).wait_ready()
-    yield worker
-    worker.stop()
 
 
 async def test_killed_worker_mid_stream_ends_the_response(aiohttp_client, private_redis_url, private_worker, tmp_path):

@@ -15,8 +15,7 @@ from redis.asyncio import Redis
 from zsynth import protocol
 from zsynth.app import create_app
 
-from .conftest import make_settings
-from .helpers import WorkerProcess, assert_speech, decode_audio
+from .helpers import assert_speech, decode_audio, make_settings
 from .ws_helpers import Received, collect
 
 MULTI = "/v1/text-to-speech/any-voice/multi-stream-input"
@@ -276,13 +275,6 @@ async def test_alignment_is_one_timeline_per_context_with_sync_alignment(client)
 # ----- barge-in ----------------------------------------------------------------------------------------------------
 
 LONG = [f"This is sentence {n} of a long answer that the user will not wait to hear." for n in range(12)]
-
-
-@pytest.fixture
-def private_worker(private_redis_url, tmp_path):
-    worker = WorkerProcess(private_redis_url, f"agent-{time.monotonic_ns()}", tmp_path).wait_ready()
-    yield worker
-    worker.stop()
 
 
 async def _cancelled_jobs(redis_url: str) -> int:

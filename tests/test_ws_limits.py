@@ -8,7 +8,7 @@ import aiohttp
 
 from zsynth.app import create_app
 
-from .conftest import make_settings
+from .helpers import make_settings
 from .ws_helpers import collect
 
 KEY = "sk-limits"

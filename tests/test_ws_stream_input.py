@@ -12,8 +12,7 @@ from elevenlabs.core.api_error import ApiError as ElevenLabsApiError
 
 from zsynth.app import create_app
 
-from .conftest import make_settings
-from .helpers import assert_speech, decode_audio
+from .helpers import assert_speech, decode_audio, make_settings
 from .ws_helpers import collect, squash
 
 KEY = "sk-realtime-test-key"

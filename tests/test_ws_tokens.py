@@ -6,11 +6,10 @@ from urllib.parse import quote
 
 import pytest
 
-from zsynth.app import create_app
-from zsynth.auth import AUTHENTICATOR, Authenticator
+from zsynth.auth import AUTHENTICATOR
 
-from .conftest import make_settings
-from .helpers import FakeClock, assert_speech, decode_audio
+from .fronts import clocked_app
+from .helpers import assert_speech, decode_audio, make_settings
 from .ws_helpers import collect, squash
 
 FULL_KEY = "sk-ws-token-test"
@@ -20,9 +19,7 @@ TEXT = "A browser holds only a short lived token, never the full key."
 @pytest.fixture
 async def token_client(aiohttp_client, redis_url, data_dir, shared_workers, keys_table):
     settings = make_settings(redis_url, data_dir, api_key=FULL_KEY, api_keys_table=keys_table)
-    app = create_app(settings)
-    app[AUTHENTICATOR] = Authenticator.from_settings(settings, clock=FakeClock())
-    return await aiohttp_client(app)
+    return await aiohttp_client(clocked_app(settings))
 
 
 async def mint(client) -> str:

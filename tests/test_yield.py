@@ -23,8 +23,7 @@ from zsynth import protocol
 from zsynth.app import create_app
 from zsynth.metrics import METRICS
 
-from .conftest import make_settings
-from .helpers import RedisServer, WorkerProcess, assert_speech, decode_audio
+from .helpers import RedisServer, WorkerProcess, assert_speech, decode_audio, make_settings
 from .ws_helpers import squash
 
 PIECE = 100
