@@ -29,12 +29,12 @@ import aiohttp  # noqa: E402
 from aiohttp import web  # noqa: E402
 
 from zsynth.access import auth_middleware, authenticator_ctx  # noqa: E402
-from zsynth.app import request_id_middleware  # noqa: E402
 from zsynth.auth import AUTHENTICATOR, Authenticator, AuthError  # noqa: E402
 from zsynth.config import Settings  # noqa: E402
 from zsynth.errors import error_middleware  # noqa: E402
 from zsynth.keys import SETTINGS  # noqa: E402
 from zsynth.keystore import KeyStore  # noqa: E402
+from zsynth.middleware import request_id_middleware  # noqa: E402
 
 STATIC = "bench-static-key"
 

@@ -20,8 +20,7 @@ from zsynth.dispatch import JobFailed
 from zsynth.synthesis import classify
 
 from .avatar_peer import Viewer, loopback_host_addresses
-from .conftest import make_settings
-from .helpers import WorkerProcess
+from .helpers import WorkerProcess, make_settings
 from .ws_helpers import collect
 
 KEY = "synthesis-service-key"
