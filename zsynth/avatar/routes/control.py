@@ -16,13 +16,17 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
+from ...auth import CREDENTIAL
+from ...endpoints import Access, Endpoints
 from ...keys import SETTINGS
-from ..access import authorize, watch_session
+from ..access import watch_session
 from ..errors import AvatarError
 from ..session import AvatarSession
 from ..sessions import AVATAR_SESSIONS
 
 logger = logging.getLogger(__name__)
+
+routes = Endpoints()
 
 
 def _client_id(message: dict[str, Any]) -> str | None:
@@ -70,9 +74,10 @@ async def handle_message(session: AvatarSession, raw: str, max_chars: int) -> bo
     return True
 
 
+@routes.get("/control/{session_id}", access=Access.TOKEN, websocket=True)
 async def control(request: web.Request) -> web.WebSocketResponse:
     """Attach the control socket to a session and serve its commands until either side closes."""
-    credential = await authorize(request, stream_route=True)
+    credential = request[CREDENTIAL]
     session = request.app[AVATAR_SESSIONS].get(request.match_info["session_id"])
     if not credential.is_full and credential.fingerprint != session.owner:
         # A session token drives only the session it created; say "not found" rather than reveal others.
@@ -98,8 +103,3 @@ async def control(request: web.Request) -> web.WebSocketResponse:
         # Shielded inside close(): a dropped connection cancels this handler, never the teardown.
         await session.close(reason)
     return ws
-
-
-def setup(app: web.Application) -> None:
-    """Register the control socket."""
-    app.router.add_get("/control/{session_id}", control)
