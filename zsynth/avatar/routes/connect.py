@@ -31,10 +31,10 @@ class ConnectRequest(pydantic.BaseModel):
     sdp: str = pydantic.Field(description="The browser's offer: it must receive one audio and one video.")
     type: Literal["offer"] = "offer"
     avatar_id: str | None = pydantic.Field(
-        None, pattern=r"\S", description="The avatar to stream (default: the first of GET /v1/avatars)."
+        default=None, pattern=r"\S", description="The avatar to stream (default: the first of GET /v1/avatars)."
     )
     voice_id: str | None = pydantic.Field(
-        None, pattern=r"\S", description="The voice that speaks (default: ZSYNTH_AVATAR_VOICE_ID)."
+        default=None, pattern=r"\S", description="The voice that speaks (default: ZSYNTH_AVATAR_VOICE_ID)."
     )
 
     @pydantic.model_validator(mode="before")

@@ -19,7 +19,7 @@ class SessionTokenRequest(pydantic.BaseModel):
     """The optional body of ``POST /v1/streaming.create_token``."""
 
     ttl_seconds: int | None = pydantic.Field(
-        TTL_DEFAULT, description="Lifetime in seconds (default 300, clamped to 30-600)."
+        default=TTL_DEFAULT, description="Lifetime in seconds (default 300, clamped to 30-600)."
     )
 
     @pydantic.field_validator("ttl_seconds", mode="before")
