@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
+from typing import Final
 
 from aiohttp import web
 
 from ..access import authenticator_ctx
 from ..auth import AUTHENTICATOR, Authenticator
 from ..config import Settings
+from ..cors import any_origin, setup_cors
 from ..dispatch import DISPATCHER
+from ..endpoints import OPENAPI_DOCUMENT
 from ..keys import SETTINGS
 from ..metrics import METRICS, Metrics
 from ..middleware import request_id_middleware
+from ..openapi import document_bytes
 from ..server import run_server
 from ..services import dispatcher, redis_client
-from .cors import cors_middleware
+from .access import access_middleware, open_write_middleware
 from .errors import avatar_error_middleware
 from .renderers import AvatarRenderer, builtin_avatars
 from .renderers.base import AVATARS
@@ -24,6 +28,9 @@ from .routes import setup_routes
 from .sessions import AVATAR_SESSIONS, SessionRegistry
 
 logger = logging.getLogger(__name__)
+
+#: The request headers pages on other origins may send.
+ALLOW_HEADERS: Final = ("Authorization", "Content-Type", "X-Api-Key")
 
 
 async def sessions(app: web.Application) -> AsyncIterator[None]:
@@ -38,7 +45,8 @@ async def sessions(app: web.Application) -> AsyncIterator[None]:
 def create_avatar_app(settings: Settings, auth: Authenticator | None = None) -> web.Application:
     """Build the avatar server application for ``settings`` (``auth``: an auth core to use instead of the default)."""
     app = web.Application(
-        middlewares=[cors_middleware, request_id_middleware, avatar_error_middleware], client_max_size=1024 * 1024
+        middlewares=[request_id_middleware, avatar_error_middleware, open_write_middleware, access_middleware],
+        client_max_size=1024 * 1024,
     )
     app[SETTINGS] = settings
     app[METRICS] = Metrics()
@@ -47,7 +55,11 @@ def create_avatar_app(settings: Settings, auth: Authenticator | None = None) -> 
     if auth is not None:
         app[AUTHENTICATOR] = auth  # authenticator_ctx uses a preset one (tests inject a clock this way)
     app.cleanup_ctx.extend([redis_client, dispatcher, authenticator_ctx, sessions])
+    app[OPENAPI_DOCUMENT] = lambda: document_bytes("avatar", settings)
     setup_routes(app)
+    # Any page may call: every route needs a key or a token, and a browser never holds a full key.
+    setup_cors(app, ("*",), allow_headers=ALLOW_HEADERS)
+    any_origin(app)
     return app
 
 

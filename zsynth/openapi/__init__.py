@@ -17,11 +17,6 @@ from typing import Any, Final, Literal
 from .. import __version__
 from ..config import Settings
 from . import (
-    avatar_common,
-    avatar_connect,
-    avatar_manage,
-    avatar_ops,
-    avatar_tokens,
     components,
     dictionaries,
     health,
@@ -40,10 +35,9 @@ Kind = Literal["speech", "avatar"]
 #: The resource modules of each server's document.
 SERVERS: Final[dict[str, tuple[ModuleType, ...]]] = {
     "speech": (health, metrics, tts, openai_speech, timestamps, tokens, voices, models, user, dictionaries),
-    "avatar": (avatar_ops, avatar_tokens, avatar_connect, avatar_manage),
 }
 #: Each server's shared pieces (error envelope, security schemes, default security): they differ between servers.
-COMMON: Final[dict[str, ModuleType]] = {"speech": components, "avatar": avatar_common}
+COMMON: Final[dict[str, ModuleType]] = {"speech": components}
 
 _INFO: Final[dict[str, dict[str, str]]] = {
     "speech": {
@@ -54,17 +48,16 @@ _INFO: Final[dict[str, dict[str, str]]] = {
         "The realtime WebSocket routes (/v1/text-to-speech/{voice_id}/stream-input and /multi-stream-input) "
         "are not modelled by OpenAPI.",
     },
-    "avatar": {
-        "title": "zsynth avatar streaming server",
-        "description": "Session tokens, WebRTC signalling and management of the avatar streaming server. Errors "
-        'always carry the envelope {"code", "message"}. The control WebSocket (/control/{session_id}) is not '
-        "modelled by OpenAPI.",
-    },
 }
 
 
 def build_document(kind: Kind = "speech", settings: Settings | None = None) -> dict[str, Any]:
     """A fresh OpenAPI 3.1 document of the ``kind`` server, with the limits of ``settings`` when given."""
+    if kind == "avatar":
+        # Imported here: the avatar's routes (and aiortc) stay out of a speech server that serves its document.
+        from . import avatar
+
+        return avatar.build(settings)
     try:
         modules = SERVERS[kind]
     except KeyError:

@@ -321,16 +321,6 @@ class Connection:
         await watch_credential(self.request.app[AUTHENTICATOR], secret, self.credential, refused)
 
 
-def text_field(message: dict[str, Any]) -> str:
-    """A client message's ``text`` (missing means empty); WsError when it is not a string."""
-    text = message.get("text", "")
-    if text is None:
-        return ""
-    if not isinstance(text, str):
-        raise WsError("invalid_message", "Field 'text' must be a string.")
-    return text
-
-
 def voice_settings_field(message: dict[str, Any]) -> dict[str, Any]:
     """A message's ``voice_settings``, checked as on HTTP (:mod:`zsynth.voice_settings`); {} when absent.
 

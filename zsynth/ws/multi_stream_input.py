@@ -36,8 +36,9 @@ from ..keys import SETTINGS
 from .buffer import TextBuffer
 from .connection import Connection, StreamParams, WsError, inactivity_error, parse_params, voice_settings_field
 from .lifecycle import run_socket
+from .messages import ContextMessage, read
 from .speaker import Speaker
-from .stream_input import BUSY_POLL_S, MIN_WAIT_S, checked_text, make_buffer
+from .stream_input import BUSY_POLL_S, MIN_WAIT_S, make_buffer
 from .text_options import socket_text_options
 
 logger = logging.getLogger(__name__)
@@ -121,21 +122,19 @@ class MultiSession:
 
     async def handle(self, message: dict[str, Any]) -> None:
         """Apply one client message."""
-        if message.get("close_socket"):
+        parsed = read(ContextMessage, message, self.conn.request.app[SETTINGS].max_text_chars)
+        if parsed.close_socket:
             self.closing_socket = True
             for context_id in list(self.live):
                 await self._close_context(context_id)
             if not self.closing:
                 await self.conn.close(1000)
             return
-        context_id = message.get("context_id")
-        if context_id is not None and not isinstance(context_id, str):
-            raise WsError("invalid_message", "Field 'context_id' must be a string.")
-        if message.get("close_context"):
+        context_id = parsed.context_id
+        if parsed.close_context:
             await self._close_context(context_id)
             return
-        text = checked_text(self.conn, message)
-        flush = bool(message.get("flush"))
+        text, flush = parsed.text, parsed.flush
         if text == "" and not flush and context_id not in self.live:
             return  # a keep-alive for the socket or for a context that is gone: nothing to keep
         context = await self._context(context_id, message)
@@ -145,7 +144,7 @@ class MultiSession:
             context.flushing = True
         elif spoken:
             context.flushing = False
-        for segment in context.buffer.add(text, try_trigger=bool(message.get("try_trigger_generation")), flush=flush):
+        for segment in context.buffer.add(text, try_trigger=parsed.try_trigger_generation, flush=flush):
             context.speaker.speak(segment)
 
     async def expire_idle(self) -> float:

@@ -14,17 +14,10 @@ from aiohttp import web
 
 from ..config import Settings
 from ..keys import SETTINGS
-from .buffer import ScheduleError, TextBuffer, parse_schedule
-from .connection import (
-    Connection,
-    StreamParams,
-    WsError,
-    inactivity_error,
-    parse_params,
-    text_field,
-    voice_settings_field,
-)
+from .buffer import TextBuffer
+from .connection import Connection, StreamParams, inactivity_error, parse_params, voice_settings_field
 from .lifecycle import run_socket
+from .messages import ContextOpening, TextMessage, read
 from .speaker import Speaker
 from .text_options import socket_text_options
 
@@ -36,28 +29,13 @@ BUSY_POLL_S = 1.0
 
 def make_buffer(message: dict[str, Any], params: StreamParams, settings: Settings) -> TextBuffer:
     """A text buffer with the message's ``generation_config.chunk_length_schedule`` (or the default)."""
-    config = message.get("generation_config") or message.get("generator_config") or {}
-    if not isinstance(config, dict):
-        raise WsError("invalid_message", "Field 'generation_config' must be an object.")
-    try:
-        schedule = parse_schedule(config.get("chunk_length_schedule"))
-    except ScheduleError as err:
-        raise WsError("invalid_message", str(err)) from err
+    opening = read(ContextOpening, message)
     return TextBuffer(
-        schedule,
+        opening.generation_config.chunk_length_schedule,
         auto_mode=params.auto_mode,
         max_word_chars=settings.ws_max_word_chars,
         max_segment_chars=settings.max_text_chars,
     )
-
-
-def checked_text(conn: Connection, message: dict[str, Any]) -> str:
-    """The message's text, refused when longer than ZSYNTH_MAX_TEXT_CHARS."""
-    text = text_field(message)
-    limit = conn.request.app[SETTINGS].max_text_chars
-    if len(text) > limit:
-        raise WsError("max_character_limit_exceeded", f"A message's text may hold at most {limit} characters.")
-    return text
 
 
 async def _serve(conn: Connection, speakers: list[Speaker]) -> None:
@@ -77,14 +55,13 @@ async def _serve(conn: Connection, speakers: list[Speaker]) -> None:
     message: dict[str, Any] | None = first
     while True:
         if message is not None and not speaker.ended:
-            text = checked_text(conn, message)
-            if text == "" and message is not first:
+            parsed = read(TextMessage, message, conn.request.app[SETTINGS].max_text_chars)
+            if parsed.text == "" and message is not first:
                 for segment in buffer.drain():
                     speaker.speak(segment)
                 speaker.end()
             else:
-                flush = bool(message.get("flush"))
-                for segment in buffer.add(text, try_trigger=bool(message.get("try_trigger_generation")), flush=flush):
+                for segment in buffer.add(parsed.text, try_trigger=parsed.try_trigger_generation, flush=parsed.flush):
                     speaker.speak(segment)
         # While audio is still to come (or after the end of input) the client owes us nothing.
         idle = time.monotonic() - conn.last_activity

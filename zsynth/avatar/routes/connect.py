@@ -4,65 +4,108 @@ from __future__ import annotations
 
 import logging
 import re
+from typing import Any, Literal
 
+import pydantic
 from aiohttp import web
 
+from ...auth import CREDENTIAL
+from ...endpoints import Access, Endpoints, refusal
 from ...keys import SETTINGS
-from ..access import authorize, watch_session
+from ..access import watch_session
 from ..errors import AvatarError
 from ..renderers.base import AVATARS
 from ..sessions import AVATAR_SESSIONS
-from .tokens import read_json_object
+from .body import documented, read_body
 
 logger = logging.getLogger(__name__)
+
+routes = Endpoints()
 
 _MEDIA = re.compile(r"^m=(audio|video) ", re.MULTILINE)
 
 
-def _optional_str(body: dict[str, object], name: str) -> str | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value.strip():
-        raise AvatarError(400, "invalid_parameters", f"Field '{name}' must be a non-empty string.")
-    return value.strip()
+class ConnectRequest(pydantic.BaseModel):
+    """The browser's SDP offer, and what the new session streams."""
+
+    sdp: str = pydantic.Field(description="The browser's offer: it must receive one audio and one video.")
+    type: Literal["offer"] = "offer"
+    avatar_id: str | None = pydantic.Field(
+        default=None, pattern=r"\S", description="The avatar to stream (default: the first of GET /v1/avatars)."
+    )
+    voice_id: str | None = pydantic.Field(
+        default=None, pattern=r"\S", description="The voice that speaks (default: ZSYNTH_AVATAR_VOICE_ID)."
+    )
+
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _offer(cls, data: Any) -> Any:
+        sdp, kind = data.get("sdp"), data.get("type", "offer")
+        if not isinstance(sdp, str) or kind != "offer":
+            raise refusal("invalid_sdp", 'Send {"sdp": <offer SDP>, "type": "offer"}.', 400)
+        if set(_MEDIA.findall(sdp)) != {"audio", "video"}:
+            raise refusal("invalid_sdp", "The offer must receive one audio and one video track.", 400)
+        return data
+
+    @pydantic.field_validator("avatar_id", "voice_id", mode="before")
+    @classmethod
+    def _name(cls, value: object, info: pydantic.ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        if not isinstance(value, str) or not value.strip():
+            raise refusal("invalid_parameters", f"Field '{info.field_name}' must be a non-empty string.", 400)
+        return value.strip()
 
 
+class ConnectAnswer(pydantic.BaseModel):
+    """The SDP answer and the new session."""
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    sdp: str = pydantic.Field(description="The answer, with every ICE candidate (no trickle).")
+    type: Literal["answer"]
+    session_id: str
+    avatar_id: str
+    voice_id: str
+    control_url: str = pydantic.Field(
+        pattern="^/control/", description="The control WebSocket of this session (same credential)."
+    )
+
+
+@routes.post(
+    "/connect",
+    access=Access.TOKEN,
+    body=ConnectRequest,
+    operationId="connect",
+    tags=["sessions"],
+    summary="Answer an SDP offer with a new session streaming an avatar.",
+    responses={"200": documented("The SDP answer and the new session.", ConnectAnswer)},
+    errors=(400, 404, 413, 500),
+)
 async def connect(request: web.Request) -> web.Response:
     """Answer an SDP offer with a new session streaming the chosen avatar."""
-    credential = await authorize(request, stream_route=True)
-    body = await read_json_object(request, required=True)
-    sdp, kind = body.get("sdp"), body.get("type", "offer")
-    if not isinstance(sdp, str) or kind != "offer":
-        raise AvatarError(400, "invalid_sdp", 'Send {"sdp": <offer SDP>, "type": "offer"}.')
-    if set(_MEDIA.findall(sdp)) != {"audio", "video"}:
-        raise AvatarError(400, "invalid_sdp", "The offer must receive one audio and one video track.")
+    credential = request[CREDENTIAL]
+    offer = await read_body(request, ConnectRequest, required=True)
     avatars = request.app[AVATARS]
-    avatar_id = _optional_str(body, "avatar_id") or next(iter(avatars))
+    avatar_id = offer.avatar_id or next(iter(avatars))
     renderer = avatars.get(avatar_id)
     if renderer is None:
         raise AvatarError(404, "avatar_not_found", f"No avatar '{avatar_id}'; GET /v1/avatars lists them.")
-    voice_id = _optional_str(body, "voice_id") or request.app[SETTINGS].avatar_voice_id
+    voice_id = offer.voice_id or request.app[SETTINGS].avatar_voice_id
     registry = request.app[AVATAR_SESSIONS]
     session = registry.create(renderer, voice_id, credential.fingerprint, per_owner=not credential.is_full)
     watch_session(request, credential, session)
     try:
-        answer = await session.answer(sdp)
+        sdp = await session.answer(offer.sdp)
     except BaseException:
         await session.close("signalling_failed")
         raise
-    return web.json_response(
-        {
-            "sdp": answer,
-            "type": "answer",
-            "session_id": session.session_id,
-            "avatar_id": avatar_id,
-            "voice_id": voice_id,
-            "control_url": f"/control/{session.session_id}",
-        }
+    answer = ConnectAnswer(
+        sdp=sdp,
+        type="answer",
+        session_id=session.session_id,
+        avatar_id=avatar_id,
+        voice_id=voice_id,
+        control_url=f"/control/{session.session_id}",
     )
-
-
-def setup(app: web.Application) -> None:
-    """Register the signalling route."""
-    app.router.add_post("/connect", connect)
+    return web.json_response(answer.model_dump())

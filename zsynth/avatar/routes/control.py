@@ -16,13 +16,19 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
+from ...auth import CREDENTIAL
+from ...endpoints import Access, Endpoints, validate
 from ...keys import SETTINGS
-from ..access import authorize, watch_session
+from ...ws.messages import MAX_TEXT_CHARS, ControlMessage, SpeakCommand
+from ..access import watch_session
 from ..errors import AvatarError
 from ..session import AvatarSession
 from ..sessions import AVATAR_SESSIONS
+from .body import avatar_error
 
 logger = logging.getLogger(__name__)
+
+routes = Endpoints()
 
 
 def _client_id(message: dict[str, Any]) -> str | None:
@@ -31,18 +37,14 @@ def _client_id(message: dict[str, Any]) -> str | None:
 
 
 def _speak(session: AvatarSession, message: dict[str, Any], max_chars: int) -> None:
-    text, voice_id, client_id = message.get("text"), message.get("voice_id"), _client_id(message)
-    if not isinstance(text, str) or not text.strip():
-        problem = ("invalid_text", "'text' must be a non-empty string.")
-    elif len(text) > max_chars:
-        problem = ("text_too_long", f"'text' exceeds {max_chars} characters.")
-    elif voice_id is not None and (not isinstance(voice_id, str) or not voice_id.strip()):
-        problem = ("invalid_voice_id", "'voice_id' must be a non-empty string.")
-    else:
-        session.speak(text, client_id, voice_id)
+    client_id = _client_id(message)
+    try:
+        command = validate(SpeakCommand, message, avatar_error, {MAX_TEXT_CHARS: max_chars})
+    except AvatarError as err:
+        # Every refusal carries the command's id, so a client can match it to what it sent.
+        session.emit("error", code=err.code, message=err.message, id=client_id)
         return
-    # Every refusal carries the command's id, so a client can match it to what it sent.
-    session.emit("error", code=problem[0], message=problem[1], id=client_id)
+    session.speak(command.text, client_id, command.voice_id)
 
 
 async def handle_message(session: AvatarSession, raw: str, max_chars: int) -> bool:
@@ -52,10 +54,13 @@ async def handle_message(session: AvatarSession, raw: str, max_chars: int) -> bo
         message = json.loads(raw)
     except json.JSONDecodeError:
         message = None
-    if not isinstance(message, dict) or not isinstance(message.get("type"), str):
-        session.emit("error", code="invalid_message", message="Send JSON objects with a string 'type'.")
+    try:
+        if not isinstance(message, dict):
+            raise AvatarError(400, "invalid_message", "Send JSON objects with a string 'type'.")
+        kind = validate(ControlMessage, message, avatar_error).type
+    except AvatarError as err:
+        session.emit("error", code=err.code, message=err.message)
         return True
-    kind = message["type"]
     if kind == "speak":
         _speak(session, message, max_chars)
     elif kind == "interrupt":
@@ -70,9 +75,10 @@ async def handle_message(session: AvatarSession, raw: str, max_chars: int) -> bo
     return True
 
 
+@routes.get("/control/{session_id}", access=Access.TOKEN, websocket=True)
 async def control(request: web.Request) -> web.WebSocketResponse:
     """Attach the control socket to a session and serve its commands until either side closes."""
-    credential = await authorize(request, stream_route=True)
+    credential = request[CREDENTIAL]
     session = request.app[AVATAR_SESSIONS].get(request.match_info["session_id"])
     if not credential.is_full and credential.fingerprint != session.owner:
         # A session token drives only the session it created; say "not found" rather than reveal others.
@@ -98,8 +104,3 @@ async def control(request: web.Request) -> web.WebSocketResponse:
         # Shielded inside close(): a dropped connection cancels this handler, never the teardown.
         await session.close(reason)
     return ws
-
-
-def setup(app: web.Application) -> None:
-    """Register the control socket."""
-    app.router.add_get("/control/{session_id}", control)

@@ -2,52 +2,79 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Literal
 
+import pydantic
 from aiohttp import web
 
-from ... import jsonbody
-from ...auth import AUTHENTICATOR, AuthError, clamp_ttl
-from ..access import auth_error, authorize
-from ..errors import AvatarError
+from ...auth import AUTHENTICATOR, CREDENTIAL, TTL_DEFAULT, AuthError, clamp_ttl
+from ...endpoints import Access, Endpoints, refusal
+from ..access import auth_error
+from .body import documented, read_body
+
+routes = Endpoints()
 
 
-async def read_json_object(request: web.Request, *, required: bool) -> dict[str, Any]:
-    """The JSON object body, read as strict JSON like the speech API's; an empty body is ``{}`` unless ``required``."""
-    raw = await request.read()
-    if not raw.strip():
-        if required:
-            raise AvatarError(400, "invalid_json", "The request body must be a JSON object.")
-        return {}
-    try:
-        body = jsonbody.loads(raw)  # deep nesting, huge numbers, NaN and bad UTF-8 too: a 400, never a 500
-    except jsonbody.BadJson as err:
-        raise AvatarError(400, "invalid_json", f"The request body is not valid JSON: {err}.") from err
-    if not isinstance(body, dict):
-        raise AvatarError(400, "invalid_json", "The request body must be a JSON object.")
-    return body
+class SessionTokenRequest(pydantic.BaseModel):
+    """The optional body of ``POST /v1/streaming.create_token``."""
 
-
-async def create_token(request: web.Request) -> web.Response:
-    """Mint a session token (scope ``tts``) living ``ttl_seconds``, clamped to 30-600 s."""
-    credential = await authorize(request, stream_route=False)
-    body = await read_json_object(request, required=False)
-    try:
-        ttl = clamp_ttl(body.get("ttl_seconds"))  # the speech API's rule: default 300, clamped to 30-600
-    except ValueError as err:
-        raise AvatarError(
-            400, "invalid_parameters", "Field 'ttl_seconds' must be an integer number of seconds."
-        ) from err
-    try:
-        # The minting key is the token's parent, as on the speech API: audited, and a token cannot mint tokens.
-        token, expires_at = await request.app[AUTHENTICATOR].mint_token(ttl, scope="tts", parent=credential)
-    except AuthError as err:
-        raise auth_error(err) from err
-    return web.json_response(
-        {"data": {"token": token, "expires_at": expires_at, "scope": "tts"}}, headers={"Cache-Control": "no-store"}
+    ttl_seconds: int | None = pydantic.Field(
+        default=TTL_DEFAULT, description="Lifetime in seconds (default 300, clamped to 30-600)."
     )
 
+    @pydantic.field_validator("ttl_seconds", mode="before")
+    @classmethod
+    def _clamped(cls, value: object) -> int:
+        # The speech API's rule (zsynth.auth.clamp_ttl): null is the default, "300" and true are refused.
+        try:
+            return clamp_ttl(value)
+        except ValueError:
+            raise refusal(
+                "invalid_parameters", "Field 'ttl_seconds' must be an integer number of seconds.", 400
+            ) from None
 
-def setup(app: web.Application) -> None:
-    """Register the token route."""
-    app.router.add_post("/v1/streaming.create_token", create_token)
+    @property
+    def ttl(self) -> int:
+        """The token's lifetime in seconds."""
+        return TTL_DEFAULT if self.ttl_seconds is None else self.ttl_seconds
+
+
+class SessionToken(pydantic.BaseModel):
+    """A new session token."""
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    token: str = pydantic.Field(pattern="^zsk_temp_")
+    expires_at: int = pydantic.Field(description="Unix time the token stops working.")
+    scope: Literal["tts"]
+
+
+class SessionTokenData(pydantic.BaseModel):
+    """The answer of ``POST /v1/streaming.create_token``."""
+
+    data: SessionToken
+
+
+@routes.post(
+    "/v1/streaming.create_token",
+    access=Access.FULL,
+    body=SessionTokenRequest,
+    body_required=False,
+    operationId="create_session_token",
+    tags=["tokens"],
+    summary="Mint a session token a browser may use on /connect and the control socket.",
+    responses={"200": documented("The new session token.", SessionTokenData)},
+    errors=(400, 413, 501),
+)
+async def create_token(request: web.Request) -> web.Response:
+    """Mint a session token (scope ``tts``) living ``ttl_seconds``, clamped to 30-600 s."""
+    body = await read_body(request, SessionTokenRequest, required=False)
+    try:
+        # The minting key is the token's parent, as on the speech API: audited, and a token cannot mint tokens.
+        token, expires_at = await request.app[AUTHENTICATOR].mint_token(
+            body.ttl, scope="tts", parent=request[CREDENTIAL]
+        )
+    except AuthError as err:
+        raise auth_error(err) from err
+    answer = SessionTokenData(data=SessionToken(token=token, expires_at=expires_at, scope="tts"))
+    return web.json_response(answer.model_dump(), headers={"Cache-Control": "no-store"})

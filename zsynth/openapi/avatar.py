@@ -1,0 +1,111 @@
+"""The avatar server's OpenAPI 3.1 document, generated from its route declarations (:mod:`zsynth.avatar.routes`).
+
+Besides the operation fields :mod:`zsynth.openapi.generate` reads, an avatar declaration may list ``errors``: the
+statuses it answers in the error envelope besides the auth errors, which every authenticated route may answer.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+import pydantic
+
+from .. import __version__
+from ..avatar.routes import TABLES
+from ..config import Settings
+from ..endpoints import Access, Endpoint
+from .generate import JSON, Schema, component_schemas, paths_and_schemas
+
+
+class Error(pydantic.BaseModel):
+    """The error envelope of every failed request of the avatar server."""
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    code: str = pydantic.Field(examples=["invalid_api_key", "session_not_found"])
+    message: str
+
+
+INFO: Final = {
+    "title": "zsynth avatar streaming server",
+    "description": "Session tokens, WebRTC signalling and management of the avatar streaming server. Errors "
+    'always carry the envelope {"code", "message"}. The control WebSocket (/control/{session_id}) is not '
+    "modelled by OpenAPI.",
+}
+
+SECURITY_SCHEMES: Final[dict[str, Schema]] = {
+    "ApiKeyHeader": {
+        "type": "apiKey",
+        "in": "header",
+        "name": "X-Api-Key",
+        "description": "A full key (ZSYNTH_API_KEY(S) or a portal zsk_live_ key), or on /connect a session token.",
+    },
+    "BearerAuth": {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "The same secret as 'Authorization: Bearer <key>'.",
+    },
+    "SessionTokenQuery": {
+        "type": "apiKey",
+        "in": "query",
+        "name": "session_token",
+        "description": "A zsk_temp_ session token, for browsers (which cannot set headers on a WebSocket). "
+        "Only on the stream routes; a full key here is refused, as URLs end up in logs.",
+    },
+}
+
+_FULL_KEY: Final[list[dict[str, list[str]]]] = [{"ApiKeyHeader": []}, {"BearerAuth": []}]
+#: Each access rule's security requirements (a session token on a full-key route gets 401 insufficient_scope).
+SECURITY: Final[Mapping[Access, list[dict[str, list[str]]]]] = {
+    Access.FULL: _FULL_KEY,
+    Access.TOKEN: [*_FULL_KEY, {"SessionTokenQuery": []}],
+    Access.PUBLIC: [],
+    Access.IN_BAND: [],
+}
+
+ERROR_TEXT: Final = {
+    400: "Bad input: invalid JSON (invalid_json), a bad field (invalid_parameters) or SDP (invalid_sdp).",
+    401: "No key (missing_api_key), an unknown/expired key or token (invalid_api_key), a full key in the query, "
+    "or a session token on a full-key route (insufficient_scope).",
+    404: "No such resource (avatar_not_found, session_not_found).",
+    413: "The request body is larger than 1 MiB (request_too_large).",
+    500: "An internal error (internal_error; never a traceback).",
+    501: "Session tokens need a keys table (not_supported; ZSYNTH_API_KEYS_TABLE).",
+    503: "The keys table is unreachable (service_unavailable), or the box runs its session limit (capacity, with "
+    "Retry-After).",
+}
+
+#: What every authenticated route may answer besides its own errors.
+AUTH_ERRORS: Final = (401, 503)
+
+
+def _with_errors(endpoint: Endpoint) -> Endpoint:
+    """``endpoint`` with its ``errors`` (and the auth errors) as responses in the envelope."""
+    doc = dict(endpoint.doc)
+    statuses = set(doc.pop("errors", ()))
+    if endpoint.access is not Access.PUBLIC:
+        statuses |= set(AUTH_ERRORS)
+    responses = dict(doc.get("responses", {}))
+    for status in sorted(statuses):
+        responses[str(status)] = {"description": ERROR_TEXT[status], "content": {JSON: {"schema": Error}}}
+    doc["responses"] = responses
+    return dataclasses.replace(endpoint, doc=doc)
+
+
+def build(settings: Settings | None = None, tables: Iterable[Iterable[Endpoint]] = TABLES) -> dict[str, Any]:
+    """A fresh OpenAPI 3.1 document of the avatar server (``settings`` changes nothing in it: no limit is shown)."""
+    endpoints = [_with_errors(endpoint) for table in tables for endpoint in table]
+    paths, schemas = paths_and_schemas(endpoints, SECURITY)
+    schemas = {**schemas, **component_schemas([Error])}
+    document = {
+        "openapi": "3.1.0",
+        "info": {**INFO, "version": __version__},
+        "paths": paths,
+        "components": {"schemas": dict(sorted(schemas.items())), "securitySchemes": SECURITY_SCHEMES},
+        "security": _FULL_KEY,
+    }
+    # A new dict each call: callers may change it without touching the module constants.
+    return copy.deepcopy(document)
