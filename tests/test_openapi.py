@@ -11,10 +11,10 @@ import pytest
 from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate
 
-from zsynth.access import REALTIME_SUFFIXES
 from zsynth.app import create_app
 from zsynth.keys import SETTINGS
 from zsynth.openapi import build_document
+from zsynth.ws import REALTIME_SUFFIXES
 
 from .conftest import make_settings
 from .helpers import assert_speech, decode_audio

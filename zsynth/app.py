@@ -16,10 +16,12 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from .access import auth_middleware, authenticator_ctx, open_cors_middleware, setup_cors
 from .config import Settings
 from .dispatch import DISPATCHER, Dispatcher
+from .endpoints import OPENAPI_DOCUMENT, add_endpoints
 from .errors import Handler, error_middleware
 from .keys import REDIS, REQUEST_ID, SETTINGS
 from .metrics import METRICS, Metrics
-from .routes import setup_routes
+from .openapi import document_bytes
+from .routes import TABLES, setup_services
 from .sdnotify import notify
 from .supervise import Supervisor
 from .tls import TlsError, server_context
@@ -80,7 +82,9 @@ def create_app(settings: Settings) -> web.Application:
     app[SETTINGS] = settings
     app[METRICS] = Metrics()
     app.cleanup_ctx.extend([authenticator_ctx, redis_client, dispatcher])
-    setup_routes(app)
+    setup_services(app)
+    add_endpoints(app, *TABLES)
+    app[OPENAPI_DOCUMENT] = lambda: document_bytes("speech", settings)
     setup_cors(app, settings.cors_origins)
     return app
 

@@ -30,11 +30,14 @@ from ..dictionaries.store import (
     DirectoryBackend,
     StorageUnavailable,
 )
+from ..endpoints import Access, Endpoints
 from ..errors import ApiError
 from ..jsonbody import BadJson, read_json
 from ..keys import SETTINGS
 
 logger = logging.getLogger(__name__)
+
+routes = Endpoints()
 
 BASE: Final = "/v1/pronunciation-dictionaries"
 MAX_LEXICON_BYTES: Final = 1024 * 1024
@@ -153,6 +156,7 @@ async def _dictionary(request: web.Request) -> Dictionary:
     return dictionary
 
 
+@routes.post(f"{BASE}/add-from-rules", access=Access.FULL)
 async def add_from_rules(request: web.Request) -> web.Response:
     """A new dictionary from a JSON list of rules."""
     body = await _json_body(request)
@@ -195,6 +199,7 @@ async def _read_lexicon(request: web.Request) -> tuple[dict[str, str], bytes | N
     return fields, lexicon
 
 
+@routes.post(f"{BASE}/add-from-file", access=Access.FULL)
 async def add_from_file(request: web.Request) -> web.Response:
     """A new dictionary from an uploaded PLS lexicon."""
     fields, lexicon = await _read_lexicon(request)
@@ -211,6 +216,7 @@ async def add_from_file(request: web.Request) -> web.Response:
     return web.json_response(_created(dictionary))
 
 
+@routes.get(BASE, access=Access.FULL)
 async def list_dictionaries(request: web.Request) -> web.Response:
     """Every dictionary, newest first (``sort=name`` by name), paged by ``cursor`` and ``page_size`` (1-100)."""
     try:
@@ -245,6 +251,7 @@ async def list_dictionaries(request: web.Request) -> web.Response:
     )
 
 
+@routes.get(BASE + "/{dictionary_id}", access=Access.FULL)
 async def get_dictionary(request: web.Request) -> web.Response:
     """The dictionary with its latest version's rules."""
     dictionary = await _dictionary(request)
@@ -253,6 +260,7 @@ async def get_dictionary(request: web.Request) -> web.Response:
     return web.json_response(body)
 
 
+@routes.patch(BASE + "/{dictionary_id}", access=Access.FULL)
 async def update_dictionary(request: web.Request) -> web.Response:
     """Rename or archive (``archived: true``) a dictionary; no new version is made."""
     dictionary = await _dictionary(request)
@@ -275,6 +283,7 @@ async def _new_version(request: web.Request, dictionary: Dictionary, rules: list
     return web.json_response({"id": saved.id, "version_id": saved.version_id, "version_rules_num": len(rules)})
 
 
+@routes.post(BASE + "/{dictionary_id}/add-rules", access=Access.FULL)
 async def add_rules(request: web.Request) -> web.Response:
     """A new version with the rules added (a rule for a string already there replaces it)."""
     dictionary = await _dictionary(request)
@@ -290,6 +299,7 @@ async def add_rules(request: web.Request) -> web.Response:
     return await _new_version(request, dictionary, rules)
 
 
+@routes.post(BASE + "/{dictionary_id}/remove-rules", access=Access.FULL)
 async def remove_rules(request: web.Request) -> web.Response:
     """A new version without the rules whose ``string_to_replace`` is listed."""
     dictionary = await _dictionary(request)
@@ -302,6 +312,7 @@ async def remove_rules(request: web.Request) -> web.Response:
     return await _new_version(request, dictionary, rules)
 
 
+@routes.post(BASE + "/{dictionary_id}/set-rules", access=Access.FULL)
 async def set_rules(request: web.Request) -> web.Response:
     """A new version holding exactly the given rules."""
     dictionary = await _dictionary(request)
@@ -313,6 +324,7 @@ async def set_rules(request: web.Request) -> web.Response:
     return await _new_version(request, dictionary, rules)
 
 
+@routes.get(BASE + "/{dictionary_id}/{version_id}/download", access=Access.FULL)
 async def download(request: web.Request) -> web.Response:
     """One version as a PLS lexicon."""
     dictionary_id, version_id = request.match_info["dictionary_id"], request.match_info["version_id"]
@@ -333,14 +345,5 @@ async def download(request: web.Request) -> web.Response:
 
 
 def setup(app: web.Application) -> None:
-    """Register the dictionary routes and the store's lifecycle."""
+    """The dictionary store's lifecycle (the routes are on :data:`routes`)."""
     app.cleanup_ctx.append(dictionaries_context)
-    app.router.add_post(f"{BASE}/add-from-file", add_from_file)
-    app.router.add_post(f"{BASE}/add-from-rules", add_from_rules)
-    app.router.add_get(BASE, list_dictionaries)
-    app.router.add_get(BASE + "/{dictionary_id}", get_dictionary)
-    app.router.add_patch(BASE + "/{dictionary_id}", update_dictionary)
-    app.router.add_post(BASE + "/{dictionary_id}/add-rules", add_rules)
-    app.router.add_post(BASE + "/{dictionary_id}/remove-rules", remove_rules)
-    app.router.add_post(BASE + "/{dictionary_id}/set-rules", set_rules)
-    app.router.add_get(BASE + "/{dictionary_id}/{version_id}/download", download)

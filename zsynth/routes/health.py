@@ -8,8 +8,11 @@ from aiohttp import web
 
 from .. import protocol
 from ..dispatch import DISPATCHER
+from ..endpoints import Access, Endpoints
 from ..keys import REDIS
 from ..voices.library import VOICE_LIBRARY
+
+routes = Endpoints()
 
 
 async def live_workers(app: web.Application) -> list[str]:
@@ -23,11 +26,13 @@ async def live_workers(app: web.Application) -> list[str]:
     return [i for i, beat in zip(ids, beats, strict=True) if beat is not None]
 
 
+@routes.get("/healthz", access=Access.PUBLIC, cors=False)
 async def healthz(request: web.Request) -> web.Response:
     """The process is up and its event loop answers."""
     return web.json_response({"status": "ok"})
 
 
+@routes.get("/readyz", access=Access.PUBLIC, cors=False)
 async def readyz(request: web.Request) -> web.Response:
     """Ready when Redis answers, at least one worker's heartbeat is fresh and no vital background task (the reply
     listener, the voice library's follower) is down after a crash (``tasks_down`` names them); reveals counts only.
@@ -54,9 +59,3 @@ async def readyz(request: web.Request) -> web.Response:
     if library is not None and library.catching_up:
         body["voice_library_catching_up"] = True
     return web.json_response(body, status=200 if ready else 503)
-
-
-def setup(app: web.Application) -> None:
-    """Register the health routes (never authenticated)."""
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)

@@ -6,7 +6,10 @@ from typing import Any, Final
 
 from aiohttp import web
 
+from ..endpoints import Access, Endpoints
 from ..keys import SETTINGS
+
+routes = Endpoints()
 
 _ENGINE_NAMES: Final = {
     "piper": ("zsynth_piper", "zsynth Piper (CPU)", "Embedded CPU engine: Piper VITS, US English.", "standard"),
@@ -40,12 +43,8 @@ def model_entry(engine: str, max_text_chars: int) -> dict[str, Any]:
     }
 
 
+@routes.get("/v1/models", access=Access.FULL)
 async def list_models(request: web.Request) -> web.Response:
     """The model list: one entry, a bare array (an object here breaks the SDK)."""
     settings = request.app[SETTINGS]
     return web.json_response([model_entry(settings.engine, settings.max_text_chars)])
-
-
-def setup(app: web.Application) -> None:
-    """Register the models route."""
-    app.router.add_get("/v1/models", list_models)

@@ -30,11 +30,14 @@ from aiohttp import web
 
 from ..audio import parse_output_format
 from ..dispatch import JobFailed
+from ..endpoints import Access, Endpoints
 from ..errors import ApiError
 from ..jsonbody import BadJson, read_json
 from ..keys import SETTINGS
 from ..openai_audio import MAX_SPEED, MIN_SPEED, RESPONSE_FORMATS, STREAM_FORMATS, ResponseFormat
 from .tts import TtsRequest, audio_headers, finish_stream, job_failure, submit, text_options
+
+routes = Endpoints()
 
 PATH: Final = "/v1/audio/speech"
 # The engines' speed range (workers/engines/piper.py and turbo.py clamp voice_settings.speed to it).
@@ -147,6 +150,7 @@ def _sse(event: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(event, separators=(",", ":")).encode() + b"\n\n"
 
 
+@routes.post(PATH, access=Access.TOKEN)
 async def speech(request: web.Request) -> web.StreamResponse:
     """Synthesize ``input`` and stream it back as it is made (or as server-sent events)."""
     speech_request = await parse_speech_request(request)
@@ -190,8 +194,3 @@ async def speech(request: web.Request) -> web.StreamResponse:
                 await response.write(_sse({"type": "speech.audio.done", "usage": usage}))
 
         return await finish_stream(request, response, job_stream, write_all())
-
-
-def setup(app: web.Application) -> None:
-    """Register the OpenAI speech route."""
-    app.router.add_post(PATH, speech)

@@ -19,12 +19,15 @@ from aiohttp import web
 
 from ..alignment import CharAlignment, join_chunks
 from ..dispatch import JobFailed
+from ..endpoints import Access, Endpoints
 from ..marks import CLOSE, OPEN
 from ..protocol import Event
 from ..spoken import AlignmentMapper, Spoken
 from .tts import audio_headers, finish_stream, job_failure, parse_tts_request, submit
 
 logger = logging.getLogger(__name__)
+
+routes = Endpoints()
 
 
 def _alignment_body(chars: list[str], starts: list[float], ends: list[float]) -> dict[str, Any] | None:
@@ -96,6 +99,7 @@ class _Timeline:
         return part
 
 
+@routes.post("/v1/text-to-speech/{voice_id}/with-timestamps", access=Access.TOKEN)
 async def convert_with_timestamps(request: web.Request) -> web.Response:
     """The whole audio as base64 plus the alignment of the whole text, once synthesis is complete."""
     tts = await parse_tts_request(request, "convert")
@@ -121,6 +125,7 @@ async def convert_with_timestamps(request: web.Request) -> web.Response:
         return web.Response(text=_json(body), headers=audio_headers(request, tts, stream.job) | JSON_TYPE)
 
 
+@routes.post("/v1/text-to-speech/{voice_id}/stream/with-timestamps", access=Access.TOKEN)
 async def stream_with_timestamps(request: web.Request) -> web.StreamResponse:
     """One JSON object per line, per chunk, as the worker makes them."""
     tts = await parse_tts_request(request, "stream")
@@ -156,9 +161,3 @@ async def stream_with_timestamps(request: web.Request) -> web.StreamResponse:
                 event = following
 
         return await finish_stream(request, response, job_stream, write_all())
-
-
-def setup(app: web.Application) -> None:
-    """Register the with-timestamps routes."""
-    app.router.add_post("/v1/text-to-speech/{voice_id}/with-timestamps", convert_with_timestamps)
-    app.router.add_post("/v1/text-to-speech/{voice_id}/stream/with-timestamps", stream_with_timestamps)

@@ -7,15 +7,19 @@ import logging
 from aiohttp import web
 
 from ..auth import AUTHENTICATOR, CREDENTIAL, AuthError, clamp_ttl
+from ..endpoints import Access, Endpoints
 from ..errors import ApiError
 from ..jsonbody import BadJson, loads
 from ..keys import REQUEST_ID
 
 logger = logging.getLogger(__name__)
 
+routes = Endpoints()
+
 _BAD_BODY = "The request body must be a JSON object, optionally with an integer 'ttl_seconds'."
 
 
+@routes.post("/v1/tokens/ephemeral", access=Access.FULL, cors=False)
 async def mint(request: web.Request) -> web.Response:
     """Mint a token valid for ``ttl_seconds`` (default 300, clamped to 30-600) for a browser to use."""
     body: object = {}
@@ -41,8 +45,3 @@ async def mint(request: web.Request) -> web.Response:
     return web.json_response(
         {"token": token, "expires_at": expires_at, "scope": "tts"}, headers={"Cache-Control": "no-store"}
     )
-
-
-def setup(app: web.Application) -> None:
-    """Register the token route (full keys only: the auth middleware refuses tokens here)."""
-    app.router.add_post("/v1/tokens/ephemeral", mint)

@@ -16,6 +16,7 @@ from ..audio import OutputFormat, OutputFormatError, parse_output_format
 from ..auth import CREDENTIAL
 from ..dictionaries.store import DICTIONARIES, StorageUnavailable
 from ..dispatch import DISPATCHER, JobFailed, JobStream
+from ..endpoints import Access, Endpoints
 from ..errors import ApiError
 from ..jsonbody import BadJson, read_json
 from ..keys import REQUEST_ID, SETTINGS
@@ -25,6 +26,8 @@ from ..textprep import TextOptionError, TextOptions, parse_options, prepare
 from ..voices.catalog import VOICES
 
 logger = logging.getLogger(__name__)
+
+routes = Endpoints()
 
 # Job failures that mean "try again later" rather than "this request is wrong".
 _UNAVAILABLE = {
@@ -218,6 +221,7 @@ async def submit(request: web.Request, tts: TtsRequest, *, alignment: bool = Fal
     return stream
 
 
+@routes.post("/v1/text-to-speech/{voice_id}", access=Access.TOKEN)
 async def convert(request: web.Request) -> web.Response:
     """Whole-body synthesis: the answer is sent once the audio is complete."""
     tts = await parse_tts_request(request, "convert")
@@ -231,6 +235,7 @@ async def convert(request: web.Request) -> web.Response:
         return web.Response(body=b"".join(parts), headers=audio_headers(request, tts, stream.job))
 
 
+@routes.post("/v1/text-to-speech/{voice_id}/stream", access=Access.TOKEN)
 async def stream(request: web.Request) -> web.StreamResponse:
     """Chunked synthesis: each chunk is written as soon as the worker publishes it.
 
@@ -280,9 +285,3 @@ async def finish_stream(
         return response
     await response.write_eof()
     return response
-
-
-def setup(app: web.Application) -> None:
-    """Register the TTS routes."""
-    app.router.add_post("/v1/text-to-speech/{voice_id}", convert)
-    app.router.add_post("/v1/text-to-speech/{voice_id}/stream", stream)

@@ -9,7 +9,10 @@ from typing import Any
 
 from aiohttp import web
 
+from ..endpoints import Access, Endpoints
 from ..voices.catalog import VOICES
+
+routes = Endpoints()
 
 
 def subscription(voices_used: int) -> dict[str, Any]:
@@ -45,11 +48,13 @@ def subscription(voices_used: int) -> dict[str, Any]:
     }
 
 
+@routes.get("/v1/user/subscription", access=Access.FULL)
 async def get_subscription(request: web.Request) -> web.Response:
     """``GET /v1/user/subscription``."""
     return web.json_response(subscription(request.app[VOICES].clone_count()))
 
 
+@routes.get("/v1/user", access=Access.FULL)
 async def get_user(request: web.Request) -> web.Response:
     """``GET /v1/user``: a stub account carrying the same subscription."""
     return web.json_response(
@@ -73,9 +78,3 @@ async def get_user(request: web.Request) -> web.Response:
             "partnerstack_partner_default_link": None,
         }
     )
-
-
-def setup(app: web.Application) -> None:
-    """Register the account stub routes."""
-    app.router.add_get("/v1/user", get_user)
-    app.router.add_get("/v1/user/subscription", get_subscription)

@@ -4,7 +4,7 @@ edits (``POST /v1/voices/{id}/edit``, ``POST /v1/voices/{id}/settings/edit``) an
 
 Every change goes through the box's :class:`~zsynth.voices.library.VoiceLibrary`: with a bucket it is durable there
 before the answer, and a bucket that cannot be reached answers 503 ``voice_storage_unavailable`` with
-``Retry-After`` and changes nothing. Full-key-only scope on the changes is enforced by the auth middleware, by path.
+``Retry-After`` and changes nothing. The changes are declared for full keys only (tokens may read).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from aiohttp.typedefs import Handler
 
 from .. import protocol
 from ..aws import client_config
+from ..endpoints import Access, Endpoints
 from ..errors import ApiError
 from ..jsonbody import BadJson, loads
 from ..keys import REDIS, REQUEST_ID, SETTINGS
@@ -37,6 +38,8 @@ from ..voices.library import VOICE_LIBRARY, StorageUnavailable, VoiceGone, Voice
 from ..voices.store import reference_name, revision
 
 logger = logging.getLogger(__name__)
+
+routes = Endpoints()
 
 MAX_FILES: Final = 10
 MAX_FIELD_BYTES: Final = 64 * 1024
@@ -152,6 +155,7 @@ def _arriving(request: web.Request, body: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
+@routes.get("/v1/voices", access=Access.TOKEN)
 async def list_v1(request: web.Request) -> web.Response:
     """``GET /v1/voices``: every voice, built-in first."""
     return web.json_response(_arriving(request, {"voices": request.app[VOICES].all()}))
@@ -218,6 +222,7 @@ def _sort(voices: list[dict[str, Any]], sort: str | None, direction: str | None)
     return sorted(voices, key=lambda v: (int(v["created_at_unix"] or 0), v["voice_id"]), reverse=reverse)
 
 
+@routes.get("/v2/voices", access=Access.TOKEN)
 async def list_v2(request: web.Request) -> web.Response:
     """``GET /v2/voices``: filtered, sorted and paged with an opaque ``next_page_token``."""
     query = request.query
@@ -239,16 +244,19 @@ async def list_v2(request: web.Request) -> web.Response:
     )
 
 
+@routes.get("/v1/voices/{voice_id}", access=Access.TOKEN)
 async def get_voice(request: web.Request) -> web.Response:
     """``GET /v1/voices/{voice_id}``: one voice, or 404 ``voice_not_found`` (no swap-out here)."""
     return web.json_response(_voice_or_404(request.app[VOICES], request.match_info["voice_id"]))
 
 
+@routes.get("/v1/voices/settings/default", access=Access.TOKEN)
 async def default_settings(request: web.Request) -> web.Response:
     """``GET /v1/voices/settings/default``."""
     return web.json_response(dict(DEFAULT_SETTINGS))
 
 
+@routes.get("/v1/voices/{voice_id}/settings", access=Access.TOKEN)
 async def voice_settings(request: web.Request) -> web.Response:
     """``GET /v1/voices/{voice_id}/settings``: the voice's saved settings (the defaults where none were saved)."""
     return web.json_response(_voice_or_404(request.app[VOICES], request.match_info["voice_id"])["settings"])
@@ -393,11 +401,13 @@ async def create_voice(request: web.Request) -> StoredVoice:
     return voice
 
 
+@routes.post("/voices", access=Access.FULL)
 async def clone(request: web.Request) -> web.Response:
     """``POST /voices``: answer with the new voice object."""
     return web.json_response(clone_object(await create_voice(request)))
 
 
+@routes.post("/v1/voices/add", access=Access.FULL)
 async def add(request: web.Request) -> web.Response:
     """``POST /v1/voices/add`` (ElevenLabs instant voice cloning)."""
     voice = await create_voice(request)
@@ -409,6 +419,8 @@ def _refuse_builtin_change(catalog: VoiceCatalog, voice_id: str, what: str) -> N
         raise ApiError(400, "voice_not_editable", f"{voice_id} is a built-in voice and cannot be {what}.")
 
 
+@routes.delete("/v1/voices/{voice_id}", access=Access.FULL)
+@routes.delete("/voices/{voice_id}", access=Access.FULL)
 async def delete(request: web.Request) -> web.Response:
     """``DELETE /voices/{voice_id}`` and ``DELETE /v1/voices/{voice_id}``: remove a cloned voice on every box."""
     voice_id = request.match_info["voice_id"]
@@ -428,6 +440,7 @@ async def delete(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
 
 
+@routes.post("/v1/voices/{voice_id}/edit", access=Access.FULL)
 async def edit(request: web.Request) -> web.Response:
     """``POST /v1/voices/{voice_id}/edit`` (the SDK's ``voices.update``): name, description, labels, new clip.
 
@@ -474,6 +487,7 @@ async def _save_edit(request: web.Request, voice_id: str, changes: dict[str, Any
     logger.info("request %s: edited voice %s (%s)", request[REQUEST_ID], voice_id, ", ".join(sorted(changes)))
 
 
+@routes.post("/v1/voices/{voice_id}/settings/edit", access=Access.FULL)
 async def edit_settings(request: web.Request) -> web.Response:
     """``POST /v1/voices/{voice_id}/settings/edit`` (the SDK's ``voices.settings.update``).
 
@@ -506,17 +520,6 @@ async def edit_settings(request: web.Request) -> web.Response:
 
 
 def setup(app: web.Application) -> None:
-    """Register the voice routes, the library's lifecycle, and the fetch of clones this box lacks."""
+    """The voice library's lifecycle and the fetch of clones this box lacks (the routes are on :data:`routes`)."""
     app.cleanup_ctx.append(voices_context)
     app.middlewares.append(fetch_missing_voice)
-    app.router.add_get("/v1/voices", list_v1)
-    app.router.add_get("/v2/voices", list_v2)
-    app.router.add_get("/v1/voices/settings/default", default_settings)
-    app.router.add_get("/v1/voices/{voice_id}", get_voice)
-    app.router.add_get("/v1/voices/{voice_id}/settings", voice_settings)
-    app.router.add_post("/v1/voices/{voice_id}/edit", edit)
-    app.router.add_post("/v1/voices/{voice_id}/settings/edit", edit_settings)
-    app.router.add_post("/v1/voices/add", add)
-    app.router.add_delete("/v1/voices/{voice_id}", delete)
-    app.router.add_post("/voices", clone)
-    app.router.add_delete("/voices/{voice_id}", delete)
