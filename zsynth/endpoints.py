@@ -168,13 +168,20 @@ class ErrorFactory(Protocol):
     def __call__(self, http_status: int, code: str, message: str, param: str | None) -> Exception: ...
 
 
-def refusal(code: str, message: str, status: int = 422) -> pydantic_core.PydanticCustomError:
+def refusal(
+    code: str, message: str, status: int = 422, *, param: str | None = None
+) -> pydantic_core.PydanticCustomError:
     """An error for a model validator to raise: ``code`` and ``message`` reach the client as they are.
 
     ``status`` is the HTTP status (422 unless the API answers this refusal with another one, e.g. 400
-    ``max_character_limit_exceeded``).
+    ``max_character_limit_exceeded``); ``param`` names the field at fault when it is not the one validated (a key
+    inside it, e.g. ``voice_settings.speed``). The message travels in the context too: pydantic formats the
+    template with the context, and a message quoting the client's input may hold braces.
     """
-    return pydantic_core.PydanticCustomError(code, message, {"status": status})
+    context: dict[str, Any] = {"status": status, "message": message}
+    if param is not None:
+        context["param"] = param
+    return pydantic_core.PydanticCustomError(code, message, context)
 
 
 def _param(loc: tuple[int | str, ...]) -> str | None:
@@ -192,7 +199,7 @@ def first_error(err: pydantic.ValidationError) -> tuple[int, str, str, str | Non
     param = _param(loc)
     ctx = error.get("ctx") or {}
     if "status" in ctx and isinstance(ctx["status"], int):
-        return ctx["status"], error["type"], error["msg"], param
+        return ctx["status"], error["type"], str(ctx.get("message", error["msg"])), ctx.get("param", param)
     message = error["msg"]
     if param is not None:
         message = f"Field '{param}': {message[0].lower()}{message[1:]}." if message else f"Field '{param}' is invalid."

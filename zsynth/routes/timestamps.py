@@ -23,7 +23,16 @@ from ..endpoints import Access, Endpoints
 from ..marks import CLOSE, OPEN
 from ..protocol import Event
 from ..spoken import AlignmentMapper, Spoken
-from .tts import audio_headers, finish_stream, job_failure, parse_tts_request, submit
+from .tts import (
+    ConvertQuery,
+    StreamQuery,
+    TextToSpeechRequest,
+    audio_headers,
+    finish_stream,
+    job_failure,
+    parse_tts_request,
+    submit,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +108,9 @@ class _Timeline:
         return part
 
 
-@routes.post("/v1/text-to-speech/{voice_id}/with-timestamps", access=Access.TOKEN)
+@routes.post(
+    "/v1/text-to-speech/{voice_id}/with-timestamps", access=Access.TOKEN, body=TextToSpeechRequest, query=ConvertQuery
+)
 async def convert_with_timestamps(request: web.Request) -> web.Response:
     """The whole audio as base64 plus the alignment of the whole text, once synthesis is complete."""
     tts = await parse_tts_request(request, "convert")
@@ -125,7 +136,12 @@ async def convert_with_timestamps(request: web.Request) -> web.Response:
         return web.Response(text=_json(body), headers=audio_headers(request, tts, stream.job) | JSON_TYPE)
 
 
-@routes.post("/v1/text-to-speech/{voice_id}/stream/with-timestamps", access=Access.TOKEN)
+@routes.post(
+    "/v1/text-to-speech/{voice_id}/stream/with-timestamps",
+    access=Access.TOKEN,
+    body=TextToSpeechRequest,
+    query=StreamQuery,
+)
 async def stream_with_timestamps(request: web.Request) -> web.StreamResponse:
     """One JSON object per line, per chunk, as the worker makes them."""
     tts = await parse_tts_request(request, "stream")

@@ -7,23 +7,25 @@ import math
 import re
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, ClassVar, Final
 
+import pydantic
 from aiohttp import web
 from aiohttp.client_exceptions import ClientConnectionResetError
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo
 
-from ..audio import OutputFormat, OutputFormatError, parse_output_format
+from ..audio import ALLOWED_OUTPUT_FORMATS, DEFAULT_OUTPUT_FORMAT, OutputFormat, OutputFormatError, parse_output_format
 from ..auth import CREDENTIAL
 from ..dictionaries.store import DICTIONARIES, StorageUnavailable
 from ..dispatch import DISPATCHER, JobFailed, JobStream
-from ..endpoints import Access, Endpoints
+from ..endpoints import Access, Endpoints, parse_body, parse_query, refusal
 from ..errors import ApiError
-from ..jsonbody import BadJson, read_json
 from ..keys import REQUEST_ID, SETTINGS
 from ..protocol import Job
 from ..spoken import Spoken
-from ..textprep import TextOptionError, TextOptions, parse_options, prepare
+from ..textprep import TextOptionError, TextOptions, prepare
 from ..voices.catalog import VOICES
+from .bodies import MAX_TEXT_CHARS, Locators, Normalization, api_error, require, text_limit, text_options
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +44,8 @@ _UNAVAILABLE = {
 }
 _VOICE_FAILURES = {"voice_not_found": 404, "voice_storage_unavailable": 503}
 
+#: The most a seed may be (ElevenLabs' range).
+MAX_SEED: Final = 4294967295
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 # voice_settings fields that must be numbers when present.
 _NUMERIC_SETTINGS = ("stability", "similarity_boost", "style", "speed")
@@ -62,59 +66,147 @@ class TtsRequest:
     spoken: Spoken | None = None
 
 
-def text_options(body: dict[str, Any]) -> TextOptions:
-    """The body's ``apply_text_normalization`` and ``pronunciation_dictionary_locators``, or ApiError."""
+# ----- request models ----------------------------------------------------------------------------------------------
+
+
+class VoiceSettingsInput(BaseModel):
+    """Per-request voice settings; unknown fields are ignored, out-of-range values are clamped."""
+
+    # Unknown fields travel to the worker as they came.
+    model_config = ConfigDict(extra="allow")
+
+    stability: float | None = None
+    similarity_boost: float | None = None
+    style: float | None = None
+    use_speaker_boost: bool | None = None
+    speed: float | None = None
+
+
+def _voice_settings(value: object) -> object:
     try:
-        return parse_options(body)
-    except TextOptionError as err:
-        raise ApiError(err.status, err.code, err.message, param=err.param) from err
+        return check_voice_settings(value) if value is not None else None
+    except ApiError as err:
+        raise refusal(err.status, err.message, err.http_status, param=err.param) from None
+
+
+class TextToSpeechRequest(BaseModel):
+    """The body of every ElevenLabs synthesis route (convert, stream and both with-timestamps)."""
+
+    model_config = ConfigDict(json_schema_extra=require("text"))
+
+    text: str = Field(
+        default=None,
+        validate_default=True,
+        pattern=r"\S",
+        description="The text to speak: not blank, at most ZSYNTH_MAX_TEXT_CHARS characters.",
+    )
+    model_id: str | None = Field(default=None, description="Accepted and echoed; the engine is fixed.")
+    voice_settings: Annotated[VoiceSettingsInput | None, pydantic.BeforeValidator(_voice_settings)] = None
+    seed: int | None = Field(default=None, ge=0, le=MAX_SEED)
+    apply_text_normalization: Normalization
+    pronunciation_dictionary_locators: Locators
+
+    @pydantic.field_validator("text", mode="before")
+    @classmethod
+    def _text(cls, value: object, info: ValidationInfo) -> object:
+        if not isinstance(value, str) or not value.strip():
+            raise refusal("invalid_parameters", "Field 'text' is required and must be a non-empty string.")
+        limit = text_limit(info)
+        if len(value) > limit:
+            raise refusal(
+                "max_character_limit_exceeded",
+                f"This request's text has {len(value)} characters and exceeds the character limit of {limit} "
+                "characters.",
+                400,
+            )
+        return value
+
+    @pydantic.field_validator("model_id", mode="before")
+    @classmethod
+    def _model_id(cls, value: object) -> object:
+        if value is not None and not isinstance(value, str):
+            raise refusal("invalid_parameters", "Field 'model_id' must be a string.")
+        return value
+
+    @pydantic.field_validator("seed", mode="before")
+    @classmethod
+    def _seed(cls, value: object) -> object:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # 42.0 is an integer in JSON Schema (and to JavaScript clients)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_SEED):
+            raise refusal("invalid_parameters", f"Field 'seed' must be an integer 0..{MAX_SEED}.")
+        return value
+
+    def voice_settings_dict(self) -> dict[str, Any]:
+        """The voice settings as the worker takes them (unknown fields kept, nulls as sent)."""
+        return {} if self.voice_settings is None else self.voice_settings.model_dump(exclude_unset=True)
+
+
+class _FormatQuery(BaseModel):
+    route: ClassVar[str]
+    output_format: str
+
+    @pydantic.field_validator("output_format", mode="before")
+    @classmethod
+    def _check(cls, value: object) -> object:
+        try:
+            parse_output_format(value if isinstance(value, str) else None, route=cls.route)
+        except OutputFormatError as err:
+            raise refusal("invalid_output_format", str(err), 400) from None
+        return value
+
+    def parsed(self) -> OutputFormat:
+        """The output format."""
+        return parse_output_format(self.output_format, route=self.route)
+
+
+def _format_field(route: str) -> Any:
+    return Field(
+        default=DEFAULT_OUTPUT_FORMAT,
+        description="Codec, sample rate and bitrate of the audio.",
+        json_schema_extra={"enum": list(ALLOWED_OUTPUT_FORMATS[route])},
+    )
+
+
+class ConvertQuery(_FormatQuery):
+    """The query of the whole-body synthesis routes (wav too)."""
+
+    route: ClassVar[str] = "convert"
+    output_format: str = _format_field("convert")
+
+
+class StreamQuery(_FormatQuery):
+    """The query of the streaming synthesis routes."""
+
+    route: ClassVar[str] = "stream"
+    output_format: str = _format_field("stream")
+
+
+#: Each synthesis route's query model.
+QUERIES: Final[dict[str, type[_FormatQuery]]] = {"convert": ConvertQuery, "stream": StreamQuery}
+_BAD_BODY: Final = "The request body must be a JSON object with a 'text' field."
 
 
 async def parse_tts_request(request: web.Request, route: str) -> TtsRequest:
     """Validate path, query and JSON body; raise ApiError with the ElevenLabs envelope on bad input."""
-    voice_id = request.match_info["voice_id"]
-    try:
-        fmt = parse_output_format(request.query.get("output_format"), route=route)
-    except OutputFormatError as err:
-        raise ApiError(400, "invalid_output_format", str(err), param="output_format") from err
-    try:
-        # Fix (hostile input): request.json() let deep nesting, 5000-digit numbers and bogus charsets through as 500s.
-        body = await read_json(request)
-    except BadJson as err:
-        raise ApiError(400, "invalid_json", "The request body must be a JSON object with a 'text' field.") from err
-    if not isinstance(body, dict):
-        raise ApiError(400, "invalid_json", "The request body must be a JSON object with a 'text' field.")
-    text = body.get("text")
-    if not isinstance(text, str) or not text.strip():
-        raise ApiError(
-            422, "invalid_parameters", "Field 'text' is required and must be a non-empty string.", param="text"
-        )
-    limit = request.app[SETTINGS].max_text_chars
-    if len(text) > limit:
-        raise ApiError(
-            400,
-            "max_character_limit_exceeded",
-            f"This request's text has {len(text)} characters and exceeds the character limit of {limit} characters.",
-            param="text",
-        )
-    model_id = body.get("model_id")
-    if model_id is not None and not isinstance(model_id, str):
-        raise ApiError(422, "invalid_parameters", "Field 'model_id' must be a string.", param="model_id")
-    voice_settings = check_voice_settings(body.get("voice_settings"))
-    seed = body.get("seed")
-    if isinstance(seed, float) and seed.is_integer():
-        # Fix (fuzzing): 42.0 is an integer in JSON Schema (and to JavaScript clients); accept it as 42.
-        seed = int(seed)
-    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= 4294967295):
-        raise ApiError(422, "invalid_parameters", "Field 'seed' must be an integer 0..4294967295.", param="seed")
-    return TtsRequest(voice_id, text, fmt, model_id, voice_settings, seed, text_options(body))
+    query = parse_query(request, QUERIES[route], api_error)
+    context = {MAX_TEXT_CHARS: request.app[SETTINGS].max_text_chars}
+    body = await parse_body(request, TextToSpeechRequest, api_error, bad_json=_BAD_BODY, context=context)
+    return TtsRequest(
+        request.match_info["voice_id"],
+        body.text,
+        query.parsed(),
+        body.model_id,
+        body.voice_settings_dict(),
+        body.seed,
+        text_options(body.apply_text_normalization, body.pronunciation_dictionary_locators),
+    )
 
 
 def check_voice_settings(raw: object) -> dict[str, Any]:
     """The request's voice settings; known fields must have their documented types (null means "default").
 
-    Fix (fuzzing): these went to the worker unchecked, so {"speed": {}} was accepted and a 400-digit integer
-    made the engine's float() raise OverflowError mid-job (a 500).
+    Checked here, not by the engine: a 400-digit integer would make the engine's float() raise mid-job.
     """
     if raw is None:
         return {}
@@ -168,8 +260,7 @@ def audio_headers(request: web.Request, tts: TtsRequest, job: Job) -> dict[str, 
         "x-voice-id": job.voice_id,
     }
     if tts.model_id:
-        # Fix (fuzzing): a model_id with a control character (e.g. a newline) made aiohttp refuse to write the
-        # headers ("header injection"), which dropped the connection on convert and answered 500 on stream.
+        # aiohttp refuses to write a header holding a control character (header injection).
         headers["x-model-id"] = _CONTROL_CHARS.sub("", tts.model_id)
     return headers
 
@@ -221,7 +312,7 @@ async def submit(request: web.Request, tts: TtsRequest, *, alignment: bool = Fal
     return stream
 
 
-@routes.post("/v1/text-to-speech/{voice_id}", access=Access.TOKEN)
+@routes.post("/v1/text-to-speech/{voice_id}", access=Access.TOKEN, body=TextToSpeechRequest, query=ConvertQuery)
 async def convert(request: web.Request) -> web.Response:
     """Whole-body synthesis: the answer is sent once the audio is complete."""
     tts = await parse_tts_request(request, "convert")
@@ -235,7 +326,7 @@ async def convert(request: web.Request) -> web.Response:
         return web.Response(body=b"".join(parts), headers=audio_headers(request, tts, stream.job))
 
 
-@routes.post("/v1/text-to-speech/{voice_id}/stream", access=Access.TOKEN)
+@routes.post("/v1/text-to-speech/{voice_id}/stream", access=Access.TOKEN, body=TextToSpeechRequest, query=StreamQuery)
 async def stream(request: web.Request) -> web.StreamResponse:
     """Chunked synthesis: each chunk is written as soon as the worker publishes it.
 
