@@ -19,6 +19,7 @@ and the app factory adds the tables with :func:`add_endpoints`.
 from __future__ import annotations
 
 import enum
+import typing
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol, TypeVar
@@ -242,8 +243,25 @@ async def parse_body(
     return validate(model, data, error, context)
 
 
+def _is_list(annotation: object) -> bool:
+    if typing.get_origin(annotation) is list:
+        return True
+    return any(_is_list(arg) for arg in typing.get_args(annotation))
+
+
+def query_data(request: web.Request, model: type[pydantic.BaseModel]) -> dict[str, object]:
+    """The query string as ``model`` reads it: every value of a list field, the first value of any other
+    (as ``request.query.get`` gives it); parameters the model does not name are left out."""
+    data: dict[str, object] = {}
+    for name, info in model.model_fields.items():
+        key = info.alias or name
+        if key in request.query:
+            data[key] = request.query.getall(key) if _is_list(info.annotation) else request.query[key]
+    return data
+
+
 def parse_query(
     request: web.Request, model: type[M], error: ErrorFactory, context: Mapping[str, Any] | None = None
 ) -> M:
-    """The query string as ``model`` (a repeated parameter counts once: its last value)."""
-    return validate(model, dict(request.query), error, context)
+    """The query string as ``model`` (see :func:`query_data`)."""
+    return validate(model, query_data(request, model), error, context)

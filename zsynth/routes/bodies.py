@@ -42,6 +42,18 @@ def require(*names: str) -> Callable[[dict[str, Any]], None]:
     return hook
 
 
+def refusing(check: Callable[[Any], object]) -> Callable[[object], object]:
+    """A before-validator from a check that raises the API's own ApiError: its result, or the error as a refusal."""
+
+    def validator(value: object) -> object:
+        try:
+            return check(value)
+        except ApiError as err:
+            raise refusal(err.status, err.message, err.http_status, param=err.param) from None
+
+    return validator
+
+
 def text_limit(info: ValidationInfo) -> int:
     """The text limit the route passed in the validation context."""
     context = info.context or {}

@@ -16,12 +16,14 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import Any, Final
+from typing import Annotated, Any, Final, Literal
 
+import pydantic
 from aiohttp import BodyPartReader, web
 from aiohttp.http_exceptions import HttpProcessingError
+from pydantic import BaseModel, ConfigDict, Field, RootModel
 
-from ..dictionaries.rules import MAX_RULES, Rule, RuleError, parse_pls, parse_rules, to_pls
+from ..dictionaries.rules import MAX_RULES, MAX_STRING_CHARS, Rule, RuleError, parse_pls, parse_rules, to_pls
 from ..dictionaries.store import (
     DICTIONARIES,
     BucketBackend,
@@ -30,10 +32,10 @@ from ..dictionaries.store import (
     DirectoryBackend,
     StorageUnavailable,
 )
-from ..endpoints import Access, Endpoints
+from ..endpoints import Access, Endpoints, parse_body, refusal
 from ..errors import ApiError
-from ..jsonbody import BadJson, read_json
 from ..keys import SETTINGS
+from .bodies import api_error, one_of, refusing, require
 
 logger = logging.getLogger(__name__)
 
@@ -130,14 +132,108 @@ def _metadata(meta: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def _json_body(request: web.Request) -> dict[str, Any]:
+def _rules(value: object) -> object:
     try:
-        body = await read_json(request)
-    except BadJson as err:
-        raise ApiError(400, "invalid_json", "The request body must be a JSON object.") from err
-    if not isinstance(body, dict):
-        raise ApiError(400, "invalid_json", "The request body must be a JSON object.")
-    return body
+        return [rule.to_json() for rule in parse_rules(value)]
+    except RuleError as err:
+        raise refusal("invalid_parameters", str(err), param="rules") from None
+
+
+def _rule_strings(value: object) -> object:
+    if not isinstance(value, list) or not all(isinstance(s, str) for s in value):
+        raise refusal("invalid_parameters", "Field 'rule_strings' must be a list of strings.")
+    return value
+
+
+def _archived(value: object) -> object:
+    if value is not None and not isinstance(value, bool):
+        raise refusal("invalid_parameters", "Field 'archived' must be true or false.")
+    return value
+
+
+RuleText = Annotated[str, Field(pattern=r"\S", max_length=MAX_STRING_CHARS)]
+
+
+class AliasRule(BaseModel):
+    """Replace a string with another before speaking."""
+
+    type: Literal["alias"]
+    string_to_replace: RuleText
+    alias: RuleText
+    case_sensitive: bool | None = True
+    word_boundaries: bool | None = True
+
+
+class PhonemeRule(BaseModel):
+    """Speak a string with the given phonemes."""
+
+    type: Literal["phoneme"]
+    string_to_replace: RuleText
+    phoneme: RuleText
+    alphabet: Literal["ipa", "cmu-arpabet"]
+    case_sensitive: bool | None = True
+    word_boundaries: bool | None = True
+
+
+class PronunciationRule(RootModel[Annotated[AliasRule | PhonemeRule, Field(discriminator="type")]]):
+    """One rule of a dictionary."""
+
+    def to_rule(self) -> Rule:
+        """The rule as the store keeps it."""
+        return Rule(**self.root.model_dump())
+
+
+Name = Annotated[str, pydantic.BeforeValidator(refusing(_name)), Field(pattern=r"\S", max_length=MAX_NAME_CHARS)]
+Rules = Annotated[list[PronunciationRule], pydantic.BeforeValidator(_rules)]
+
+
+class AddFromRulesRequest(BaseModel):
+    """A new dictionary from a list of rules."""
+
+    model_config = ConfigDict(json_schema_extra=require("name", "rules"))
+
+    name: Name = Field(default=None, validate_default=True)
+    description: Annotated[str | None, pydantic.BeforeValidator(refusing(_description))] = Field(
+        default=None, max_length=4000
+    )
+    workspace_access: Annotated[
+        str | None, pydantic.BeforeValidator(refusing(_workspace_access)), one_of(*WORKSPACE_ACCESS)
+    ] = Field(default=None, description="Checked and ignored.")
+    rules: Rules = Field(default=None, validate_default=True)
+
+
+class RulesRequest(BaseModel):
+    """The rules of a new version (added to the latest ones, or replacing them)."""
+
+    model_config = ConfigDict(json_schema_extra=require("rules"))
+
+    rules: Rules = Field(default=None, validate_default=True)
+
+    def parsed(self) -> list[Rule]:
+        """The rules as the store keeps them."""
+        return [rule.to_rule() for rule in self.rules]
+
+
+class RemoveRulesRequest(BaseModel):
+    """The strings whose rules a new version drops."""
+
+    model_config = ConfigDict(json_schema_extra=require("rule_strings"))
+
+    rule_strings: Annotated[list[str], pydantic.BeforeValidator(_rule_strings)] = Field(
+        default=None, validate_default=True
+    )
+
+
+class DictionaryUpdate(BaseModel):
+    """A new name, or archiving (no new version is made)."""
+
+    name: Annotated[str | None, pydantic.BeforeValidator(lambda v: None if v is None else refusing(_name)(v))] = Field(
+        default=None, pattern=r"\S", max_length=MAX_NAME_CHARS
+    )
+    archived: Annotated[bool | None, pydantic.BeforeValidator(_archived)] = None
+
+
+_BAD_BODY: Final = "The request body must be a JSON object."
 
 
 async def _store_call(coro: Any) -> Any:
@@ -156,17 +252,12 @@ async def _dictionary(request: web.Request) -> Dictionary:
     return dictionary
 
 
-@routes.post(f"{BASE}/add-from-rules", access=Access.FULL)
+@routes.post(f"{BASE}/add-from-rules", access=Access.FULL, body=AddFromRulesRequest)
 async def add_from_rules(request: web.Request) -> web.Response:
     """A new dictionary from a JSON list of rules."""
-    body = await _json_body(request)
-    name, description = _name(body.get("name")), _description(body.get("description"))
-    _workspace_access(body.get("workspace_access"))
-    try:
-        rules = parse_rules(body.get("rules"))
-    except RuleError as err:
-        raise _bad(str(err), "rules") from err
-    dictionary = await _store_call(request.app[DICTIONARIES].create(name, description, rules))
+    body = await parse_body(request, AddFromRulesRequest, api_error, bad_json=_BAD_BODY)
+    rules = [rule.to_rule() for rule in body.rules]
+    dictionary = await _store_call(request.app[DICTIONARIES].create(body.name, body.description, rules))
     logger.info("request: dictionary %s created from %d rules", dictionary.id, len(rules))
     return web.json_response(_created(dictionary))
 
@@ -260,19 +351,17 @@ async def get_dictionary(request: web.Request) -> web.Response:
     return web.json_response(body)
 
 
-@routes.patch(BASE + "/{dictionary_id}", access=Access.FULL)
+@routes.patch(BASE + "/{dictionary_id}", access=Access.FULL, body=DictionaryUpdate)
 async def update_dictionary(request: web.Request) -> web.Response:
     """Rename or archive (``archived: true``) a dictionary; no new version is made."""
     dictionary = await _dictionary(request)
-    body = await _json_body(request)
+    body = await parse_body(request, DictionaryUpdate, api_error, bad_json=_BAD_BODY)
     store = request.app[DICTIONARIES]
     meta = dict(await _store_call(store.meta(dictionary.id, fresh=True)) or dictionary.meta())
-    if body.get("name") is not None:
-        meta["name"] = _name(body["name"])
-    if body.get("archived") is not None:
-        if not isinstance(body["archived"], bool):
-            raise _bad("Field 'archived' must be true or false.", "archived")
-        meta["archived_time_unix"] = int(time.time()) if body["archived"] else None
+    if body.name is not None:
+        meta["name"] = body.name
+    if body.archived is not None:
+        meta["archived_time_unix"] = int(time.time()) if body.archived else None
     await _store_call(store.backend_put_meta(dictionary.id, meta))
     return web.json_response(_metadata(meta) | {"rules": [rule.to_json() for rule in dictionary.rules]})
 
@@ -283,15 +372,11 @@ async def _new_version(request: web.Request, dictionary: Dictionary, rules: list
     return web.json_response({"id": saved.id, "version_id": saved.version_id, "version_rules_num": len(rules)})
 
 
-@routes.post(BASE + "/{dictionary_id}/add-rules", access=Access.FULL)
+@routes.post(BASE + "/{dictionary_id}/add-rules", access=Access.FULL, body=RulesRequest)
 async def add_rules(request: web.Request) -> web.Response:
     """A new version with the rules added (a rule for a string already there replaces it)."""
     dictionary = await _dictionary(request)
-    body = await _json_body(request)
-    try:
-        added = parse_rules(body.get("rules"))
-    except RuleError as err:
-        raise _bad(str(err), "rules") from err
+    added = (await parse_body(request, RulesRequest, api_error, bad_json=_BAD_BODY)).parsed()
     strings = {rule.string_to_replace for rule in added}
     rules = [rule for rule in dictionary.rules if rule.string_to_replace not in strings] + added
     if len(rules) > MAX_RULES:  # every front re-reads the version through parse_rules, which holds to this bound
@@ -299,28 +384,21 @@ async def add_rules(request: web.Request) -> web.Response:
     return await _new_version(request, dictionary, rules)
 
 
-@routes.post(BASE + "/{dictionary_id}/remove-rules", access=Access.FULL)
+@routes.post(BASE + "/{dictionary_id}/remove-rules", access=Access.FULL, body=RemoveRulesRequest)
 async def remove_rules(request: web.Request) -> web.Response:
     """A new version without the rules whose ``string_to_replace`` is listed."""
     dictionary = await _dictionary(request)
-    body = await _json_body(request)
-    strings = body.get("rule_strings")
-    if not isinstance(strings, list) or not all(isinstance(s, str) for s in strings):
-        raise _bad("Field 'rule_strings' must be a list of strings.", "rule_strings")
-    removed = set(strings)
+    body = await parse_body(request, RemoveRulesRequest, api_error, bad_json=_BAD_BODY)
+    removed = set(body.rule_strings)
     rules = [rule for rule in dictionary.rules if rule.string_to_replace not in removed]
     return await _new_version(request, dictionary, rules)
 
 
-@routes.post(BASE + "/{dictionary_id}/set-rules", access=Access.FULL)
+@routes.post(BASE + "/{dictionary_id}/set-rules", access=Access.FULL, body=RulesRequest)
 async def set_rules(request: web.Request) -> web.Response:
     """A new version holding exactly the given rules."""
     dictionary = await _dictionary(request)
-    body = await _json_body(request)
-    try:
-        rules = parse_rules(body.get("rules"))
-    except RuleError as err:
-        raise _bad(str(err), "rules") from err
+    rules = (await parse_body(request, RulesRequest, api_error, bad_json=_BAD_BODY)).parsed()
     return await _new_version(request, dictionary, rules)
 
 

@@ -15,16 +15,18 @@ import binascii
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
+import pydantic
 from aiohttp import BodyPartReader, MultipartReader, hdrs, web
 from aiohttp.helpers import parse_mimetype
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler
+from pydantic import BaseModel, Field
 
 from .. import protocol
 from ..aws import client_config
-from ..endpoints import Access, Endpoints
+from ..endpoints import Access, Endpoints, parse_query, refusal, validate
 from ..errors import ApiError
 from ..jsonbody import BadJson, loads
 from ..keys import REDIS, REQUEST_ID, SETTINGS
@@ -36,6 +38,7 @@ from ..voices.catalog import VOICES, clone_object, new_clone_meta
 from ..voices.clips import ADVICE, STORE_RATE, Clip, ClipError, build_reference, decode_clip, encode_wav
 from ..voices.library import VOICE_LIBRARY, StorageUnavailable, VoiceGone, VoiceLibrary
 from ..voices.store import reference_name, revision
+from .bodies import api_error, one_of, refusing
 
 logger = logging.getLogger(__name__)
 
@@ -192,43 +195,86 @@ def _matches(voice: dict[str, Any], needle: str) -> bool:
     return any(needle in str(text).lower() for text in haystack)
 
 
-def _filter(voices: list[dict[str, Any]], query: Any) -> list[dict[str, Any]]:
-    if search := query.get("search", "").strip().lower():
+def _token(value: object) -> object:
+    if value:
+        _token_offset(str(value))
+    return value
+
+
+def _voice_type(value: object) -> object:
+    if value and value not in VOICE_TYPES:
+        raise refusal("invalid_parameters", f"voice_type must be one of {', '.join(VOICE_TYPES)}.")
+    return value
+
+
+def _sort_direction(value: object) -> object:
+    if value is not None and value not in ("asc", "desc"):
+        raise refusal("invalid_parameters", "sort_direction must be asc or desc.")
+    return value
+
+
+def _sort_key(value: object) -> object:
+    if value is not None and value not in SORTS:
+        raise refusal("invalid_parameters", "sort must be created_at_unix or name.")
+    return value
+
+
+class VoiceListQuery(BaseModel):
+    """The query of ``GET /v2/voices`` (fields in the order they are checked)."""
+
+    page_size: Annotated[int, pydantic.BeforeValidator(refusing(_page_size))] = Field(
+        default=10, ge=1, le=100, description="Page size."
+    )
+    next_page_token: Annotated[str | None, pydantic.BeforeValidator(refusing(_token))] = Field(
+        default=None, description="The token of the previous page."
+    )
+    search: str | None = Field(default=None, description="Case-insensitive match on name, description and labels.")
+    category: str | None = Field(default=None, description="premade or cloned.")
+    voice_type: Annotated[str | None, pydantic.BeforeValidator(_voice_type), one_of(*VOICE_TYPES)] = Field(
+        default=None, description="The ElevenLabs voice type filter."
+    )
+    voice_ids: list[str] | None = Field(default=None, description="Only these voices (repeat the parameter).")
+    sort_direction: Annotated[str | None, pydantic.BeforeValidator(_sort_direction), one_of("asc", "desc")] = Field(
+        default=None, description="Sort direction."
+    )
+    sort: Annotated[str | None, pydantic.BeforeValidator(_sort_key), one_of(*SORTS)] = Field(
+        default=None, description="Sort key (default: built-in first, then oldest clone)."
+    )
+
+    @property
+    def offset(self) -> int:
+        """Where the page starts."""
+        return _token_offset(self.next_page_token) if self.next_page_token else 0
+
+
+def _filter(voices: list[dict[str, Any]], query: VoiceListQuery) -> list[dict[str, Any]]:
+    if search := (query.search or "").strip().lower():
         voices = [v for v in voices if _matches(v, search)]
-    if category := query.get("category"):
+    if category := query.category:
         voices = [v for v in voices if v["category"] == category]
-    if voice_type := query.get("voice_type"):
-        if voice_type not in VOICE_TYPES:
-            raise ApiError(
-                422, "invalid_parameters", f"voice_type must be one of {', '.join(VOICE_TYPES)}.", param="voice_type"
-            )
+    if voice_type := query.voice_type:
         voices = [v for v in voices if v["category"] in VOICE_TYPES[voice_type]]
-    if ids := query.getall("voice_ids", []):
+    if ids := query.voice_ids:
         wanted = set(ids)
         voices = [v for v in voices if v["voice_id"] in wanted]
     return voices
 
 
 def _sort(voices: list[dict[str, Any]], sort: str | None, direction: str | None) -> list[dict[str, Any]]:
-    if direction is not None and direction not in ("asc", "desc"):
-        raise ApiError(422, "invalid_parameters", "sort_direction must be asc or desc.", param="sort_direction")
     if sort is None:
         return voices[::-1] if direction == "desc" else voices
-    if sort not in SORTS:
-        raise ApiError(422, "invalid_parameters", "sort must be created_at_unix or name.", param="sort")
     reverse = direction != "asc"
     if sort == "name":
         return sorted(voices, key=lambda v: (str(v["name"]).lower(), v["voice_id"]), reverse=reverse)
     return sorted(voices, key=lambda v: (int(v["created_at_unix"] or 0), v["voice_id"]), reverse=reverse)
 
 
-@routes.get("/v2/voices", access=Access.TOKEN)
+@routes.get("/v2/voices", access=Access.TOKEN, query=VoiceListQuery)
 async def list_v2(request: web.Request) -> web.Response:
     """``GET /v2/voices``: filtered, sorted and paged with an opaque ``next_page_token``."""
-    query = request.query
-    page_size = _page_size(query.get("page_size"))
-    offset = _token_offset(query["next_page_token"]) if query.get("next_page_token") else 0
-    voices = _sort(_filter(request.app[VOICES].all(), query), query.get("sort"), query.get("sort_direction"))
+    query = parse_query(request, VoiceListQuery, api_error)
+    page_size, offset = query.page_size, query.offset
+    voices = _sort(_filter(request.app[VOICES].all(), query), query.sort, query.sort_direction)
     page = voices[offset : offset + page_size]
     has_more = offset + page_size < len(voices)
     return web.json_response(
@@ -487,26 +533,42 @@ async def _save_edit(request: web.Request, voice_id: str, changes: dict[str, Any
     logger.info("request %s: edited voice %s (%s)", request[REQUEST_ID], voice_id, ", ".join(sorted(changes)))
 
 
-@routes.post("/v1/voices/{voice_id}/settings/edit", access=Access.FULL)
+class VoiceSettingsEdit(BaseModel):
+    """Any of the five settings; the ones sent are saved over the voice's saved ones (other fields are ignored, null
+    keeps the saved value). They become the defaults of every job for the voice."""
+
+    stability: float | None = None
+    similarity_boost: float | None = None
+    style: float | None = None
+    use_speaker_boost: bool | None = None
+    speed: float | None = None
+
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _check(cls, value: object) -> object:
+        from .tts import check_voice_settings  # the speech routes own the rules for voice_settings
+
+        if not isinstance(value, dict):
+            raise refusal("invalid_parameters", "The body must be a JSON object of voice settings.")
+        return refusing(check_voice_settings)(value)
+
+
+@routes.post("/v1/voices/{voice_id}/settings/edit", access=Access.FULL, body=VoiceSettingsEdit)
 async def edit_settings(request: web.Request) -> web.Response:
     """``POST /v1/voices/{voice_id}/settings/edit`` (the SDK's ``voices.settings.update``).
 
     The settings sent are merged over the voice's saved ones and saved; jobs for the voice start from them (a
     request's own ``voice_settings`` still win, field by field). Built-in voices may save settings too.
     """
-    from .tts import check_voice_settings  # the speech routes own the rules for voice_settings
-
     voice_id = request.match_info["voice_id"]
     catalog = request.app[VOICES]
     voice = _voice_or_404(catalog, voice_id)
     try:
-        body = loads(await request.read())
+        # The message quotes the parser's complaint, so this body is read here rather than by parse_body.
+        raw = loads(await request.read())
     except BadJson as err:
         raise ApiError(400, "invalid_json", f"The body is not valid JSON: {err}") from err
-    if not isinstance(body, dict):
-        raise ApiError(422, "invalid_parameters", "The body must be a JSON object of voice settings.")
-    # Fields other than the five settings are ignored (newer SDKs may send more); null keeps the saved value.
-    sent = {k: v for k, v in check_voice_settings(body).items() if k in DEFAULT_SETTINGS and v is not None}
+    sent = validate(VoiceSettingsEdit, raw, api_error).model_dump(exclude_none=True)
     saved = {**dict(voice["settings"]), **sent}
     if voice_id in catalog.builtins:
         try:
