@@ -1,8 +1,8 @@
-"""OpenAPI 3.1 documents of zsynth's HTTP servers, one small module per resource.
+"""OpenAPI 3.1 documents of zsynth's HTTP servers.
 
-Each resource module has ``SCHEMAS`` (its component schemas), ``paths()`` (its path items) and optionally
-``apply_settings(schemas, settings)`` (limits of this deployment). To document a new route, add it to its resource's
-module, or add a module and list it under its server in :data:`SERVERS`.
+The speech API's document is generated from its route declarations (:mod:`.speech`). The avatar server's is built
+from one small module per resource: each has ``SCHEMAS`` (its component schemas), ``paths()`` (its path items) and
+optionally ``apply_settings(schemas, settings)`` (limits of this deployment).
 WebSocket routes are outside OpenAPI and stay undocumented here.
 """
 
@@ -16,44 +16,18 @@ from typing import Any, Final, Literal
 
 from .. import __version__
 from ..config import Settings
-from . import (
-    avatar_common,
-    avatar_connect,
-    avatar_manage,
-    avatar_ops,
-    avatar_tokens,
-    components,
-    dictionaries,
-    health,
-    metrics,
-    models,
-    openai_speech,
-    timestamps,
-    tokens,
-    tts,
-    user,
-    voices,
-)
+from . import avatar_common, avatar_connect, avatar_manage, avatar_ops, avatar_tokens, speech
 
 Kind = Literal["speech", "avatar"]
 
 #: The resource modules of each server's document.
 SERVERS: Final[dict[str, tuple[ModuleType, ...]]] = {
-    "speech": (health, metrics, tts, openai_speech, timestamps, tokens, voices, models, user, dictionaries),
     "avatar": (avatar_ops, avatar_tokens, avatar_connect, avatar_manage),
 }
 #: Each server's shared pieces (error envelope, security schemes, default security): they differ between servers.
-COMMON: Final[dict[str, ModuleType]] = {"speech": components, "avatar": avatar_common}
+COMMON: Final[dict[str, ModuleType]] = {"avatar": avatar_common}
 
 _INFO: Final[dict[str, dict[str, str]]] = {
-    "speech": {
-        "title": "zsynth speech API",
-        "description": "Self-hosted, ElevenLabs-compatible text to speech. Errors carry the envelope "
-        '{"detail": {"status", "code", "type", "message", "request_id"}}, except on the OpenAI route '
-        '(/v1/audio/speech), whose errors carry OpenAI\'s {"error": {"message", "type", "param", "code"}}. '
-        "The realtime WebSocket routes (/v1/text-to-speech/{voice_id}/stream-input and /multi-stream-input) "
-        "are not modelled by OpenAPI.",
-    },
     "avatar": {
         "title": "zsynth avatar streaming server",
         "description": "Session tokens, WebRTC signalling and management of the avatar streaming server. Errors "
@@ -65,6 +39,8 @@ _INFO: Final[dict[str, dict[str, str]]] = {
 
 def build_document(kind: Kind = "speech", settings: Settings | None = None) -> dict[str, Any]:
     """A fresh OpenAPI 3.1 document of the ``kind`` server, with the limits of ``settings`` when given."""
+    if kind == "speech":
+        return speech.build(settings)
     try:
         modules = SERVERS[kind]
     except KeyError:

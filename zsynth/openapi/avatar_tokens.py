@@ -4,14 +4,31 @@ from __future__ import annotations
 
 from typing import Final
 
-from . import tokens
 from .avatar_common import FULL_KEY, data_body, operation, responses
 from .components import JSON, PathItems, Schema, ref
 
 # The same shapes as the speech API's token route (one rule for both servers: zsynth.auth.clamp_ttl).
 SCHEMAS: Final[dict[str, Schema]] = {
-    "SessionTokenRequest": tokens.SCHEMAS["TokenRequest"],
-    "SessionToken": tokens.SCHEMAS["TokenResponse"],
+    "SessionTokenRequest": {
+        "type": "object",
+        "properties": {
+            "ttl_seconds": {
+                "type": ["integer", "null"],
+                "description": "Lifetime in seconds (default 300, clamped to 30-600).",
+                "default": 300,
+            }
+        },
+    },
+    "SessionToken": {
+        "type": "object",
+        "required": ["token", "expires_at", "scope"],
+        "properties": {
+            "token": {"type": "string", "pattern": "^zsk_temp_"},
+            "expires_at": {"type": "integer", "description": "Unix time the token stops working."},
+            "scope": {"const": "tts"},
+        },
+        "additionalProperties": False,
+    },
 }
 
 

@@ -103,11 +103,10 @@ Normalization = Annotated[
     ),
 ]
 Locators = Annotated[
-    list[PronunciationDictionaryLocator] | None,
+    Annotated[list[PronunciationDictionaryLocator], Field(max_length=MAX_LOCATORS)] | None,
     pydantic.BeforeValidator(_locators),
     Field(
         default=None,
-        max_length=MAX_LOCATORS,
         description="Dictionaries whose rules apply, in order; each must exist (404 otherwise).",
     ),
 ]

@@ -21,7 +21,7 @@ from typing import Annotated, Any, Final, Literal
 import pydantic
 from aiohttp import BodyPartReader, web
 from aiohttp.http_exceptions import HttpProcessingError
-from pydantic import BaseModel, ConfigDict, Field, RootModel
+from pydantic import BaseModel, ConfigDict, Field, RootModel, WithJsonSchema
 
 from ..dictionaries.rules import MAX_RULES, MAX_STRING_CHARS, Rule, RuleError, parse_pls, parse_rules, to_pls
 from ..dictionaries.store import (
@@ -32,9 +32,10 @@ from ..dictionaries.store import (
     DirectoryBackend,
     StorageUnavailable,
 )
-from ..endpoints import Access, Endpoints, parse_body, refusal
+from ..endpoints import Access, Endpoints, parse_body, parse_query, refusal
 from ..errors import ApiError
 from ..keys import SETTINGS
+from .apidoc import json_body, responses
 from .bodies import api_error, one_of, refusing, require
 
 logger = logging.getLogger(__name__)
@@ -47,6 +48,8 @@ MAX_NAME_CHARS: Final = 200
 PERMISSION: Final = "admin"
 CREATED_BY: Final = "zsynth"
 WORKSPACE_ACCESS: Final = ("admin", "editor", "commenter", "viewer")
+TAG: Final = "pronunciation dictionaries"
+_ID: Final = {"dictionary_id": "The dictionary's id."}
 
 
 async def dictionaries_context(app: web.Application) -> AsyncIterator[None]:
@@ -183,7 +186,9 @@ class PronunciationRule(RootModel[Annotated[AliasRule | PhonemeRule, Field(discr
         return Rule(**self.root.model_dump())
 
 
-Name = Annotated[str, pydantic.BeforeValidator(refusing(_name)), Field(pattern=r"\S", max_length=MAX_NAME_CHARS)]
+Name = Annotated[
+    Annotated[str, Field(pattern=r"\S", max_length=MAX_NAME_CHARS)], pydantic.BeforeValidator(refusing(_name))
+]
 Rules = Annotated[list[PronunciationRule], pydantic.BeforeValidator(_rules)]
 
 
@@ -193,12 +198,12 @@ class AddFromRulesRequest(BaseModel):
     model_config = ConfigDict(json_schema_extra=require("name", "rules"))
 
     name: Name = Field(default=None, validate_default=True)
-    description: Annotated[str | None, pydantic.BeforeValidator(refusing(_description))] = Field(
-        default=None, max_length=4000
-    )
+    description: Annotated[
+        Annotated[str, Field(max_length=4000)] | None, pydantic.BeforeValidator(refusing(_description))
+    ] = None
     workspace_access: Annotated[
-        str | None, pydantic.BeforeValidator(refusing(_workspace_access)), one_of(*WORKSPACE_ACCESS)
-    ] = Field(default=None, description="Checked and ignored.")
+        str | None, pydantic.BeforeValidator(refusing(_workspace_access)), one_of(*WORKSPACE_ACCESS, "")
+    ] = Field(default=None, description="Checked and ignored (empty: none).")
     rules: Rules = Field(default=None, validate_default=True)
 
 
@@ -227,13 +232,79 @@ class RemoveRulesRequest(BaseModel):
 class DictionaryUpdate(BaseModel):
     """A new name, or archiving (no new version is made)."""
 
-    name: Annotated[str | None, pydantic.BeforeValidator(lambda v: None if v is None else refusing(_name)(v))] = Field(
-        default=None, pattern=r"\S", max_length=MAX_NAME_CHARS
-    )
+    name: Annotated[
+        Annotated[str, Field(pattern=r"\S", max_length=MAX_NAME_CHARS)] | None,
+        pydantic.BeforeValidator(lambda v: None if v is None else refusing(_name)(v)),
+    ] = None
     archived: Annotated[bool | None, pydantic.BeforeValidator(_archived)] = None
 
 
 _BAD_BODY: Final = "The request body must be a JSON object."
+
+
+class DictionaryCreated(BaseModel):
+    """A new dictionary and its first version."""
+
+    id: str
+    name: str
+    created_by: str
+    creation_time_unix: int
+    version_id: str
+    version_rules_num: int
+    description: str | None = None
+    permission_on_resource: str | None = None
+
+
+class DictionaryMetadata(BaseModel):
+    """A dictionary as listed."""
+
+    id: str
+    latest_version_id: str
+    latest_version_rules_num: int
+    name: str
+    permission_on_resource: str | None = None
+    created_by: str
+    creation_time_unix: int
+    archived_time_unix: int | None = None
+    description: str | None = None
+
+
+class DictionaryWithRules(DictionaryMetadata):
+    """A dictionary and its latest version's rules."""
+
+    rules: list[PronunciationRule]
+
+
+class DictionaryPage(BaseModel):
+    """One page of dictionaries."""
+
+    pronunciation_dictionaries: list[DictionaryMetadata]
+    next_cursor: str | None = None
+    has_more: bool
+
+
+class DictionaryVersion(BaseModel):
+    """A new version."""
+
+    id: str
+    version_id: str
+    version_rules_num: int
+
+
+_CREATED: Final = json_body("The new dictionary and its first version.", DictionaryCreated)
+_WITH_RULES: Final = json_body("The dictionary and its latest rules.", DictionaryWithRules)
+
+
+def _rules_doc(operation_id: str, summary: str, body: type[BaseModel]) -> dict[str, Any]:
+    return {
+        "access": Access.FULL,
+        "body": body,
+        "operationId": operation_id,
+        "tags": [TAG],
+        "summary": summary,
+        "path_params": _ID,
+        "responses": responses({200: json_body("The new version.", DictionaryVersion)}, 400, 404, 422),
+    }
 
 
 async def _store_call(coro: Any) -> Any:
@@ -252,7 +323,15 @@ async def _dictionary(request: web.Request) -> Dictionary:
     return dictionary
 
 
-@routes.post(f"{BASE}/add-from-rules", access=Access.FULL, body=AddFromRulesRequest)
+@routes.post(
+    f"{BASE}/add-from-rules",
+    access=Access.FULL,
+    body=AddFromRulesRequest,
+    operationId="add_dictionary_from_rules",
+    tags=[TAG],
+    summary="A new dictionary from a list of rules.",
+    responses=responses({200: _CREATED}, 400, 413, 422),
+)
 async def add_from_rules(request: web.Request) -> web.Response:
     """A new dictionary from a JSON list of rules."""
     body = await parse_body(request, AddFromRulesRequest, api_error, bad_json=_BAD_BODY)
@@ -290,7 +369,36 @@ async def _read_lexicon(request: web.Request) -> tuple[dict[str, str], bytes | N
     return fields, lexicon
 
 
-@routes.post(f"{BASE}/add-from-file", access=Access.FULL)
+@routes.post(
+    f"{BASE}/add-from-file",
+    access=Access.FULL,
+    operationId="add_dictionary_from_file",
+    tags=[TAG],
+    summary="A new dictionary from a PLS lexicon.",
+    # A multipart upload, not a JSON body: no request model validates it, so its schema is written here.
+    requestBody={
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["name", "file"],
+                    "properties": {
+                        "name": {"type": "string", "pattern": "\\S", "maxLength": MAX_NAME_CHARS},
+                        "file": {
+                            "type": "string",
+                            "contentMediaType": "application/pls+xml",
+                            "description": "A PLS lexicon.",
+                        },
+                        "description": {"type": "string", "maxLength": 4000},
+                        "workspace_access": {"enum": list(WORKSPACE_ACCESS), "description": "Checked and ignored."},
+                    },
+                }
+            }
+        },
+    },
+    responses=responses({200: _CREATED}, 400, 413, 422),
+)
 async def add_from_file(request: web.Request) -> web.Response:
     """A new dictionary from an uploaded PLS lexicon."""
     fields, lexicon = await _read_lexicon(request)
@@ -307,24 +415,65 @@ async def add_from_file(request: web.Request) -> web.Response:
     return web.json_response(_created(dictionary))
 
 
-@routes.get(BASE, access=Access.FULL)
+class DictionaryListQuery(BaseModel):
+    """The query of the dictionary listing."""
+
+    cursor: str | None = Field(default=None, description="The next_cursor of the previous page.")
+    page_size: int = Field(default=30, ge=1, le=100, description="Page size.")
+    sort: Annotated[str, WithJsonSchema({"enum": ["creation_time_unix", "name"]})] = Field(
+        default="creation_time_unix", description="Sort key (default creation time)."
+    )
+    sort_direction: Annotated[str, WithJsonSchema({"enum": ["ASCENDING", "DESCENDING"]})] = Field(
+        default="DESCENDING", description="Default DESCENDING."
+    )
+    include_archived: bool = Field(default=False, description="List archived dictionaries too.")
+
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _check(cls, raw: object) -> object:
+        # One check over several fields, in the order (and with the messages) this route has always answered.
+        query: dict[str, Any] = dict(raw) if isinstance(raw, dict) else {}
+        try:
+            page_size = int(query.get("page_size") or 30)
+            offset = int(query.get("cursor") or 0)
+        except ValueError:
+            raise refusal("invalid_parameters", "page_size and cursor must be whole numbers.") from None
+        if not 1 <= page_size <= 100 or offset < 0:
+            raise refusal("invalid_parameters", "page_size must be 1 to 100.", param="page_size")
+        sort = query.get("sort") or "creation_time_unix"
+        direction = query.get("sort_direction") or "DESCENDING"
+        archived = str(query.get("include_archived") or "false").lower()
+        if sort not in ("creation_time_unix", "name") or direction not in ("ASCENDING", "DESCENDING"):
+            raise refusal(
+                "invalid_parameters",
+                "sort must be creation_time_unix or name; sort_direction ASCENDING or DESCENDING.",
+                param="sort",
+            )
+        if archived not in ("true", "false"):
+            raise refusal("invalid_parameters", "include_archived must be true or false.", param="include_archived")
+        return {
+            "cursor": str(offset),
+            "page_size": page_size,
+            "sort": sort,
+            "sort_direction": direction,
+            "include_archived": archived == "true",
+        }
+
+
+@routes.get(
+    BASE,
+    access=Access.FULL,
+    query=DictionaryListQuery,
+    operationId="list_dictionaries",
+    tags=[TAG],
+    summary="Dictionaries, paged.",
+    responses=responses({200: json_body("One page.", DictionaryPage)}, 422),
+)
 async def list_dictionaries(request: web.Request) -> web.Response:
     """Every dictionary, newest first (``sort=name`` by name), paged by ``cursor`` and ``page_size`` (1-100)."""
-    try:
-        page_size = int(request.query.get("page_size") or 30)
-        offset = int(request.query.get("cursor") or 0)
-    except ValueError as err:
-        raise _bad("page_size and cursor must be whole numbers.") from err
-    if not 1 <= page_size <= 100 or offset < 0:
-        raise _bad("page_size must be 1 to 100.", "page_size")
-    sort = request.query.get("sort") or "creation_time_unix"
-    direction = request.query.get("sort_direction") or "DESCENDING"
-    archived_raw = (request.query.get("include_archived") or "false").lower()
-    if sort not in ("creation_time_unix", "name") or direction not in ("ASCENDING", "DESCENDING"):
-        raise _bad("sort must be creation_time_unix or name; sort_direction ASCENDING or DESCENDING.", "sort")
-    if archived_raw not in ("true", "false"):
-        raise _bad("include_archived must be true or false.", "include_archived")
-    archived = archived_raw == "true"
+    query = parse_query(request, DictionaryListQuery, api_error)
+    page_size, offset, sort, archived = query.page_size, int(query.cursor or 0), query.sort, query.include_archived
+    direction = query.sort_direction
     metas = [
         m for m in await _store_call(request.app[DICTIONARIES].list()) if archived or not m.get("archived_time_unix")
     ]
@@ -342,7 +491,15 @@ async def list_dictionaries(request: web.Request) -> web.Response:
     )
 
 
-@routes.get(BASE + "/{dictionary_id}", access=Access.FULL)
+@routes.get(
+    BASE + "/{dictionary_id}",
+    access=Access.FULL,
+    operationId="get_dictionary",
+    tags=[TAG],
+    summary="A dictionary with its latest rules.",
+    path_params=_ID,
+    responses=responses({200: _WITH_RULES}, 404),
+)
 async def get_dictionary(request: web.Request) -> web.Response:
     """The dictionary with its latest version's rules."""
     dictionary = await _dictionary(request)
@@ -351,7 +508,16 @@ async def get_dictionary(request: web.Request) -> web.Response:
     return web.json_response(body)
 
 
-@routes.patch(BASE + "/{dictionary_id}", access=Access.FULL, body=DictionaryUpdate)
+@routes.patch(
+    BASE + "/{dictionary_id}",
+    access=Access.FULL,
+    body=DictionaryUpdate,
+    operationId="update_dictionary",
+    tags=[TAG],
+    summary="Rename or archive a dictionary (no new version).",
+    path_params=_ID,
+    responses=responses({200: _WITH_RULES}, 400, 404, 422),
+)
 async def update_dictionary(request: web.Request) -> web.Response:
     """Rename or archive (``archived: true``) a dictionary; no new version is made."""
     dictionary = await _dictionary(request)
@@ -372,7 +538,10 @@ async def _new_version(request: web.Request, dictionary: Dictionary, rules: list
     return web.json_response({"id": saved.id, "version_id": saved.version_id, "version_rules_num": len(rules)})
 
 
-@routes.post(BASE + "/{dictionary_id}/add-rules", access=Access.FULL, body=RulesRequest)
+@routes.post(
+    BASE + "/{dictionary_id}/add-rules",
+    **_rules_doc("add_dictionary_rules", "A new version with these rules added (same string: replaced).", RulesRequest),
+)
 async def add_rules(request: web.Request) -> web.Response:
     """A new version with the rules added (a rule for a string already there replaces it)."""
     dictionary = await _dictionary(request)
@@ -384,7 +553,10 @@ async def add_rules(request: web.Request) -> web.Response:
     return await _new_version(request, dictionary, rules)
 
 
-@routes.post(BASE + "/{dictionary_id}/remove-rules", access=Access.FULL, body=RemoveRulesRequest)
+@routes.post(
+    BASE + "/{dictionary_id}/remove-rules",
+    **_rules_doc("remove_dictionary_rules", "A new version without the rules for these strings.", RemoveRulesRequest),
+)
 async def remove_rules(request: web.Request) -> web.Response:
     """A new version without the rules whose ``string_to_replace`` is listed."""
     dictionary = await _dictionary(request)
@@ -394,7 +566,10 @@ async def remove_rules(request: web.Request) -> web.Response:
     return await _new_version(request, dictionary, rules)
 
 
-@routes.post(BASE + "/{dictionary_id}/set-rules", access=Access.FULL, body=RulesRequest)
+@routes.post(
+    BASE + "/{dictionary_id}/set-rules",
+    **_rules_doc("set_dictionary_rules", "A new version holding exactly these rules.", RulesRequest),
+)
 async def set_rules(request: web.Request) -> web.Response:
     """A new version holding exactly the given rules."""
     dictionary = await _dictionary(request)
@@ -402,7 +577,23 @@ async def set_rules(request: web.Request) -> web.Response:
     return await _new_version(request, dictionary, rules)
 
 
-@routes.get(BASE + "/{dictionary_id}/{version_id}/download", access=Access.FULL)
+@routes.get(
+    BASE + "/{dictionary_id}/{version_id}/download",
+    access=Access.FULL,
+    operationId="download_dictionary_version",
+    tags=[TAG],
+    summary="One version as a PLS lexicon.",
+    path_params={**_ID, "version_id": "The version's id."},
+    responses=responses(
+        {
+            200: {
+                "description": "The version as a PLS lexicon.",
+                "content": {"application/pls+xml": {"schema": {"type": "string"}}},
+            }
+        },
+        404,
+    ),
+)
 async def download(request: web.Request) -> web.Response:
     """One version as a PLS lexicon."""
     dictionary_id, version_id = request.match_info["dictionary_id"], request.match_info["version_id"]

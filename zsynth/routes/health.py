@@ -3,16 +3,50 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Literal
 
 from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field
 
 from .. import protocol
 from ..dispatch import DISPATCHER
 from ..endpoints import Access, Endpoints
 from ..keys import REDIS
 from ..voices.library import VOICE_LIBRARY
+from .apidoc import json_body, no_default
 
 routes = Endpoints()
+
+
+class Health(BaseModel):
+    """The process answers."""
+
+    status: Literal["ok"]
+
+
+class Readiness(BaseModel):
+    """Counts only: never an address, a key or a worker id."""
+
+    model_config = ConfigDict(extra="allow")
+
+    status: Literal["ready", "not_ready"]
+    redis: bool = Field(description="Whether Redis answered.")
+    workers: int = Field(ge=0, description="Workers with a fresh heartbeat.")
+    tasks_down: list[str] | None = Field(
+        default=None,
+        description="Vital background tasks that crashed and have not run again yet.",
+        json_schema_extra=no_default,
+    )
+    voice_library: str | None = Field(
+        default=None,
+        description="Why this box cannot share the voice library, when it cannot.",
+        json_schema_extra=no_default,
+    )
+    voice_library_catching_up: bool | None = Field(
+        default=None,
+        description="True while the start-up comparison with the bucket goes on.",
+        json_schema_extra=no_default,
+    )
 
 
 async def live_workers(app: web.Application) -> list[str]:
@@ -26,13 +60,32 @@ async def live_workers(app: web.Application) -> list[str]:
     return [i for i, beat in zip(ids, beats, strict=True) if beat is not None]
 
 
-@routes.get("/healthz", access=Access.PUBLIC, cors=False)
+@routes.get(
+    "/healthz",
+    access=Access.PUBLIC,
+    cors=False,
+    operationId="healthz",
+    tags=["operations"],
+    summary="Liveness: the process and its event loop answer.",
+    responses={"200": json_body("Alive.", Health)},
+)
 async def healthz(request: web.Request) -> web.Response:
     """The process is up and its event loop answers."""
     return web.json_response({"status": "ok"})
 
 
-@routes.get("/readyz", access=Access.PUBLIC, cors=False)
+@routes.get(
+    "/readyz",
+    access=Access.PUBLIC,
+    cors=False,
+    operationId="readyz",
+    tags=["operations"],
+    summary="Readiness: Redis answers and at least one worker's heartbeat is fresh.",
+    responses={
+        "200": json_body("Ready to synthesize.", Readiness),
+        "503": json_body("Not ready (Redis down, no live worker, or a vital background task down).", Readiness),
+    },
+)
 async def readyz(request: web.Request) -> web.Response:
     """Ready when Redis answers, at least one worker's heartbeat is fresh and no vital background task (the reply
     listener, the voice library's follower) is down after a crash (``tasks_down`` names them); reveals counts only.

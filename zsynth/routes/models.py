@@ -5,11 +5,43 @@ from __future__ import annotations
 from typing import Any, Final
 
 from aiohttp import web
+from pydantic import BaseModel
 
 from ..endpoints import Access, Endpoints
 from ..keys import SETTINGS
+from .apidoc import json_body, responses
 
 routes = Endpoints()
+
+
+class Language(BaseModel):
+    """A language a model speaks."""
+
+    language_id: str
+    name: str
+
+
+class Model(BaseModel):
+    """The ElevenLabs model entry; every model_id in a request is served by this engine."""
+
+    model_id: str
+    name: str
+    can_be_finetuned: bool | None = None
+    can_do_text_to_speech: bool
+    can_do_voice_conversion: bool | None = None
+    can_use_style: bool | None = None
+    can_use_speaker_boost: bool | None = None
+    serves_pro_voices: bool | None = None
+    token_cost_factor: float
+    description: str
+    requires_alpha_access: bool | None = None
+    max_characters_request_free_user: int | None = None
+    max_characters_request_subscribed_user: int | None = None
+    maximum_text_length_per_request: int
+    languages: list[Language]
+    model_rates: dict[str, Any] | None = None
+    concurrency_group: str | None = None
+
 
 _ENGINE_NAMES: Final = {
     "piper": ("zsynth_piper", "zsynth Piper (CPU)", "Embedded CPU engine: Piper VITS, US English.", "standard"),
@@ -43,7 +75,16 @@ def model_entry(engine: str, max_text_chars: int) -> dict[str, Any]:
     }
 
 
-@routes.get("/v1/models", access=Access.FULL)
+@routes.get(
+    "/v1/models",
+    access=Access.FULL,
+    operationId="list_models",
+    tags=["models"],
+    summary="List the models.",
+    responses=responses(
+        {200: json_body("A bare array (an object here breaks the SDK).", {"type": "array", "items": Model})}
+    ),
+)
 async def list_models(request: web.Request) -> web.Response:
     """The model list: one entry, a bare array (an object here breaks the SDK)."""
     settings = request.app[SETTINGS]

@@ -35,6 +35,7 @@ from ..dispatch import JobFailed
 from ..endpoints import Access, Endpoints, parse_body, refusal
 from ..keys import SETTINGS
 from ..openai_audio import MAX_SPEED, MIN_SPEED, RESPONSE_FORMATS, STREAM_FORMATS, ResponseFormat
+from .apidoc import AUDIO_HEADERS, OpenAIError, responses
 from .bodies import MAX_TEXT_CHARS, Locators, Normalization, api_error, one_of, require, text_limit, text_options
 from .tts import TtsRequest, audio_headers, finish_stream, job_failure, submit
 
@@ -195,7 +196,34 @@ def _sse(event: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(event, separators=(",", ":")).encode() + b"\n\n"
 
 
-@routes.post(PATH, access=Access.TOKEN, body=OpenAISpeechRequest)
+@routes.post(
+    PATH,
+    access=Access.TOKEN,
+    body=OpenAISpeechRequest,
+    operationId="openai_create_speech",
+    tags=["openai"],
+    summary="OpenAI speech API: synthesize input and stream it back.",
+    responses=responses(
+        {
+            200: {
+                "description": "The audio in response_format, streamed as it is made (flac is sent once complete), "
+                "or server-sent events (speech.audio.delta, then speech.audio.done) with stream_format sse.",
+                "headers": AUDIO_HEADERS,
+                "content": {
+                    **{fmt.media_type: {"schema": {}} for fmt in RESPONSE_FORMATS.values()},
+                    "text/event-stream": {"schema": {}},
+                },
+            }
+        },
+        400,
+        404,
+        413,
+        422,
+        429,
+        500,
+        envelope=OpenAIError,
+    ),
+)
 async def speech(request: web.Request) -> web.StreamResponse:
     """Synthesize ``input`` and stream it back as it is made (or as server-sent events)."""
     speech_request = await parse_speech_request(request)

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import logging
+from typing import Literal
 
 import pydantic
 from aiohttp import web
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..auth import AUTHENTICATOR, CREDENTIAL, TTL_DEFAULT, AuthError, clamp_ttl
 from ..endpoints import Access, Endpoints, parse_body, refusal
 from ..errors import ApiError
 from ..keys import REQUEST_ID
+from .apidoc import json_body, responses
 from .bodies import api_error
 
 logger = logging.getLogger(__name__)
@@ -44,8 +46,30 @@ class TokenRequest(BaseModel):
         return clamp_ttl(self.ttl_seconds)
 
 
+class TokenResponse(BaseModel):
+    """A new token."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    token: str = Field(pattern="^zsk_temp_")
+    expires_at: int = Field(description="Unix time the token stops working.")
+    scope: Literal["tts"]
+
+
 # A full key must never reach a browser, so the route that needs one is not offered to browsers at all.
-@routes.post("/v1/tokens/ephemeral", access=Access.FULL, cors=False, body=TokenRequest)
+@routes.post(
+    "/v1/tokens/ephemeral",
+    access=Access.FULL,
+    cors=False,
+    body=TokenRequest,
+    body_required=False,
+    operationId="mint_token",
+    tags=["tokens"],
+    summary="Mint an ephemeral token a browser may use to synthesize and read voices.",
+    responses=responses(
+        {200: json_body("The new token (Cache-Control: no-store).", TokenResponse)}, 400, 413, 422, 501
+    ),
+)
 async def mint(request: web.Request) -> web.Response:
     """Mint a token valid for ``ttl_seconds`` (default 300, clamped to 30-600) for a browser to use."""
     body = await parse_body(request, TokenRequest, api_error, bad_json=_BAD_BODY, optional=True)

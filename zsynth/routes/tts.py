@@ -25,6 +25,7 @@ from ..protocol import Job
 from ..spoken import Spoken
 from ..textprep import TextOptionError, TextOptions, prepare
 from ..voices.catalog import VOICES
+from .apidoc import AUDIO_HEADERS, responses
 from .bodies import MAX_TEXT_CHARS, Locators, Normalization, api_error, require, text_limit, text_options
 
 logger = logging.getLogger(__name__)
@@ -187,6 +188,31 @@ QUERIES: Final[dict[str, type[_FormatQuery]]] = {"convert": ConvertQuery, "strea
 _BAD_BODY: Final = "The request body must be a JSON object with a 'text' field."
 
 
+def media_types(route: str) -> list[str]:
+    """The audio media types a route may answer with, one per codec of its output formats."""
+    return sorted({parse_output_format(name, route=route).media_type for name in ALLOWED_OUTPUT_FORMATS[route]})
+
+
+def synthesis_doc(route: str, operation_id: str, summary: str, ok: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The declaration of an ElevenLabs synthesis route: access, models and OpenAPI fields (``ok``: its 200;
+    by default the audio bytes)."""
+    audio = ok or {
+        "description": "The audio, in the media type of output_format (mp3 unless asked otherwise).",
+        "headers": AUDIO_HEADERS,
+        "content": {media: {"schema": {}} for media in media_types(route)},
+    }
+    return {
+        "access": Access.TOKEN,
+        "body": TextToSpeechRequest,
+        "query": QUERIES[route],
+        "operationId": operation_id,
+        "tags": ["text-to-speech"],
+        "summary": summary,
+        "path_params": {"voice_id": "A built-in or cloned voice; unknown ids are spoken by the swap-out voice."},
+        "responses": responses({200: audio}, 400, 404, 413, 422, 429, 500),
+    }
+
+
 async def parse_tts_request(request: web.Request, route: str) -> TtsRequest:
     """Validate path, query and JSON body; raise ApiError with the ElevenLabs envelope on bad input."""
     query = parse_query(request, QUERIES[route], api_error)
@@ -312,7 +338,10 @@ async def submit(request: web.Request, tts: TtsRequest, *, alignment: bool = Fal
     return stream
 
 
-@routes.post("/v1/text-to-speech/{voice_id}", access=Access.TOKEN, body=TextToSpeechRequest, query=ConvertQuery)
+@routes.post(
+    "/v1/text-to-speech/{voice_id}",
+    **synthesis_doc("convert", "text_to_speech", "Synthesize; answer when complete."),
+)
 async def convert(request: web.Request) -> web.Response:
     """Whole-body synthesis: the answer is sent once the audio is complete."""
     tts = await parse_tts_request(request, "convert")
@@ -326,7 +355,10 @@ async def convert(request: web.Request) -> web.Response:
         return web.Response(body=b"".join(parts), headers=audio_headers(request, tts, stream.job))
 
 
-@routes.post("/v1/text-to-speech/{voice_id}/stream", access=Access.TOKEN, body=TextToSpeechRequest, query=StreamQuery)
+@routes.post(
+    "/v1/text-to-speech/{voice_id}/stream",
+    **synthesis_doc("stream", "text_to_speech_stream", "Synthesize; stream each chunk as soon as it is ready."),
+)
 async def stream(request: web.Request) -> web.StreamResponse:
     """Chunked synthesis: each chunk is written as soon as the worker publishes it.
 

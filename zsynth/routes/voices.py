@@ -15,7 +15,7 @@ import binascii
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, Literal
 
 import pydantic
 from aiohttp import BodyPartReader, MultipartReader, hdrs, web
@@ -38,6 +38,7 @@ from ..voices.catalog import VOICES, clone_object, new_clone_meta
 from ..voices.clips import ADVICE, STORE_RATE, Clip, ClipError, build_reference, decode_clip, encode_wav
 from ..voices.library import VOICE_LIBRARY, StorageUnavailable, VoiceGone, VoiceLibrary
 from ..voices.store import reference_name, revision
+from .apidoc import json_body, responses
 from .bodies import api_error, one_of, refusing
 
 logger = logging.getLogger(__name__)
@@ -59,6 +60,151 @@ VOICE_TYPES: Final[dict[str, tuple[str, ...]]] = {
     "non-community": ("premade", "cloned"),
     "saved": ("premade", "cloned"),
 }
+
+
+# ----- response shapes -------------------------------------------------------------------------------------------
+
+
+class VoiceSettings(BaseModel):
+    """The five voice settings, as listed and as saved."""
+
+    stability: float
+    similarity_boost: float
+    style: float
+    use_speaker_boost: bool
+    speed: float
+
+
+class Voice(BaseModel):
+    """The ElevenLabs Voice: every field the SDK's model names, required or not."""
+
+    voice_id: str
+    name: str
+    category: Literal["premade", "cloned"]
+    labels: dict[str, str]
+    description: str | None
+    preview_url: None
+    available_for_tiers: list[str]
+    high_quality_base_model_ids: list[str]
+    settings: VoiceSettings
+    samples: list[dict[str, Any]] | None
+    created_at_unix: int = Field(ge=0)
+    fine_tuning: dict[str, Any]
+    sharing: None
+    verified_languages: list[dict[str, Any]]
+    voice_verification: dict[str, Any]
+    is_owner: bool
+    is_legacy: bool
+
+
+class VoiceList(BaseModel):
+    """Every voice."""
+
+    voices: list[Voice]
+
+
+class VoicePage(BaseModel):
+    """One page of voices."""
+
+    voices: list[Voice]
+    has_more: bool
+    total_count: int = Field(ge=0)
+    next_page_token: str | None
+
+
+class AddVoiceResponse(BaseModel):
+    """The new voice's id."""
+
+    voice_id: str
+    requires_verification: bool
+
+
+class DeleteResponse(BaseModel):
+    """The voice is gone."""
+
+    status: Literal["ok"]
+
+
+class EditResponse(BaseModel):
+    """The change is saved."""
+
+    status: Literal["ok"]
+
+
+_VOICE_ID: Final = {"voice_id": "A voice id (built-in, or custom-... for clones)."}
+_STORAGE_503: Final = (
+    " With ZSYNTH_VOICES_BUCKET set the change is in the bucket before the answer; a bucket that cannot be reached "
+    "answers 503 voice_storage_unavailable with Retry-After and changes nothing."
+)
+_SETTINGS: Final = json_body("The settings.", VoiceSettings)
+_FILES: Final = {"contentType": "audio/*, application/octet-stream"}
+# Cloning and editing take multipart uploads (audio files and form fields), not JSON: no request model validates
+# them, so their schemas are written here.
+_CLONE_BODY: Final = {
+    "required": True,
+    "content": {
+        "multipart/form-data": {
+            "schema": {
+                "type": "object",
+                "required": ["name", "files"],
+                "properties": {
+                    "name": {"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARS},
+                    "files": {
+                        "type": "array",
+                        "minItems": 1,
+                        "maxItems": MAX_FILES,
+                        "description": "Reference clips (wav, flac, ogg or mp3; 'file' is accepted too), each at most "
+                        "ZSYNTH_VOICE_CLIP_MAX_BYTES.",
+                        "items": {"type": "string", "contentMediaType": "application/octet-stream"},
+                    },
+                    "description": {"type": "string"},
+                    "labels": {
+                        "type": "string",
+                        "description": 'A JSON object of strings, e.g. {"accent": "british"}.',
+                    },
+                },
+            },
+            "encoding": {"files": _FILES},
+        }
+    },
+}
+_EDIT_BODY: Final = {
+    "required": True,
+    "content": {
+        "multipart/form-data": {
+            "schema": {
+                "type": "object",
+                "required": ["name"],
+                "description": "Fields left out keep their value; new files replace the reference clip on every box.",
+                "properties": {
+                    "name": {"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARS},
+                    "description": {"type": "string"},
+                    "labels": {"type": "string", "description": 'A JSON object of strings; "null" keeps the labels.'},
+                    "files": {
+                        "type": "array",
+                        "maxItems": MAX_FILES,
+                        "description": "A new reference (same rules as cloning).",
+                        "items": {"type": "string", "contentMediaType": "application/octet-stream"},
+                    },
+                },
+            },
+            "encoding": {"files": _FILES},
+        }
+    },
+}
+
+
+def _delete_doc(operation_id: str) -> dict[str, Any]:
+    return {
+        "access": Access.FULL,
+        "operationId": operation_id,
+        "tags": ["voices"],
+        "summary": "Remove a cloned voice." + _STORAGE_503,
+        "path_params": _VOICE_ID,
+        "responses": responses(
+            {200: json_body("Removed on every box (the bucket keeps a tombstone).", DeleteResponse)}, 400, 404
+        ),
+    }
 
 
 # ----- lifecycle -------------------------------------------------------------------------------------------------
@@ -158,7 +304,14 @@ def _arriving(request: web.Request, body: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
-@routes.get("/v1/voices", access=Access.TOKEN)
+@routes.get(
+    "/v1/voices",
+    access=Access.TOKEN,
+    operationId="list_voices",
+    tags=["voices"],
+    summary="Every voice, built-in first.",
+    responses=responses({200: json_body("The voices.", VoiceList)}),
+)
 async def list_v1(request: web.Request) -> web.Response:
     """``GET /v1/voices``: every voice, built-in first."""
     return web.json_response(_arriving(request, {"voices": request.app[VOICES].all()}))
@@ -269,7 +422,15 @@ def _sort(voices: list[dict[str, Any]], sort: str | None, direction: str | None)
     return sorted(voices, key=lambda v: (int(v["created_at_unix"] or 0), v["voice_id"]), reverse=reverse)
 
 
-@routes.get("/v2/voices", access=Access.TOKEN, query=VoiceListQuery)
+@routes.get(
+    "/v2/voices",
+    access=Access.TOKEN,
+    query=VoiceListQuery,
+    operationId="list_voices_v2",
+    tags=["voices"],
+    summary="Voices filtered, sorted and paged.",
+    responses=responses({200: json_body("One page.", VoicePage)}, 400, 422),
+)
 async def list_v2(request: web.Request) -> web.Response:
     """``GET /v2/voices``: filtered, sorted and paged with an opaque ``next_page_token``."""
     query = parse_query(request, VoiceListQuery, api_error)
@@ -290,19 +451,42 @@ async def list_v2(request: web.Request) -> web.Response:
     )
 
 
-@routes.get("/v1/voices/{voice_id}", access=Access.TOKEN)
+@routes.get(
+    "/v1/voices/{voice_id}",
+    access=Access.TOKEN,
+    operationId="get_voice",
+    tags=["voices"],
+    summary="One voice (404 voice_not_found: no swap-out here).",
+    path_params=_VOICE_ID,
+    responses=responses({200: json_body("The voice.", Voice)}, 404),
+)
 async def get_voice(request: web.Request) -> web.Response:
     """``GET /v1/voices/{voice_id}``: one voice, or 404 ``voice_not_found`` (no swap-out here)."""
     return web.json_response(_voice_or_404(request.app[VOICES], request.match_info["voice_id"]))
 
 
-@routes.get("/v1/voices/settings/default", access=Access.TOKEN)
+@routes.get(
+    "/v1/voices/settings/default",
+    access=Access.TOKEN,
+    operationId="default_settings",
+    tags=["voices"],
+    summary="The default voice settings.",
+    responses=responses({200: _SETTINGS}),
+)
 async def default_settings(request: web.Request) -> web.Response:
     """``GET /v1/voices/settings/default``."""
     return web.json_response(dict(DEFAULT_SETTINGS))
 
 
-@routes.get("/v1/voices/{voice_id}/settings", access=Access.TOKEN)
+@routes.get(
+    "/v1/voices/{voice_id}/settings",
+    access=Access.TOKEN,
+    operationId="voice_settings",
+    tags=["voices"],
+    summary="A voice's saved settings (the defaults where none were saved).",
+    path_params=_VOICE_ID,
+    responses=responses({200: _SETTINGS}, 404),
+)
 async def voice_settings(request: web.Request) -> web.Response:
     """``GET /v1/voices/{voice_id}/settings``: the voice's saved settings (the defaults where none were saved)."""
     return web.json_response(_voice_or_404(request.app[VOICES], request.match_info["voice_id"])["settings"])
@@ -447,13 +631,29 @@ async def create_voice(request: web.Request) -> StoredVoice:
     return voice
 
 
-@routes.post("/voices", access=Access.FULL)
+@routes.post(
+    "/voices",
+    access=Access.FULL,
+    operationId="clone_voice",
+    tags=["voices"],
+    summary="Clone a voice from a reference clip; answers the whole voice object." + _STORAGE_503,
+    requestBody=_CLONE_BODY,
+    responses=responses({200: json_body("The new voice.", Voice)}, 400, 413, 422, 500),
+)
 async def clone(request: web.Request) -> web.Response:
     """``POST /voices``: answer with the new voice object."""
     return web.json_response(clone_object(await create_voice(request)))
 
 
-@routes.post("/v1/voices/add", access=Access.FULL)
+@routes.post(
+    "/v1/voices/add",
+    access=Access.FULL,
+    operationId="add_voice",
+    tags=["voices"],
+    summary="Instant voice cloning (ElevenLabs shape of the answer)." + _STORAGE_503,
+    requestBody=_CLONE_BODY,
+    responses=responses({200: json_body("The new voice's id.", AddVoiceResponse)}, 400, 413, 422, 500),
+)
 async def add(request: web.Request) -> web.Response:
     """``POST /v1/voices/add`` (ElevenLabs instant voice cloning)."""
     voice = await create_voice(request)
@@ -465,8 +665,8 @@ def _refuse_builtin_change(catalog: VoiceCatalog, voice_id: str, what: str) -> N
         raise ApiError(400, "voice_not_editable", f"{voice_id} is a built-in voice and cannot be {what}.")
 
 
-@routes.delete("/v1/voices/{voice_id}", access=Access.FULL)
-@routes.delete("/voices/{voice_id}", access=Access.FULL)
+@routes.delete("/v1/voices/{voice_id}", **_delete_doc("delete_voice_v1"))
+@routes.delete("/voices/{voice_id}", **_delete_doc("delete_voice"))
 async def delete(request: web.Request) -> web.Response:
     """``DELETE /voices/{voice_id}`` and ``DELETE /v1/voices/{voice_id}``: remove a cloned voice on every box."""
     voice_id = request.match_info["voice_id"]
@@ -486,7 +686,17 @@ async def delete(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
 
 
-@routes.post("/v1/voices/{voice_id}/edit", access=Access.FULL)
+@routes.post(
+    "/v1/voices/{voice_id}/edit",
+    access=Access.FULL,
+    operationId="edit_voice",
+    tags=["voices"],
+    summary="Rename, describe, relabel or re-record a cloned voice (the SDK's voices.update); built-in voices "
+    "answer 400 voice_not_editable." + _STORAGE_503,
+    path_params=_VOICE_ID,
+    requestBody=_EDIT_BODY,
+    responses=responses({200: json_body("Saved on every box.", EditResponse)}, 400, 404, 413, 422),
+)
 async def edit(request: web.Request) -> web.Response:
     """``POST /v1/voices/{voice_id}/edit`` (the SDK's ``voices.update``): name, description, labels, new clip.
 
@@ -553,7 +763,17 @@ class VoiceSettingsEdit(BaseModel):
         return refusing(check_voice_settings)(value)
 
 
-@routes.post("/v1/voices/{voice_id}/settings/edit", access=Access.FULL, body=VoiceSettingsEdit)
+@routes.post(
+    "/v1/voices/{voice_id}/settings/edit",
+    access=Access.FULL,
+    body=VoiceSettingsEdit,
+    operationId="edit_voice_settings",
+    tags=["voices"],
+    summary="Save a voice's settings (the SDK's voices.settings.update), built-in voices included; jobs for the "
+    "voice start from them." + _STORAGE_503,
+    path_params=_VOICE_ID,
+    responses=responses({200: json_body("Saved on every box.", EditResponse)}, 400, 404, 422),
+)
 async def edit_settings(request: web.Request) -> web.Response:
     """``POST /v1/voices/{voice_id}/settings/edit`` (the SDK's ``voices.settings.update``).
 
