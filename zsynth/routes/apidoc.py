@@ -20,6 +20,11 @@ def no_default(schema: dict[str, Any]) -> None:
     schema.pop("default", None)
 
 
+def optional(**kwargs: Any) -> Any:
+    """A response field the answer may leave out, but never sends as null (its schema has no default)."""
+    return Field(default=None, json_schema_extra=no_default, **kwargs)
+
+
 class ErrorDetail(BaseModel):
     """Both generations of ElevenLabs error fields: legacy 'status' and current 'code'/'type'."""
 

@@ -35,7 +35,7 @@ from ..dictionaries.store import (
 from ..endpoints import Access, Endpoints, parse_body, parse_query, refusal
 from ..errors import ApiError
 from ..keys import SETTINGS
-from .apidoc import json_body, responses
+from .apidoc import json_body, optional, responses
 from .bodies import api_error, one_of, refusing, require
 
 logger = logging.getLogger(__name__)
@@ -252,7 +252,7 @@ class DictionaryCreated(BaseModel):
     version_id: str
     version_rules_num: int
     description: str | None = None
-    permission_on_resource: str | None = None
+    permission_on_resource: str = optional()
 
 
 class DictionaryMetadata(BaseModel):
@@ -262,7 +262,7 @@ class DictionaryMetadata(BaseModel):
     latest_version_id: str
     latest_version_rules_num: int
     name: str
-    permission_on_resource: str | None = None
+    permission_on_resource: str = optional()
     created_by: str
     creation_time_unix: int
     archived_time_unix: int | None = None

@@ -13,7 +13,7 @@ from ..dispatch import DISPATCHER
 from ..endpoints import Access, Endpoints
 from ..keys import REDIS
 from ..voices.library import VOICE_LIBRARY
-from .apidoc import json_body, no_default
+from .apidoc import json_body, optional
 
 routes = Endpoints()
 
@@ -32,20 +32,10 @@ class Readiness(BaseModel):
     status: Literal["ready", "not_ready"]
     redis: bool = Field(description="Whether Redis answered.")
     workers: int = Field(ge=0, description="Workers with a fresh heartbeat.")
-    tasks_down: list[str] | None = Field(
-        default=None,
-        description="Vital background tasks that crashed and have not run again yet.",
-        json_schema_extra=no_default,
-    )
-    voice_library: str | None = Field(
-        default=None,
-        description="Why this box cannot share the voice library, when it cannot.",
-        json_schema_extra=no_default,
-    )
-    voice_library_catching_up: bool | None = Field(
-        default=None,
-        description="True while the start-up comparison with the bucket goes on.",
-        json_schema_extra=no_default,
+    tasks_down: list[str] = optional(description="Vital background tasks that crashed and have not run again yet.")
+    voice_library: str = optional(description="Why this box cannot share the voice library, when it cannot.")
+    voice_library_catching_up: bool = optional(
+        description="True while the start-up comparison with the bucket goes on."
     )
 
 

@@ -9,7 +9,7 @@ from pydantic import BaseModel
 
 from ..endpoints import Access, Endpoints
 from ..keys import SETTINGS
-from .apidoc import json_body, responses
+from .apidoc import json_body, optional, responses
 
 routes = Endpoints()
 
@@ -26,21 +26,21 @@ class Model(BaseModel):
 
     model_id: str
     name: str
-    can_be_finetuned: bool | None = None
+    can_be_finetuned: bool = optional()
     can_do_text_to_speech: bool
-    can_do_voice_conversion: bool | None = None
-    can_use_style: bool | None = None
-    can_use_speaker_boost: bool | None = None
-    serves_pro_voices: bool | None = None
+    can_do_voice_conversion: bool = optional()
+    can_use_style: bool = optional()
+    can_use_speaker_boost: bool = optional()
+    serves_pro_voices: bool = optional()
     token_cost_factor: float
     description: str
-    requires_alpha_access: bool | None = None
-    max_characters_request_free_user: int | None = None
-    max_characters_request_subscribed_user: int | None = None
+    requires_alpha_access: bool = optional()
+    max_characters_request_free_user: int = optional()
+    max_characters_request_subscribed_user: int = optional()
     maximum_text_length_per_request: int
     languages: list[Language]
-    model_rates: dict[str, Any] | None = None
-    concurrency_group: str | None = None
+    model_rates: dict[str, Any] = optional()
+    concurrency_group: str = optional()
 
 
 _ENGINE_NAMES: Final = {

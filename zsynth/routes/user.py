@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..endpoints import Access, Endpoints
 from ..voices.catalog import VOICES
-from .apidoc import json_body, responses
+from .apidoc import json_body, optional, responses
 
 routes = Endpoints()
 
@@ -25,14 +25,14 @@ class Subscription(BaseModel):
     tier: str
     character_count: int
     character_limit: int
-    can_extend_character_limit: bool | None = None
-    allowed_to_extend_character_limit: bool | None = None
+    can_extend_character_limit: bool = optional()
+    allowed_to_extend_character_limit: bool = optional()
     next_character_count_reset_unix: int | None = None
     voice_slots_used: int = Field(ge=0)
     voice_limit: int
-    professional_voice_limit: int | None = None
-    can_use_instant_voice_cloning: bool | None = None
-    can_use_professional_voice_cloning: bool | None = None
+    professional_voice_limit: int = optional()
+    can_use_instant_voice_cloning: bool = optional()
+    can_use_professional_voice_cloning: bool = optional()
     currency: str | None = None
     status: str
     billing_period: str | None = None
@@ -45,14 +45,14 @@ class User(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     user_id: str
-    workspace_id: str | None = None
+    workspace_id: str = optional()
     subscription: Subscription
     is_new_user: bool
     xi_api_key: None = Field(description="Never echoed.")
-    is_api_key_hashed: bool | None = None
+    is_api_key_hashed: bool = optional()
     first_name: str | None = None
     created_at: int
-    seat_type: str | None = None
+    seat_type: str = optional()
 
 
 def subscription(voices_used: int) -> dict[str, Any]:

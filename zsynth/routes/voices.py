@@ -528,8 +528,8 @@ async def read_upload(request: web.Request) -> Upload:
         )
     clip_limit = request.app[SETTINGS].voice_clip_max_bytes
     too_large = ApiError(400, "clip_too_large", f"A file is larger than the limit of {clip_limit} bytes. {ADVICE}")
-    # Fix (hostile input): aiohttp's client_max_size does not apply to request.multipart(), so endless small fields
-    # were read without bound. The whole body now counts against ZSYNTH_MAX_BODY_BYTES, as JSON bodies do.
+    # aiohttp's client_max_size does not apply to request.multipart(): the whole body counts against
+    # ZSYNTH_MAX_BODY_BYTES here, as JSON bodies do, so endless small fields cannot be read without bound.
     body_limit = request.app[SETTINGS].max_body_bytes
     body_too_large = ApiError(
         413, "request_too_large", f"The request body is larger than the limit of {body_limit} bytes."
@@ -562,8 +562,8 @@ async def read_upload(request: web.Request) -> Upload:
             if total > body_limit:
                 raise body_too_large
     except (ValueError, HttpProcessingError) as err:
-        # Fix (fuzzing): a part header aiohttp rejects (a control character in a field name) raises InvalidHeader,
-        # an HttpProcessingError, which used to end as a 500.
+        # A part header aiohttp rejects (a control character in a field name) raises InvalidHeader, an
+        # HttpProcessingError: a bad request, not a server error.
         message = getattr(err, "message", None) or str(err)
         raise ApiError(400, "invalid_multipart", f"The multipart body could not be read: {message}") from err
     return upload
@@ -574,7 +574,7 @@ def _labels(raw: str | None) -> dict[str, str]:
     if raw is None or raw.strip() in ("", "null"):
         return {}
     try:
-        # Fix (hostile input): json.loads let deep nesting and 5000-digit numbers through as 500s.
+        # Strict JSON: deep nesting and 5000-digit numbers are a bad request, not a server error.
         value = loads(raw)
     except BadJson as err:
         raise ApiError(422, "invalid_parameters", "labels must be a JSON object of strings.", param="labels") from err
