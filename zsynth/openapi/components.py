@@ -1,4 +1,4 @@
-"""Shared pieces of the OpenAPI documents: component schemas, security schemes and response builders."""
+"""Response and operation builders of the hand-written (avatar) OpenAPI modules."""
 
 from __future__ import annotations
 
@@ -11,24 +11,8 @@ Schema = dict[str, Any]
 Operation = dict[str, Any]
 PathItems = dict[str, dict[str, Any]]
 
-SECURITY_SCHEMES: Final[dict[str, Schema]] = {
-    "ApiKeyHeader": {
-        "type": "apiKey",
-        "in": "header",
-        "name": "xi-api-key",
-        "description": "A full key (ZSYNTH_API_KEY(S) or a portal zsk_live_ key) or a zsk_temp_ token.",
-    },
-    "BearerAuth": {
-        "type": "http",
-        "scheme": "bearer",
-        "description": "The same secret as 'Authorization: Bearer <key>'.",
-    },
-}
-
-#: Either header authenticates. Routes a token may not call still list both: the scope rule answers 403.
+#: Either header authenticates (the default security of :func:`operation`).
 AUTHENTICATED: Final[list[dict[str, list[str]]]] = [{"ApiKeyHeader": []}, {"BearerAuth": []}]
-#: The document's top-level security.
-DEFAULT_SECURITY: Final = AUTHENTICATED
 #: Probes and the document itself need nothing.
 PUBLIC: Final[list[dict[str, list[str]]]] = []
 
@@ -42,30 +26,6 @@ def nullable(schema: Schema) -> Schema:
     """``schema`` or JSON null (OpenAPI 3.1 has no ``nullable``)."""
     return {"anyOf": [schema, {"type": "null"}]}
 
-
-SCHEMAS: Final[dict[str, Schema]] = {
-    "ErrorDetail": {
-        "type": "object",
-        "description": "Both generations of ElevenLabs error fields: legacy 'status' and current 'code'/'type'.",
-        "required": ["status", "code", "type", "message", "request_id"],
-        "properties": {
-            "status": {"type": "string", "examples": ["voice_not_found"]},
-            "code": {"type": "string", "examples": ["voice_not_found"]},
-            "type": {"type": "string", "examples": ["not_found"]},
-            "message": {"type": "string"},
-            "request_id": {"type": "string"},
-            "param": {"type": "string", "description": "The request field at fault, when there is one."},
-        },
-        "additionalProperties": False,
-    },
-    "Error": {
-        "type": "object",
-        "description": "The error envelope of every failed request.",
-        "required": ["detail"],
-        "properties": {"detail": ref("ErrorDetail")},
-        "additionalProperties": False,
-    },
-}
 
 _ERROR_TEXT: Final = {
     400: "Bad input: invalid JSON, a field out of range, an unsupported output_format or clip.",

@@ -16,10 +16,8 @@ REALTIME_SUFFIXES: Final = ("/stream-input", "/multi-stream-input")
 
 routes = Endpoints()
 # The sockets read the key from the upgrade or from the first message, so the access middleware lets them through.
-routes.get("/v1/text-to-speech/{voice_id}/stream-input", access=Access.IN_BAND, websocket=True)(stream_input)
-routes.get("/v1/text-to-speech/{voice_id}/multi-stream-input", access=Access.IN_BAND, websocket=True)(
-    multi_stream_input
-)
+for _suffix, _handler in zip(REALTIME_SUFFIXES, (stream_input, multi_stream_input), strict=True):
+    routes.get("/v1/text-to-speech/{voice_id}" + _suffix, access=Access.IN_BAND, websocket=True)(_handler)
 
 
 def setup(app: web.Application) -> None:
