@@ -12,7 +12,6 @@ from zsynth.auth import (
     Authenticator,
     AuthError,
     clamp_ttl,
-    ephemeral_allowed,
     read_credential,
     secret_from_headers,
     secret_from_message,
@@ -122,29 +121,6 @@ def test_secret_from_message():
     assert secret_from_message({"text": " ", "xi-api-key": "k2"}) == "k2"
     assert secret_from_message({"text": " ", "authorization": 5, "xi_api_key": ""}) is None
     assert secret_from_message({"text": " "}) is None
-
-
-@pytest.mark.parametrize(
-    ("method", "path", "allowed"),
-    [
-        ("POST", "/v1/text-to-speech/{voice_id}", True),
-        ("POST", "/v1/text-to-speech/{voice_id}/stream", True),
-        ("GET", "/v1/text-to-speech/{voice_id}/stream-input", True),
-        ("GET", "/v1/voices", True),
-        ("GET", "/v1/voices/{voice_id}", True),
-        ("GET", "/v1/voices/settings/default", True),
-        ("GET", "/v2/voices", True),
-        ("POST", "/v1/voices/add", False),
-        ("POST", "/voices", False),
-        ("DELETE", "/voices/{voice_id}", False),
-        ("GET", "/v1/voicesx", False),
-        ("POST", "/v1/tokens/ephemeral", False),
-        ("GET", "/v1/models", False),
-        ("GET", "/v1/user", False),
-    ],
-)
-def test_ephemeral_scope_rule(method, path, allowed):
-    assert ephemeral_allowed(method, path) is allowed
 
 
 async def test_open_when_nothing_configured():

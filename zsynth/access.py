@@ -1,4 +1,8 @@
-"""Access control of the speech API: the authenticator's lifetime, the auth middleware and CORS."""
+"""Access control of the speech API: the authenticator's lifetime, the auth middleware and CORS.
+
+Both read each route's declaration (:mod:`zsynth.endpoints`): its :class:`~zsynth.endpoints.Access` rule says who may
+call it, its ``cors`` flag whether pages on other origins may.
+"""
 
 from __future__ import annotations
 
@@ -16,22 +20,16 @@ from .auth import (
     CREDENTIAL,
     Authenticator,
     AuthError,
-    ephemeral_allowed,
     fingerprint,
     secret_from_headers,
 )
+from .endpoints import ENDPOINTS, Access, endpoint_of
 from .errors import ApiError, Handler
 from .keys import REQUEST_ID, SETTINGS
 from .metrics import METRICS
 
 logger = logging.getLogger(__name__)
 
-# Probes answer without a key, so load balancers and orchestrators need none; the API's description is public too.
-# /metrics is not public: it needs a full key whenever keys are configured (ephemeral tokens are refused).
-PUBLIC_PATHS: Final = frozenset({"/healthz", "/readyz", "/openapi.json"})
-REALTIME_SUFFIXES: Final = ("/stream-input", "/multi-stream-input")
-# A full key must never reach a browser, so the route that needs one is not offered to browsers at all.
-NO_CORS_PATHS: Final = frozenset({"/v1/tokens/ephemeral"})
 CORS_ALLOW_HEADERS: Final = ("Authorization", "xi-api-key", "Content-Type", "Accept")
 CORS_EXPOSE_HEADERS: Final = (
     "request-id",
@@ -120,31 +118,44 @@ async def open_cors_middleware(request: web.Request, handler: Handler) -> web.St
     return await handler(request)
 
 
-def route_path(request: web.Request) -> str:
-    """The matched route's pattern (immune to path tricks), or the raw path when nothing matched."""
-    resource = request.match_info.route.resource
-    return resource.canonical if resource is not None else request.path
+async def required_access(request: web.Request) -> Access:
+    """The access rule of the route ``request`` matched.
 
-
-def is_realtime_upgrade(request: web.Request) -> bool:
-    """A WebSocket upgrade to a realtime path: it authenticates in band, so the middleware lets it through."""
-    return (
-        request.method == "GET"
-        and request.headers.get(hdrs.UPGRADE, "").lower() == "websocket"
-        and request.path.startswith("/v1/text-to-speech/")
-        and request.path.endswith(REALTIME_SUFFIXES)
-    )
+    A WebSocket route authenticates in band only on a WebSocket upgrade; a plain GET to it needs a credential like
+    any other route. A request that matched no route (404, 405) needs a credential too, so that callers without one
+    learn nothing about which paths exist; only a path whose every route is public (a probe asked with another
+    method) is answered without one.
+    """
+    endpoint = endpoint_of(request)
+    if endpoint is not None:
+        if endpoint.access is Access.IN_BAND and request.headers.get(hdrs.UPGRADE, "").lower() != "websocket":
+            return Access.TOKEN
+        return endpoint.access
+    error = request.match_info.http_exception
+    if isinstance(error, web.HTTPMethodNotAllowed):
+        registry = request.app.get(ENDPOINTS, {})
+        found = set()
+        for method in error.allowed_methods - {hdrs.METH_OPTIONS}:
+            match = await request.app.router.resolve(request.clone(method=method))
+            declared = registry.get(match.route)
+            found.add(declared.access if declared is not None else Access.FULL)
+        if found == {Access.PUBLIC}:
+            return Access.PUBLIC
+    return Access.TOKEN
 
 
 @web.middleware
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Resolve the caller's credential into request[CREDENTIAL], enforce the token scope, or answer 401."""
-    if request.method == "OPTIONS" or request.path in PUBLIC_PATHS or is_realtime_upgrade(request):
+    """Resolve the caller's credential into request[CREDENTIAL] as the route's access rule asks, or answer 401."""
+    if request.method == "OPTIONS":
+        return await handler(request)
+    access = await required_access(request)
+    if access in (Access.PUBLIC, Access.IN_BAND):
         return await handler(request)
     secret = secret_from_headers(request.headers)
     try:
         credential = await request.app[AUTHENTICATOR].verify(secret, client=request.remote)
-        if not credential.is_full and not ephemeral_allowed(request.method, route_path(request)):
+        if not credential.is_full and access is Access.FULL:
             raise AuthError("insufficient_scope", "Ephemeral tokens may only synthesize speech and read voices.")
     except AuthError as err:
         request.app[METRICS].auth_failures.labels(err.status).inc()
@@ -163,7 +174,7 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
 
 
 def setup_cors(app: web.Application, origins: tuple[str, ...]) -> None:
-    """CORS (aiohttp-cors) on every route a browser may call; call after all routes are added."""
+    """CORS (aiohttp-cors) on every declared route whose declaration allows it; call after all routes are added."""
     if not origins:
         return
     options = aiohttp_cors.ResourceOptions(  # type: ignore[no-untyped-call]
@@ -174,13 +185,13 @@ def setup_cors(app: web.Application, origins: tuple[str, ...]) -> None:
         max_age=600,
     )
     cors = aiohttp_cors.setup(app, defaults=dict.fromkeys(origins, options))
+    registry = app.get(ENDPOINTS, {})
     for route in list(app.router.routes()):
         resource = route.resource
-        if resource is None or route.method in ("OPTIONS", "HEAD"):
+        endpoint = registry.get(route)
+        if resource is None or route.method in ("OPTIONS", "HEAD") or endpoint is None or not endpoint.cors:
             continue
         path = resource.canonical
-        if path in PUBLIC_PATHS or path in NO_CORS_PATHS:
-            continue
         if route.method == hdrs.METH_ANY:
             # aiohttp-cors cannot add a preflight next to a catch-all route (class-based views): it answers OPTIONS.
             logger.debug("no CORS on %s: registered for all methods", path)

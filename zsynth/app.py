@@ -6,11 +6,13 @@ from aiohttp import web
 
 from .access import auth_middleware, authenticator_ctx, open_cors_middleware, setup_cors
 from .config import Settings
+from .endpoints import OPENAPI_DOCUMENT, add_endpoints
 from .errors import error_middleware
 from .keys import SETTINGS
 from .metrics import METRICS, Metrics
 from .middleware import request_id_middleware
-from .routes import setup_routes
+from .openapi import document_bytes
+from .routes import TABLES, setup_services
 from .server import run_server
 from .services import dispatcher, redis_client
 
@@ -24,7 +26,9 @@ def create_app(settings: Settings) -> web.Application:
     app[SETTINGS] = settings
     app[METRICS] = Metrics()
     app.cleanup_ctx.extend([authenticator_ctx, redis_client, dispatcher])
-    setup_routes(app)
+    setup_services(app)
+    add_endpoints(app, *TABLES)
+    app[OPENAPI_DOCUMENT] = lambda: document_bytes("speech", settings)
     setup_cors(app, settings.cors_origins)
     return app
 

@@ -2,8 +2,8 @@
 
 A presented secret is resolved to a :class:`Credential` by an :class:`Authenticator`: static full keys
 (``ZSYNTH_API_KEY`` / ``ZSYNTH_API_KEYS``, compared in constant time) and, with ``ZSYNTH_API_KEYS_TABLE``, the
-portal keys table (``zsk_live_`` full keys and ``zsk_temp_`` ephemeral tokens). Each server decides from the route
-whether a credential kind may call it (:func:`ephemeral_allowed` is the speech API's rule) and renders an
+portal keys table (``zsk_live_`` full keys and ``zsk_temp_`` ephemeral tokens). Each server decides from the route's
+declared access (:class:`zsynth.endpoints.Access`) whether a credential kind may call it and renders an
 :class:`AuthError` in its own envelope. Secrets are never logged; log :func:`fingerprint` instead.
 
 Table look-ups are cached in memory for at most ``cache_ttl_s`` (30 s by default and at most), and never past a
@@ -173,15 +173,6 @@ def secret_from_message(msg: Mapping[str, Any]) -> str | None:
         if isinstance(value, str) and value.strip():
             return value.strip()
     return None
-
-
-def ephemeral_allowed(method: str, path: str) -> bool:
-    """The speech API's scope rule: tokens may synthesize (any method, WebSockets, the OpenAI route) and read voices."""
-    if path.startswith("/v1/text-to-speech/") or path == "/v1/audio/speech":
-        return True
-    if method not in ("GET", "HEAD"):
-        return False
-    return any(path == base or path.startswith(base + "/") for base in ("/v1/voices", "/v2/voices"))
 
 
 def _missing() -> AuthError:

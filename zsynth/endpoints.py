@@ -19,6 +19,7 @@ and the app factory adds the tables with :func:`add_endpoints`.
 from __future__ import annotations
 
 import enum
+import typing
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol, TypeVar
@@ -168,13 +169,20 @@ class ErrorFactory(Protocol):
     def __call__(self, http_status: int, code: str, message: str, param: str | None) -> Exception: ...
 
 
-def refusal(code: str, message: str, status: int = 422) -> pydantic_core.PydanticCustomError:
+def refusal(
+    code: str, message: str, status: int = 422, *, param: str | None = None
+) -> pydantic_core.PydanticCustomError:
     """An error for a model validator to raise: ``code`` and ``message`` reach the client as they are.
 
     ``status`` is the HTTP status (422 unless the API answers this refusal with another one, e.g. 400
-    ``max_character_limit_exceeded``).
+    ``max_character_limit_exceeded``); ``param`` names the field at fault when it is not the one validated (a key
+    inside it, e.g. ``voice_settings.speed``). The message travels in the context too: pydantic formats the
+    template with the context, and a message quoting the client's input may hold braces.
     """
-    return pydantic_core.PydanticCustomError(code, message, {"status": status})
+    context: dict[str, Any] = {"status": status, "message": message}
+    if param is not None:
+        context["param"] = param
+    return pydantic_core.PydanticCustomError(code, message, context)
 
 
 def _param(loc: tuple[int | str, ...]) -> str | None:
@@ -192,7 +200,7 @@ def first_error(err: pydantic.ValidationError) -> tuple[int, str, str, str | Non
     param = _param(loc)
     ctx = error.get("ctx") or {}
     if "status" in ctx and isinstance(ctx["status"], int):
-        return ctx["status"], error["type"], error["msg"], param
+        return ctx["status"], error["type"], str(ctx.get("message", error["msg"])), ctx.get("param", param)
     message = error["msg"]
     if param is not None:
         message = f"Field '{param}': {message[0].lower()}{message[1:]}." if message else f"Field '{param}' is invalid."
@@ -235,8 +243,25 @@ async def parse_body(
     return validate(model, data, error, context)
 
 
+def _is_list(annotation: object) -> bool:
+    if typing.get_origin(annotation) is list:
+        return True
+    return any(_is_list(arg) for arg in typing.get_args(annotation))
+
+
+def query_data(request: web.Request, model: type[pydantic.BaseModel]) -> dict[str, object]:
+    """The query string as ``model`` reads it: every value of a list field, the first value of any other
+    (as ``request.query.get`` gives it); parameters the model does not name are left out."""
+    data: dict[str, object] = {}
+    for name, info in model.model_fields.items():
+        key = info.alias or name
+        if key in request.query:
+            data[key] = request.query.getall(key) if _is_list(info.annotation) else request.query[key]
+    return data
+
+
 def parse_query(
     request: web.Request, model: type[M], error: ErrorFactory, context: Mapping[str, Any] | None = None
 ) -> M:
-    """The query string as ``model`` (a repeated parameter counts once: its last value)."""
-    return validate(model, dict(request.query), error, context)
+    """The query string as ``model`` (see :func:`query_data`)."""
+    return validate(model, query_data(request, model), error, context)

@@ -66,6 +66,18 @@ def component_schemas(models: Iterable[type[pydantic.BaseModel]]) -> dict[str, S
     return schemas
 
 
+def _not_null(schema: Schema) -> Schema:
+    """A query parameter's schema without the null a model's optional field allows: a query value is never null."""
+    options = schema.get("anyOf")
+    if isinstance(options, list):
+        kept = [option for option in options if option != {"type": "null"}]
+        if len(kept) == 1:
+            schema = {**{k: v for k, v in schema.items() if k != "anyOf"}, **kept[0]}
+    if schema.get("default", ...) is None:
+        del schema["default"]
+    return schema
+
+
 def query_parameters(model: type[pydantic.BaseModel]) -> list[Schema]:
     """One OpenAPI query parameter per field of ``model`` (its alias when it has one)."""
     schema = model.model_json_schema(ref_template=REF_TEMPLATE)
@@ -73,7 +85,7 @@ def query_parameters(model: type[pydantic.BaseModel]) -> list[Schema]:
     required = set(schema.get("required", []))
     parameters = []
     for name, prop in properties.items():
-        prop = dict(prop)
+        prop = _not_null(dict(prop))
         description = prop.pop("description", None)
         prop.pop("title", None)
         parameter: Schema = {"name": name, "in": "query", "required": name in required, "schema": prop}

@@ -1,24 +1,38 @@
-"""HTTP routes, one module per resource; :func:`setup_routes` wires them all."""
+"""HTTP routes of the speech API, one module per resource, each declaring its routes on its own ``routes`` table.
+
+:data:`TABLES` lists every table (the realtime sockets' included); :func:`setup_services` adds what the routes need
+besides themselves (the voice library, the dictionary store, the socket registry).
+"""
 
 from __future__ import annotations
+
+from typing import Final
 
 from aiohttp import web
 
 from .. import ws
+from ..endpoints import Endpoints
 from . import dictionaries, document, health, metrics, models, openai_speech, timestamps, tokens, tts, user, voices
 
+#: Every route table of the speech API, in registration order.
+TABLES: Final[tuple[Endpoints, ...]] = (
+    health.routes,
+    document.routes,
+    metrics.routes,
+    tts.routes,
+    openai_speech.routes,
+    tokens.routes,
+    voices.routes,
+    models.routes,
+    user.routes,
+    timestamps.routes,
+    dictionaries.routes,
+    ws.routes,
+)
 
-def setup_routes(app: web.Application) -> None:
-    """Register every route of the speech API."""
-    health.setup(app)
-    document.setup(app)
-    metrics.setup(app)
-    tts.setup(app)
-    openai_speech.setup(app)
-    tokens.setup(app)
+
+def setup_services(app: web.Application) -> None:
+    """The lifecycles and middleware the routes rely on (call before :func:`~zsynth.endpoints.add_endpoints`)."""
     voices.setup(app)
-    models.setup(app)
-    user.setup(app)
-    timestamps.setup(app)
     dictionaries.setup(app)
     ws.setup(app)

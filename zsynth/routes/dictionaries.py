@@ -16,12 +16,14 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import Any, Final
+from typing import Annotated, Any, Final, Literal
 
+import pydantic
 from aiohttp import BodyPartReader, web
 from aiohttp.http_exceptions import HttpProcessingError
+from pydantic import BaseModel, ConfigDict, Field, RootModel, WithJsonSchema
 
-from ..dictionaries.rules import MAX_RULES, Rule, RuleError, parse_pls, parse_rules, to_pls
+from ..dictionaries.rules import MAX_RULES, MAX_STRING_CHARS, Rule, RuleError, parse_pls, parse_rules, to_pls
 from ..dictionaries.store import (
     DICTIONARIES,
     BucketBackend,
@@ -30,11 +32,15 @@ from ..dictionaries.store import (
     DirectoryBackend,
     StorageUnavailable,
 )
+from ..endpoints import Access, Endpoints, parse_body, parse_query, refusal
 from ..errors import ApiError
-from ..jsonbody import BadJson, read_json
 from ..keys import SETTINGS
+from .apidoc import json_body, optional, responses
+from .bodies import api_error, one_of, refusing, require
 
 logger = logging.getLogger(__name__)
+
+routes = Endpoints()
 
 BASE: Final = "/v1/pronunciation-dictionaries"
 MAX_LEXICON_BYTES: Final = 1024 * 1024
@@ -42,6 +48,8 @@ MAX_NAME_CHARS: Final = 200
 PERMISSION: Final = "admin"
 CREATED_BY: Final = "zsynth"
 WORKSPACE_ACCESS: Final = ("admin", "editor", "commenter", "viewer")
+TAG: Final = "pronunciation dictionaries"
+_ID: Final = {"dictionary_id": "The dictionary's id."}
 
 
 async def dictionaries_context(app: web.Application) -> AsyncIterator[None]:
@@ -127,14 +135,176 @@ def _metadata(meta: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def _json_body(request: web.Request) -> dict[str, Any]:
+def _rules(value: object) -> object:
     try:
-        body = await read_json(request)
-    except BadJson as err:
-        raise ApiError(400, "invalid_json", "The request body must be a JSON object.") from err
-    if not isinstance(body, dict):
-        raise ApiError(400, "invalid_json", "The request body must be a JSON object.")
-    return body
+        return [rule.to_json() for rule in parse_rules(value)]
+    except RuleError as err:
+        raise refusal("invalid_parameters", str(err), param="rules") from None
+
+
+def _rule_strings(value: object) -> object:
+    if not isinstance(value, list) or not all(isinstance(s, str) for s in value):
+        raise refusal("invalid_parameters", "Field 'rule_strings' must be a list of strings.")
+    return value
+
+
+def _archived(value: object) -> object:
+    if value is not None and not isinstance(value, bool):
+        raise refusal("invalid_parameters", "Field 'archived' must be true or false.")
+    return value
+
+
+RuleText = Annotated[str, Field(pattern=r"\S", max_length=MAX_STRING_CHARS)]
+
+
+class AliasRule(BaseModel):
+    """Replace a string with another before speaking."""
+
+    type: Literal["alias"]
+    string_to_replace: RuleText
+    alias: RuleText
+    case_sensitive: bool | None = True
+    word_boundaries: bool | None = True
+
+
+class PhonemeRule(BaseModel):
+    """Speak a string with the given phonemes."""
+
+    type: Literal["phoneme"]
+    string_to_replace: RuleText
+    phoneme: RuleText
+    alphabet: Literal["ipa", "cmu-arpabet"]
+    case_sensitive: bool | None = True
+    word_boundaries: bool | None = True
+
+
+class PronunciationRule(RootModel[Annotated[AliasRule | PhonemeRule, Field(discriminator="type")]]):
+    """One rule of a dictionary."""
+
+    def to_rule(self) -> Rule:
+        """The rule as the store keeps it."""
+        return Rule(**self.root.model_dump())
+
+
+Name = Annotated[
+    Annotated[str, Field(pattern=r"\S", max_length=MAX_NAME_CHARS)], pydantic.BeforeValidator(refusing(_name))
+]
+Rules = Annotated[list[PronunciationRule], pydantic.BeforeValidator(_rules)]
+
+
+class AddFromRulesRequest(BaseModel):
+    """A new dictionary from a list of rules."""
+
+    model_config = ConfigDict(json_schema_extra=require("name", "rules"))
+
+    name: Name = Field(default=None, validate_default=True)
+    description: Annotated[
+        Annotated[str, Field(max_length=4000)] | None, pydantic.BeforeValidator(refusing(_description))
+    ] = None
+    workspace_access: Annotated[
+        str | None, pydantic.BeforeValidator(refusing(_workspace_access)), one_of(*WORKSPACE_ACCESS, "")
+    ] = Field(default=None, description="Checked and ignored (empty: none).")
+    rules: Rules = Field(default=None, validate_default=True)
+
+
+class RulesRequest(BaseModel):
+    """The rules of a new version (added to the latest ones, or replacing them)."""
+
+    model_config = ConfigDict(json_schema_extra=require("rules"))
+
+    rules: Rules = Field(default=None, validate_default=True)
+
+    def parsed(self) -> list[Rule]:
+        """The rules as the store keeps them."""
+        return [rule.to_rule() for rule in self.rules]
+
+
+class RemoveRulesRequest(BaseModel):
+    """The strings whose rules a new version drops."""
+
+    model_config = ConfigDict(json_schema_extra=require("rule_strings"))
+
+    rule_strings: Annotated[list[str], pydantic.BeforeValidator(_rule_strings)] = Field(
+        default=None, validate_default=True
+    )
+
+
+class DictionaryUpdate(BaseModel):
+    """A new name, or archiving (no new version is made)."""
+
+    name: Annotated[
+        Annotated[str, Field(pattern=r"\S", max_length=MAX_NAME_CHARS)] | None,
+        pydantic.BeforeValidator(lambda v: None if v is None else refusing(_name)(v)),
+    ] = None
+    archived: Annotated[bool | None, pydantic.BeforeValidator(_archived)] = None
+
+
+_BAD_BODY: Final = "The request body must be a JSON object."
+
+
+class DictionaryCreated(BaseModel):
+    """A new dictionary and its first version."""
+
+    id: str
+    name: str
+    created_by: str
+    creation_time_unix: int
+    version_id: str
+    version_rules_num: int
+    description: str | None = None
+    permission_on_resource: str = optional()
+
+
+class DictionaryMetadata(BaseModel):
+    """A dictionary as listed."""
+
+    id: str
+    latest_version_id: str
+    latest_version_rules_num: int
+    name: str
+    permission_on_resource: str = optional()
+    created_by: str
+    creation_time_unix: int
+    archived_time_unix: int | None = None
+    description: str | None = None
+
+
+class DictionaryWithRules(DictionaryMetadata):
+    """A dictionary and its latest version's rules."""
+
+    rules: list[PronunciationRule]
+
+
+class DictionaryPage(BaseModel):
+    """One page of dictionaries."""
+
+    pronunciation_dictionaries: list[DictionaryMetadata]
+    next_cursor: str | None = None
+    has_more: bool
+
+
+class DictionaryVersion(BaseModel):
+    """A new version."""
+
+    id: str
+    version_id: str
+    version_rules_num: int
+
+
+_CREATED: Final = json_body("The new dictionary and its first version.", DictionaryCreated)
+_WITH_RULES: Final = json_body("The dictionary and its latest rules.", DictionaryWithRules)
+
+
+def _rules_doc(operation_id: str, summary: str, body: type[BaseModel]) -> dict[str, Any]:
+    return {
+        "access": Access.FULL,
+        "body": body,
+        "operationId": operation_id,
+        "tags": [TAG],
+        "summary": summary,
+        "path_params": _ID,
+        "responses": responses({200: json_body("The new version.", DictionaryVersion)}, 400, 404, 422),
+    }
 
 
 async def _store_call(coro: Any) -> Any:
@@ -153,16 +323,20 @@ async def _dictionary(request: web.Request) -> Dictionary:
     return dictionary
 
 
+@routes.post(
+    f"{BASE}/add-from-rules",
+    access=Access.FULL,
+    body=AddFromRulesRequest,
+    operationId="add_dictionary_from_rules",
+    tags=[TAG],
+    summary="A new dictionary from a list of rules.",
+    responses=responses({200: _CREATED}, 400, 413, 422),
+)
 async def add_from_rules(request: web.Request) -> web.Response:
     """A new dictionary from a JSON list of rules."""
-    body = await _json_body(request)
-    name, description = _name(body.get("name")), _description(body.get("description"))
-    _workspace_access(body.get("workspace_access"))
-    try:
-        rules = parse_rules(body.get("rules"))
-    except RuleError as err:
-        raise _bad(str(err), "rules") from err
-    dictionary = await _store_call(request.app[DICTIONARIES].create(name, description, rules))
+    body = await parse_body(request, AddFromRulesRequest, api_error, bad_json=_BAD_BODY)
+    rules = [rule.to_rule() for rule in body.rules]
+    dictionary = await _store_call(request.app[DICTIONARIES].create(body.name, body.description, rules))
     logger.info("request: dictionary %s created from %d rules", dictionary.id, len(rules))
     return web.json_response(_created(dictionary))
 
@@ -195,6 +369,36 @@ async def _read_lexicon(request: web.Request) -> tuple[dict[str, str], bytes | N
     return fields, lexicon
 
 
+@routes.post(
+    f"{BASE}/add-from-file",
+    access=Access.FULL,
+    operationId="add_dictionary_from_file",
+    tags=[TAG],
+    summary="A new dictionary from a PLS lexicon.",
+    # A multipart upload, not a JSON body: no request model validates it, so its schema is written here.
+    requestBody={
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["name", "file"],
+                    "properties": {
+                        "name": {"type": "string", "pattern": "\\S", "maxLength": MAX_NAME_CHARS},
+                        "file": {
+                            "type": "string",
+                            "contentMediaType": "application/pls+xml",
+                            "description": "A PLS lexicon.",
+                        },
+                        "description": {"type": "string", "maxLength": 4000},
+                        "workspace_access": {"enum": list(WORKSPACE_ACCESS), "description": "Checked and ignored."},
+                    },
+                }
+            }
+        },
+    },
+    responses=responses({200: _CREATED}, 400, 413, 422),
+)
 async def add_from_file(request: web.Request) -> web.Response:
     """A new dictionary from an uploaded PLS lexicon."""
     fields, lexicon = await _read_lexicon(request)
@@ -211,23 +415,65 @@ async def add_from_file(request: web.Request) -> web.Response:
     return web.json_response(_created(dictionary))
 
 
+class DictionaryListQuery(BaseModel):
+    """The query of the dictionary listing."""
+
+    cursor: str | None = Field(default=None, description="The next_cursor of the previous page.")
+    page_size: int = Field(default=30, ge=1, le=100, description="Page size.")
+    sort: Annotated[str, WithJsonSchema({"enum": ["creation_time_unix", "name"]})] = Field(
+        default="creation_time_unix", description="Sort key (default creation time)."
+    )
+    sort_direction: Annotated[str, WithJsonSchema({"enum": ["ASCENDING", "DESCENDING"]})] = Field(
+        default="DESCENDING", description="Default DESCENDING."
+    )
+    include_archived: bool = Field(default=False, description="List archived dictionaries too.")
+
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _check(cls, raw: object) -> object:
+        # One check over several fields, in the order (and with the messages) this route has always answered.
+        query: dict[str, Any] = dict(raw) if isinstance(raw, dict) else {}
+        try:
+            page_size = int(query.get("page_size") or 30)
+            offset = int(query.get("cursor") or 0)
+        except ValueError:
+            raise refusal("invalid_parameters", "page_size and cursor must be whole numbers.") from None
+        if not 1 <= page_size <= 100 or offset < 0:
+            raise refusal("invalid_parameters", "page_size must be 1 to 100.", param="page_size")
+        sort = query.get("sort") or "creation_time_unix"
+        direction = query.get("sort_direction") or "DESCENDING"
+        archived = str(query.get("include_archived") or "false").lower()
+        if sort not in ("creation_time_unix", "name") or direction not in ("ASCENDING", "DESCENDING"):
+            raise refusal(
+                "invalid_parameters",
+                "sort must be creation_time_unix or name; sort_direction ASCENDING or DESCENDING.",
+                param="sort",
+            )
+        if archived not in ("true", "false"):
+            raise refusal("invalid_parameters", "include_archived must be true or false.", param="include_archived")
+        return {
+            "cursor": str(offset),
+            "page_size": page_size,
+            "sort": sort,
+            "sort_direction": direction,
+            "include_archived": archived == "true",
+        }
+
+
+@routes.get(
+    BASE,
+    access=Access.FULL,
+    query=DictionaryListQuery,
+    operationId="list_dictionaries",
+    tags=[TAG],
+    summary="Dictionaries, paged.",
+    responses=responses({200: json_body("One page.", DictionaryPage)}, 422),
+)
 async def list_dictionaries(request: web.Request) -> web.Response:
     """Every dictionary, newest first (``sort=name`` by name), paged by ``cursor`` and ``page_size`` (1-100)."""
-    try:
-        page_size = int(request.query.get("page_size") or 30)
-        offset = int(request.query.get("cursor") or 0)
-    except ValueError as err:
-        raise _bad("page_size and cursor must be whole numbers.") from err
-    if not 1 <= page_size <= 100 or offset < 0:
-        raise _bad("page_size must be 1 to 100.", "page_size")
-    sort = request.query.get("sort") or "creation_time_unix"
-    direction = request.query.get("sort_direction") or "DESCENDING"
-    archived_raw = (request.query.get("include_archived") or "false").lower()
-    if sort not in ("creation_time_unix", "name") or direction not in ("ASCENDING", "DESCENDING"):
-        raise _bad("sort must be creation_time_unix or name; sort_direction ASCENDING or DESCENDING.", "sort")
-    if archived_raw not in ("true", "false"):
-        raise _bad("include_archived must be true or false.", "include_archived")
-    archived = archived_raw == "true"
+    query = parse_query(request, DictionaryListQuery, api_error)
+    page_size, offset, sort, archived = query.page_size, int(query.cursor or 0), query.sort, query.include_archived
+    direction = query.sort_direction
     metas = [
         m for m in await _store_call(request.app[DICTIONARIES].list()) if archived or not m.get("archived_time_unix")
     ]
@@ -245,6 +491,15 @@ async def list_dictionaries(request: web.Request) -> web.Response:
     )
 
 
+@routes.get(
+    BASE + "/{dictionary_id}",
+    access=Access.FULL,
+    operationId="get_dictionary",
+    tags=[TAG],
+    summary="A dictionary with its latest rules.",
+    path_params=_ID,
+    responses=responses({200: _WITH_RULES}, 404),
+)
 async def get_dictionary(request: web.Request) -> web.Response:
     """The dictionary with its latest version's rules."""
     dictionary = await _dictionary(request)
@@ -253,18 +508,26 @@ async def get_dictionary(request: web.Request) -> web.Response:
     return web.json_response(body)
 
 
+@routes.patch(
+    BASE + "/{dictionary_id}",
+    access=Access.FULL,
+    body=DictionaryUpdate,
+    operationId="update_dictionary",
+    tags=[TAG],
+    summary="Rename or archive a dictionary (no new version).",
+    path_params=_ID,
+    responses=responses({200: _WITH_RULES}, 400, 404, 422),
+)
 async def update_dictionary(request: web.Request) -> web.Response:
     """Rename or archive (``archived: true``) a dictionary; no new version is made."""
     dictionary = await _dictionary(request)
-    body = await _json_body(request)
+    body = await parse_body(request, DictionaryUpdate, api_error, bad_json=_BAD_BODY)
     store = request.app[DICTIONARIES]
     meta = dict(await _store_call(store.meta(dictionary.id, fresh=True)) or dictionary.meta())
-    if body.get("name") is not None:
-        meta["name"] = _name(body["name"])
-    if body.get("archived") is not None:
-        if not isinstance(body["archived"], bool):
-            raise _bad("Field 'archived' must be true or false.", "archived")
-        meta["archived_time_unix"] = int(time.time()) if body["archived"] else None
+    if body.name is not None:
+        meta["name"] = body.name
+    if body.archived is not None:
+        meta["archived_time_unix"] = int(time.time()) if body.archived else None
     await _store_call(store.backend_put_meta(dictionary.id, meta))
     return web.json_response(_metadata(meta) | {"rules": [rule.to_json() for rule in dictionary.rules]})
 
@@ -275,14 +538,14 @@ async def _new_version(request: web.Request, dictionary: Dictionary, rules: list
     return web.json_response({"id": saved.id, "version_id": saved.version_id, "version_rules_num": len(rules)})
 
 
+@routes.post(
+    BASE + "/{dictionary_id}/add-rules",
+    **_rules_doc("add_dictionary_rules", "A new version with these rules added (same string: replaced).", RulesRequest),
+)
 async def add_rules(request: web.Request) -> web.Response:
     """A new version with the rules added (a rule for a string already there replaces it)."""
     dictionary = await _dictionary(request)
-    body = await _json_body(request)
-    try:
-        added = parse_rules(body.get("rules"))
-    except RuleError as err:
-        raise _bad(str(err), "rules") from err
+    added = (await parse_body(request, RulesRequest, api_error, bad_json=_BAD_BODY)).parsed()
     strings = {rule.string_to_replace for rule in added}
     rules = [rule for rule in dictionary.rules if rule.string_to_replace not in strings] + added
     if len(rules) > MAX_RULES:  # every front re-reads the version through parse_rules, which holds to this bound
@@ -290,29 +553,47 @@ async def add_rules(request: web.Request) -> web.Response:
     return await _new_version(request, dictionary, rules)
 
 
+@routes.post(
+    BASE + "/{dictionary_id}/remove-rules",
+    **_rules_doc("remove_dictionary_rules", "A new version without the rules for these strings.", RemoveRulesRequest),
+)
 async def remove_rules(request: web.Request) -> web.Response:
     """A new version without the rules whose ``string_to_replace`` is listed."""
     dictionary = await _dictionary(request)
-    body = await _json_body(request)
-    strings = body.get("rule_strings")
-    if not isinstance(strings, list) or not all(isinstance(s, str) for s in strings):
-        raise _bad("Field 'rule_strings' must be a list of strings.", "rule_strings")
-    removed = set(strings)
+    body = await parse_body(request, RemoveRulesRequest, api_error, bad_json=_BAD_BODY)
+    removed = set(body.rule_strings)
     rules = [rule for rule in dictionary.rules if rule.string_to_replace not in removed]
     return await _new_version(request, dictionary, rules)
 
 
+@routes.post(
+    BASE + "/{dictionary_id}/set-rules",
+    **_rules_doc("set_dictionary_rules", "A new version holding exactly these rules.", RulesRequest),
+)
 async def set_rules(request: web.Request) -> web.Response:
     """A new version holding exactly the given rules."""
     dictionary = await _dictionary(request)
-    body = await _json_body(request)
-    try:
-        rules = parse_rules(body.get("rules"))
-    except RuleError as err:
-        raise _bad(str(err), "rules") from err
+    rules = (await parse_body(request, RulesRequest, api_error, bad_json=_BAD_BODY)).parsed()
     return await _new_version(request, dictionary, rules)
 
 
+@routes.get(
+    BASE + "/{dictionary_id}/{version_id}/download",
+    access=Access.FULL,
+    operationId="download_dictionary_version",
+    tags=[TAG],
+    summary="One version as a PLS lexicon.",
+    path_params={**_ID, "version_id": "The version's id."},
+    responses=responses(
+        {
+            200: {
+                "description": "The version as a PLS lexicon.",
+                "content": {"application/pls+xml": {"schema": {"type": "string"}}},
+            }
+        },
+        404,
+    ),
+)
 async def download(request: web.Request) -> web.Response:
     """One version as a PLS lexicon."""
     dictionary_id, version_id = request.match_info["dictionary_id"], request.match_info["version_id"]
@@ -333,14 +614,5 @@ async def download(request: web.Request) -> web.Response:
 
 
 def setup(app: web.Application) -> None:
-    """Register the dictionary routes and the store's lifecycle."""
+    """The dictionary store's lifecycle (the routes are on :data:`routes`)."""
     app.cleanup_ctx.append(dictionaries_context)
-    app.router.add_post(f"{BASE}/add-from-file", add_from_file)
-    app.router.add_post(f"{BASE}/add-from-rules", add_from_rules)
-    app.router.add_get(BASE, list_dictionaries)
-    app.router.add_get(BASE + "/{dictionary_id}", get_dictionary)
-    app.router.add_patch(BASE + "/{dictionary_id}", update_dictionary)
-    app.router.add_post(BASE + "/{dictionary_id}/add-rules", add_rules)
-    app.router.add_post(BASE + "/{dictionary_id}/remove-rules", remove_rules)
-    app.router.add_post(BASE + "/{dictionary_id}/set-rules", set_rules)
-    app.router.add_get(BASE + "/{dictionary_id}/{version_id}/download", download)

@@ -1,19 +1,28 @@
-"""``GET /openapi.json``: the OpenAPI 3.1 document of the speech API (unauthenticated, like the probes)."""
+"""``GET /openapi.json``: the OpenAPI 3.1 document of the speech API (unauthenticated, like the probes).
+
+The app factory puts the document's builder under ``app[OPENAPI_DOCUMENT]``: this module does not import
+:mod:`zsynth.openapi`, which reads the route tables.
+"""
 
 from __future__ import annotations
 
 from aiohttp import web
 
-# The module, not its function: zsynth.openapi reads constants of the route modules, so it may still be loading here.
-from .. import openapi
-from ..keys import SETTINGS
+from ..endpoints import OPENAPI_DOCUMENT, Access, Endpoints
+from .apidoc import JSON
+
+routes = Endpoints()
 
 
+@routes.get(
+    "/openapi.json",
+    access=Access.PUBLIC,
+    cors=False,
+    operationId="openapi",
+    tags=["operations"],
+    summary="This OpenAPI 3.1 document.",
+    responses={"200": {"description": "The document.", "content": {JSON: {"schema": {"type": "object"}}}}},
+)
 async def openapi_json(request: web.Request) -> web.Response:
     """The document, built once per process."""
-    return web.Response(body=openapi.document_bytes("speech", request.app[SETTINGS]), content_type="application/json")
-
-
-def setup(app: web.Application) -> None:
-    """Register the document route."""
-    app.router.add_get("/openapi.json", openapi_json)
+    return web.Response(body=request.app[OPENAPI_DOCUMENT](), content_type="application/json")

@@ -3,13 +3,40 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Literal
 
 from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field
 
 from .. import protocol
 from ..dispatch import DISPATCHER
+from ..endpoints import Access, Endpoints
 from ..keys import REDIS
 from ..voices.library import VOICE_LIBRARY
+from .apidoc import json_body, optional
+
+routes = Endpoints()
+
+
+class Health(BaseModel):
+    """The process answers."""
+
+    status: Literal["ok"]
+
+
+class Readiness(BaseModel):
+    """Counts only: never an address, a key or a worker id."""
+
+    model_config = ConfigDict(extra="allow")
+
+    status: Literal["ready", "not_ready"]
+    redis: bool = Field(description="Whether Redis answered.")
+    workers: int = Field(ge=0, description="Workers with a fresh heartbeat.")
+    tasks_down: list[str] = optional(description="Vital background tasks that crashed and have not run again yet.")
+    voice_library: str = optional(description="Why this box cannot share the voice library, when it cannot.")
+    voice_library_catching_up: bool = optional(
+        description="True while the start-up comparison with the bucket goes on."
+    )
 
 
 async def live_workers(app: web.Application) -> list[str]:
@@ -23,11 +50,32 @@ async def live_workers(app: web.Application) -> list[str]:
     return [i for i, beat in zip(ids, beats, strict=True) if beat is not None]
 
 
+@routes.get(
+    "/healthz",
+    access=Access.PUBLIC,
+    cors=False,
+    operationId="healthz",
+    tags=["operations"],
+    summary="Liveness: the process and its event loop answer.",
+    responses={"200": json_body("Alive.", Health)},
+)
 async def healthz(request: web.Request) -> web.Response:
     """The process is up and its event loop answers."""
     return web.json_response({"status": "ok"})
 
 
+@routes.get(
+    "/readyz",
+    access=Access.PUBLIC,
+    cors=False,
+    operationId="readyz",
+    tags=["operations"],
+    summary="Readiness: Redis answers and at least one worker's heartbeat is fresh.",
+    responses={
+        "200": json_body("Ready to synthesize.", Readiness),
+        "503": json_body("Not ready (Redis down, no live worker, or a vital background task down).", Readiness),
+    },
+)
 async def readyz(request: web.Request) -> web.Response:
     """Ready when Redis answers, at least one worker's heartbeat is fresh and no vital background task (the reply
     listener, the voice library's follower) is down after a crash (``tasks_down`` names them); reveals counts only.
@@ -54,9 +102,3 @@ async def readyz(request: web.Request) -> web.Response:
     if library is not None and library.catching_up:
         body["voice_library_catching_up"] = True
     return web.json_response(body, status=200 if ready else 503)
-
-
-def setup(app: web.Application) -> None:
-    """Register the health routes (never authenticated)."""
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)

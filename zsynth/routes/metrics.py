@@ -4,10 +4,29 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from ..endpoints import Access, Endpoints
 from ..keys import REDIS
 from ..metrics import CONTENT_TYPE, METRICS
+from .apidoc import responses
+
+routes = Endpoints()
 
 
+@routes.get(
+    "/metrics",
+    access=Access.FULL,
+    operationId="metrics",
+    tags=["operations"],
+    summary="Prometheus metrics of this front.",
+    responses=responses(
+        {
+            200: {
+                "description": "Prometheus text format (queue depth, workers, jobs, latencies, audio produced).",
+                "content": {"text/plain": {"schema": {"type": "string"}}},
+            }
+        }
+    ),
+)
 async def metrics(request: web.Request) -> web.Response:
     """Refresh the Redis-backed gauges and render every metric of this front."""
     registry = request.app[METRICS]
@@ -17,8 +36,3 @@ async def metrics(request: web.Request) -> web.Response:
     except Exception:  # noqa: BLE001 - the process metrics are still worth serving while Redis is down
         pass
     return web.Response(body=registry.render(), headers={"Content-Type": CONTENT_TYPE})
-
-
-def setup(app: web.Application) -> None:
-    """Register the metrics route."""
-    app.router.add_get("/metrics", metrics)

@@ -5,8 +5,43 @@ from __future__ import annotations
 from typing import Any, Final
 
 from aiohttp import web
+from pydantic import BaseModel
 
+from ..endpoints import Access, Endpoints
 from ..keys import SETTINGS
+from .apidoc import json_body, optional, responses
+
+routes = Endpoints()
+
+
+class Language(BaseModel):
+    """A language a model speaks."""
+
+    language_id: str
+    name: str
+
+
+class Model(BaseModel):
+    """The ElevenLabs model entry; every model_id in a request is served by this engine."""
+
+    model_id: str
+    name: str
+    can_be_finetuned: bool = optional()
+    can_do_text_to_speech: bool
+    can_do_voice_conversion: bool = optional()
+    can_use_style: bool = optional()
+    can_use_speaker_boost: bool = optional()
+    serves_pro_voices: bool = optional()
+    token_cost_factor: float
+    description: str
+    requires_alpha_access: bool = optional()
+    max_characters_request_free_user: int = optional()
+    max_characters_request_subscribed_user: int = optional()
+    maximum_text_length_per_request: int
+    languages: list[Language]
+    model_rates: dict[str, Any] = optional()
+    concurrency_group: str = optional()
+
 
 _ENGINE_NAMES: Final = {
     "piper": ("zsynth_piper", "zsynth Piper (CPU)", "Embedded CPU engine: Piper VITS, US English.", "standard"),
@@ -40,12 +75,17 @@ def model_entry(engine: str, max_text_chars: int) -> dict[str, Any]:
     }
 
 
+@routes.get(
+    "/v1/models",
+    access=Access.FULL,
+    operationId="list_models",
+    tags=["models"],
+    summary="List the models.",
+    responses=responses(
+        {200: json_body("A bare array (an object here breaks the SDK).", {"type": "array", "items": Model})}
+    ),
+)
 async def list_models(request: web.Request) -> web.Response:
     """The model list: one entry, a bare array (an object here breaks the SDK)."""
     settings = request.app[SETTINGS]
     return web.json_response([model_entry(settings.engine, settings.max_text_chars)])
-
-
-def setup(app: web.Application) -> None:
-    """Register the models route."""
-    app.router.add_get("/v1/models", list_models)

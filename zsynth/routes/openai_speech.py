@@ -24,17 +24,22 @@ import functools
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
+import pydantic
 from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo
 
 from ..audio import parse_output_format
 from ..dispatch import JobFailed
-from ..errors import ApiError
-from ..jsonbody import BadJson, read_json
+from ..endpoints import Access, Endpoints, parse_body, refusal
 from ..keys import SETTINGS
 from ..openai_audio import MAX_SPEED, MIN_SPEED, RESPONSE_FORMATS, STREAM_FORMATS, ResponseFormat
-from .tts import TtsRequest, audio_headers, finish_stream, job_failure, submit, text_options
+from .apidoc import AUDIO_HEADERS, OpenAIError, responses
+from .bodies import MAX_TEXT_CHARS, Locators, Normalization, api_error, one_of, require, text_limit, text_options
+from .tts import TtsRequest, audio_headers, finish_stream, job_failure, submit
+
+routes = Endpoints()
 
 PATH: Final = "/v1/audio/speech"
 # The engines' speed range (workers/engines/piper.py and turbo.py clamp voice_settings.speed to it).
@@ -62,91 +67,163 @@ def engine_speed(speed: float) -> float:
     return round(1.0 + octaves * span, 4)
 
 
-def _bad(status: int, code: str, message: str, param: str | None) -> ApiError:
-    return ApiError(status, code, message, param=param)
+class VoiceId(BaseModel):
+    """A voice given as an object, as OpenAI's newer clients send it."""
+
+    id: str = Field(pattern=r"\S")
 
 
-def _string(body: dict[str, Any], name: str, *, required: bool = False) -> str | None:
-    value = body.get(name)
+def _string(name: str, value: object, *, required: bool = False) -> object:
     if value is None and not required:
         return None
     if not isinstance(value, str) or (required and not value.strip()):
         need = "is required and must be a non-empty string" if required else "must be a string"
-        raise _bad(422, "invalid_parameters", f"Field '{name}' {need}.", name)
+        raise refusal("invalid_parameters", f"Field '{name}' {need}.")
     return value
 
 
-def _voice(body: dict[str, Any], mapping: dict[str, str]) -> str:
-    raw = body.get("voice")
-    if isinstance(raw, dict):
-        raw = raw.get("id")
-    if not isinstance(raw, str) or not raw.strip():
-        raise _bad(
-            422, "invalid_parameters", "Field 'voice' must be a voice name, a voice id or {\"id\": ...}.", "voice"
-        )
-    return mapping.get(raw, raw)
+def _choice(name: str, value: object, allowed: tuple[str, ...]) -> object:
+    if value is not None and value not in allowed:
+        raise refusal(f"invalid_{name}", f"Unsupported {name} {value!r}: use one of {', '.join(allowed)}.", 400)
+    return value
 
 
-def _speed(body: dict[str, Any]) -> float:
-    raw = body.get("speed")
-    if raw is None:
-        return 1.0
-    if isinstance(raw, bool) or not isinstance(raw, int | float) or not MIN_SPEED <= raw <= MAX_SPEED:
-        raise _bad(
-            422, "invalid_parameters", f"Field 'speed' must be a number from {MIN_SPEED} to {MAX_SPEED}.", "speed"
-        )
-    return float(raw)
+class OpenAISpeechRequest(BaseModel):
+    """The body of ``POST /v1/audio/speech`` (OpenAI's fields, plus ElevenLabs' text options)."""
+
+    model_config = ConfigDict(json_schema_extra=require("input", "voice"))
+
+    input: str = Field(
+        default=None,
+        validate_default=True,
+        pattern=r"\S",
+        description="The text to speak: not blank, at most ZSYNTH_MAX_TEXT_CHARS characters.",
+    )
+    model: str | None = Field(default=None, description="Any model name; accepted and echoed in x-model-id.")
+    instructions: str | None = Field(default=None, description="Accepted; the engines take no style prompts.")
+    response_format: Annotated[str | None, one_of(*RESPONSE_FORMATS)] = Field(
+        default=None, json_schema_extra={"default": "mp3"}
+    )
+    stream_format: Annotated[str | None, one_of(*STREAM_FORMATS)] = Field(
+        default=None, json_schema_extra={"default": "audio"}
+    )
+    voice: Annotated[str, Field(pattern=r"\S")] | VoiceId = Field(
+        default=None,
+        validate_default=True,
+        description='A name mapped by ZSYNTH_OPENAI_VOICES, a zsynth voice id, or {"id": ...}; anything else is '
+        "spoken by the swap-out voice.",
+    )
+    speed: float | None = Field(
+        default=None,
+        ge=MIN_SPEED,
+        le=MAX_SPEED,
+        description="Mapped onto the engine's 0.7-1.2, log-linearly: 0.25->0.7, 0.5->0.85, 1->1, 2->1.1, 4->1.2.",
+        json_schema_extra={"default": 1.0},
+    )
+    apply_text_normalization: Normalization
+    pronunciation_dictionary_locators: Locators
+
+    @pydantic.field_validator("input", mode="before")
+    @classmethod
+    def _input(cls, value: object, info: ValidationInfo) -> object:
+        _string("input", value, required=True)
+        assert isinstance(value, str)
+        limit = text_limit(info)
+        if len(value) > limit:
+            raise refusal(
+                "max_character_limit_exceeded",
+                f"'input' has {len(value)} characters and exceeds the limit of {limit} characters.",
+                400,
+            )
+        return value
+
+    @pydantic.field_validator("model", "instructions", mode="before")
+    @classmethod
+    def _optional_string(cls, value: object, info: ValidationInfo) -> object:
+        return _string(str(info.field_name), value)
+
+    @pydantic.field_validator("response_format", mode="before")
+    @classmethod
+    def _response_format(cls, value: object) -> object:
+        return _choice("response_format", value, tuple(RESPONSE_FORMATS))
+
+    @pydantic.field_validator("stream_format", mode="before")
+    @classmethod
+    def _stream_format(cls, value: object) -> object:
+        return _choice("stream_format", value, STREAM_FORMATS)
+
+    @pydantic.field_validator("voice", mode="before")
+    @classmethod
+    def _voice(cls, value: object) -> object:
+        raw = value.get("id") if isinstance(value, dict) else value
+        if not isinstance(raw, str) or not raw.strip():
+            raise refusal("invalid_parameters", "Field 'voice' must be a voice name, a voice id or {\"id\": ...}.")
+        return raw
+
+    @pydantic.field_validator("speed", mode="before")
+    @classmethod
+    def _speed(cls, value: object) -> object:
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int | float) or not MIN_SPEED <= value <= MAX_SPEED
+        ):
+            raise refusal("invalid_parameters", f"Field 'speed' must be a number from {MIN_SPEED} to {MAX_SPEED}.")
+        return value
 
 
-def _choice(body: dict[str, Any], name: str, allowed: tuple[str, ...], default: str) -> str:
-    value = body.get(name)
-    if value is None:
-        return default
-    if value not in allowed:
-        raise _bad(400, f"invalid_{name}", f"Unsupported {name} {value!r}: use one of {', '.join(allowed)}.", name)
-    return str(value)
+_BAD_BODY: Final = "The request body must be a JSON object with 'input' and 'voice'."
 
 
 async def parse_speech_request(request: web.Request) -> SpeechRequest:
     """Check the JSON body; raise ApiError (rendered in OpenAI's envelope) on bad input."""
-    try:
-        body = await read_json(request)
-    except BadJson as err:
-        raise _bad(
-            400, "invalid_json", "The request body must be a JSON object with 'input' and 'voice'.", None
-        ) from err
-    if not isinstance(body, dict):
-        raise _bad(400, "invalid_json", "The request body must be a JSON object with 'input' and 'voice'.", None)
     settings = request.app[SETTINGS]
-    text = _string(body, "input", required=True)
-    assert text is not None
-    if len(text) > settings.max_text_chars:
-        raise _bad(
-            400,
-            "max_character_limit_exceeded",
-            f"'input' has {len(text)} characters and exceeds the limit of {settings.max_text_chars} characters.",
-            "input",
-        )
-    model = _string(body, "model")
-    _string(body, "instructions")  # accepted (type-checked) and ignored: the engines take no style prompt
-    fmt = RESPONSE_FORMATS[_choice(body, "response_format", tuple(RESPONSE_FORMATS), "mp3")]
-    sse = _choice(body, "stream_format", STREAM_FORMATS, "audio") == "sse"
+    context = {MAX_TEXT_CHARS: settings.max_text_chars}
+    body = await parse_body(request, OpenAISpeechRequest, api_error, bad_json=_BAD_BODY, context=context)
+    fmt = RESPONSE_FORMATS[body.response_format or "mp3"]
+    voice = body.voice.id if isinstance(body.voice, VoiceId) else body.voice
     tts = TtsRequest(
-        voice_id=_voice(body, dict(settings.openai_voices)),
-        text=text,
+        voice_id=dict(settings.openai_voices).get(voice, voice),
+        text=body.input,
         fmt=parse_output_format(fmt.worker_format, route="stream"),
-        model_id=model,
-        voice_settings={"speed": engine_speed(_speed(body))},
+        model_id=body.model,
+        voice_settings={"speed": engine_speed(body.speed if body.speed is not None else 1.0)},
         seed=None,
-        options=text_options(body),
+        options=text_options(body.apply_text_normalization, body.pronunciation_dictionary_locators),
     )
-    return SpeechRequest(tts, fmt, sse)
+    return SpeechRequest(tts, fmt, body.stream_format == "sse")
 
 
 def _sse(event: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(event, separators=(",", ":")).encode() + b"\n\n"
 
 
+@routes.post(
+    PATH,
+    access=Access.TOKEN,
+    body=OpenAISpeechRequest,
+    operationId="openai_create_speech",
+    tags=["openai"],
+    summary="OpenAI speech API: synthesize input and stream it back.",
+    responses=responses(
+        {
+            200: {
+                "description": "The audio in response_format, streamed as it is made (flac is sent once complete), "
+                "or server-sent events (speech.audio.delta, then speech.audio.done) with stream_format sse.",
+                "headers": AUDIO_HEADERS,
+                "content": {
+                    **{fmt.media_type: {"schema": {}} for fmt in RESPONSE_FORMATS.values()},
+                    "text/event-stream": {"schema": {}},
+                },
+            }
+        },
+        400,
+        404,
+        413,
+        422,
+        429,
+        500,
+        envelope=OpenAIError,
+    ),
+)
 async def speech(request: web.Request) -> web.StreamResponse:
     """Synthesize ``input`` and stream it back as it is made (or as server-sent events)."""
     speech_request = await parse_speech_request(request)
@@ -190,8 +267,3 @@ async def speech(request: web.Request) -> web.StreamResponse:
                 await response.write(_sse({"type": "speech.audio.done", "usage": usage}))
 
         return await finish_stream(request, response, job_stream, write_all())
-
-
-def setup(app: web.Application) -> None:
-    """Register the OpenAI speech route."""
-    app.router.add_post(PATH, speech)

@@ -13,18 +13,23 @@ from __future__ import annotations
 import base64
 import json
 import logging
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
 from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..alignment import Timeline, join_chunks
 from ..dispatch import JobFailed
+from ..endpoints import Endpoints
 from ..marks import CLOSE, OPEN
 from ..protocol import Event
 from ..spoken import AlignmentMapper, Spoken
-from .tts import audio_headers, finish_stream, job_failure, parse_tts_request, submit
+from .apidoc import AUDIO_HEADERS, json_body
+from .tts import audio_headers, finish_stream, job_failure, parse_tts_request, submit, synthesis_doc
 
 logger = logging.getLogger(__name__)
+
+routes = Endpoints()
 
 
 def _alignment_body(chars: list[str], starts: list[float], ends: list[float]) -> dict[str, Any] | None:
@@ -69,6 +74,33 @@ def _rounded(aligned: Aligned) -> Aligned:
     return chars, [round(v, 3) for v in starts], [round(v, 3) for v in ends]
 
 
+class CharacterAlignment(BaseModel):
+    """One entry per character of the text, times in seconds from the start of the whole audio."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    characters: list[str]
+    character_start_times_seconds: list[Annotated[float, Field(ge=0)]]
+    character_end_times_seconds: list[Annotated[float, Field(ge=0)]]
+
+
+class AudioWithTimestamps(BaseModel):
+    """Audio and its character timing; the alignments are null when there is none (e.g. a chunk of trailing audio).
+    ``alignment`` is on the request's characters; ``normalized_alignment`` on the characters spoken, which differ
+    when the text was rewritten (normalization, a dictionary's alias, a break tag)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    audio_base64: str = Field(
+        description="The audio in output_format, base64-encoded.", json_schema_extra={"contentEncoding": "base64"}
+    )
+    alignment: CharacterAlignment | None
+    normalized_alignment: CharacterAlignment | None
+
+
+# The with-timestamps answers carry the TTS headers except x-model-id (the body is JSON, not audio).
+HEADERS: Final = {name: header for name, header in AUDIO_HEADERS.items() if name != "x-model-id"}
+
 # The with-timestamps routes answer JSON whatever the audio format inside it.
 JSON_TYPE: Final = {"Content-Type": "application/json"}
 
@@ -77,6 +109,19 @@ def _json(payload: dict[str, Any]) -> str:
     return json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
 
 
+@routes.post(
+    "/v1/text-to-speech/{voice_id}/with-timestamps",
+    **synthesis_doc(
+        "convert",
+        "text_to_speech_with_timestamps",
+        "Synthesize; answer with the whole audio and its character timing when complete.",
+        json_body(
+            "One JSON object: the whole audio as base64 and the alignment of the whole text.",
+            AudioWithTimestamps,
+            HEADERS,
+        ),
+    ),
+)
 async def convert_with_timestamps(request: web.Request) -> web.Response:
     """The whole audio as base64 plus the alignment of the whole text, once synthesis is complete."""
     tts = await parse_tts_request(request, "convert")
@@ -102,6 +147,21 @@ async def convert_with_timestamps(request: web.Request) -> web.Response:
         return web.Response(text=_json(body), headers=audio_headers(request, tts, stream.job) | JSON_TYPE)
 
 
+@routes.post(
+    "/v1/text-to-speech/{voice_id}/stream/with-timestamps",
+    **synthesis_doc(
+        "stream",
+        "text_to_speech_stream_with_timestamps",
+        "Synthesize; stream each chunk's audio and character timing as soon as it is ready.",
+        json_body(
+            "Newline-delimited JSON, sent as application/json (as ElevenLabs does): one AudioWithTimestamps object "
+            "per line, per audio chunk. Times are from the start of the whole audio on every line. A job that fails "
+            "mid-stream aborts the connection, so the body has no proper end.",
+            AudioWithTimestamps,
+            HEADERS,
+        ),
+    ),
+)
 async def stream_with_timestamps(request: web.Request) -> web.StreamResponse:
     """One JSON object per line, per chunk, as the worker makes them."""
     tts = await parse_tts_request(request, "stream")
@@ -137,9 +197,3 @@ async def stream_with_timestamps(request: web.Request) -> web.StreamResponse:
                 event = following
 
         return await finish_stream(request, response, job_stream, write_all())
-
-
-def setup(app: web.Application) -> None:
-    """Register the with-timestamps routes."""
-    app.router.add_post("/v1/text-to-speech/{voice_id}/with-timestamps", convert_with_timestamps)
-    app.router.add_post("/v1/text-to-speech/{voice_id}/stream/with-timestamps", stream_with_timestamps)

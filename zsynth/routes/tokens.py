@@ -3,36 +3,77 @@
 from __future__ import annotations
 
 import logging
+from typing import Literal
 
+import pydantic
 from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field
 
-from ..auth import AUTHENTICATOR, CREDENTIAL, AuthError, clamp_ttl
+from ..auth import AUTHENTICATOR, CREDENTIAL, TTL_DEFAULT, AuthError, clamp_ttl
+from ..endpoints import Access, Endpoints, parse_body, refusal
 from ..errors import ApiError
-from ..jsonbody import BadJson, loads
 from ..keys import REQUEST_ID
+from .apidoc import json_body, responses
+from .bodies import api_error
 
 logger = logging.getLogger(__name__)
+
+routes = Endpoints()
 
 _BAD_BODY = "The request body must be a JSON object, optionally with an integer 'ttl_seconds'."
 
 
+class TokenRequest(BaseModel):
+    """The body of ``POST /v1/tokens/ephemeral`` (optional: no body means the defaults)."""
+
+    ttl_seconds: int | None = Field(
+        default=None,
+        description="Lifetime in seconds (default 300, clamped to 30-600).",
+        json_schema_extra={"default": TTL_DEFAULT},
+    )
+
+    @pydantic.field_validator("ttl_seconds", mode="before")
+    @classmethod
+    def _ttl(cls, value: object) -> int:
+        try:
+            return clamp_ttl(value)
+        except ValueError as err:
+            raise refusal("invalid_parameters", str(err)) from None
+
+    @property
+    def ttl(self) -> int:
+        """The token's lifetime in seconds."""
+        return clamp_ttl(self.ttl_seconds)
+
+
+class TokenResponse(BaseModel):
+    """A new token."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    token: str = Field(pattern="^zsk_temp_")
+    expires_at: int = Field(description="Unix time the token stops working.")
+    scope: Literal["tts"]
+
+
+# A full key must never reach a browser, so the route that needs one is not offered to browsers at all.
+@routes.post(
+    "/v1/tokens/ephemeral",
+    access=Access.FULL,
+    cors=False,
+    body=TokenRequest,
+    body_required=False,
+    operationId="mint_token",
+    tags=["tokens"],
+    summary="Mint an ephemeral token a browser may use to synthesize and read voices.",
+    responses=responses(
+        {200: json_body("The new token (Cache-Control: no-store).", TokenResponse)}, 400, 413, 422, 501
+    ),
+)
 async def mint(request: web.Request) -> web.Response:
     """Mint a token valid for ``ttl_seconds`` (default 300, clamped to 30-600) for a browser to use."""
-    body: object = {}
-    if request.body_exists:
-        raw = await request.read()
-        if raw.strip():
-            try:
-                # Fix (hostile input): json.loads let deep nesting and 5000-digit numbers through as 500s.
-                body = loads(raw)
-            except BadJson as err:
-                raise ApiError(400, "invalid_json", _BAD_BODY) from err
-    if not isinstance(body, dict):
-        raise ApiError(400, "invalid_json", _BAD_BODY)
-    try:
-        ttl = clamp_ttl(body.get("ttl_seconds"))
-    except ValueError as err:
-        raise ApiError(422, "invalid_parameters", str(err), param="ttl_seconds") from err
+    body = await parse_body(request, TokenRequest, api_error, bad_json=_BAD_BODY, optional=True)
+    ttl = body.ttl
     try:
         token, expires_at = await request.app[AUTHENTICATOR].mint_token(ttl, parent=request[CREDENTIAL])
     except AuthError as err:
@@ -41,8 +82,3 @@ async def mint(request: web.Request) -> web.Response:
     return web.json_response(
         {"token": token, "expires_at": expires_at, "scope": "tts"}, headers={"Cache-Control": "no-store"}
     )
-
-
-def setup(app: web.Application) -> None:
-    """Register the token route (full keys only: the auth middleware refuses tokens here)."""
-    app.router.add_post("/v1/tokens/ephemeral", mint)

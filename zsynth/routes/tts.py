@@ -6,26 +6,42 @@ import logging
 import re
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, ClassVar, Final
 
+import pydantic
 from aiohttp import web
 from aiohttp.client_exceptions import ClientConnectionResetError
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo
 
-from ..audio import OutputFormat, OutputFormatError, parse_output_format
+from ..audio import ALLOWED_OUTPUT_FORMATS, DEFAULT_OUTPUT_FORMAT, OutputFormat, OutputFormatError, parse_output_format
 from ..auth import CREDENTIAL
 from ..dispatch import JobFailed, JobStream
+from ..endpoints import Access, Endpoints, parse_body, parse_query, refusal
 from ..errors import ApiError
-from ..jsonbody import BadJson, read_json
 from ..keys import REQUEST_ID, SETTINGS
 from ..protocol import Job
 from ..spoken import Spoken
 from ..synthesis import Failure, SynthesisFailed, SynthesisRequest, SynthesisService, classify, queue_owner
-from ..textprep import TextOptionError, TextOptions, parse_options
+from ..textprep import TextOptions
 from ..voice_settings import InvalidParameter, check_seed
-from ..voice_settings import check_voice_settings as check_settings
+from .apidoc import AUDIO_HEADERS, responses
+from .bodies import (
+    MAX_TEXT_CHARS,
+    Locators,
+    Normalization,
+    api_error,
+    checked_voice_settings,
+    require,
+    text_limit,
+    text_options,
+)
 
 logger = logging.getLogger(__name__)
 
+routes = Endpoints()
+
+#: The most a seed may be (ElevenLabs' range).
+MAX_SEED: Final = 4294967295
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -44,61 +60,165 @@ class TtsRequest:
     spoken: Spoken | None = None
 
 
-def text_options(body: dict[str, Any]) -> TextOptions:
-    """The body's ``apply_text_normalization`` and ``pronunciation_dictionary_locators``, or ApiError."""
-    try:
-        return parse_options(body)
-    except TextOptionError as err:
-        raise api_error(classify(err)) from err
+# ----- request models ----------------------------------------------------------------------------------------------
+
+
+class VoiceSettingsInput(BaseModel):
+    """Per-request voice settings; unknown fields are ignored, out-of-range values are clamped."""
+
+    # Unknown fields travel to the worker as they came.
+    model_config = ConfigDict(extra="allow")
+
+    stability: float | None = None
+    similarity_boost: float | None = None
+    style: float | None = None
+    use_speaker_boost: bool | None = None
+    speed: float | None = None
+
+
+def _voice_settings(value: object) -> object:
+    return checked_voice_settings(value) if value is not None else None
+
+
+class TextToSpeechRequest(BaseModel):
+    """The body of every ElevenLabs synthesis route (convert, stream and both with-timestamps)."""
+
+    model_config = ConfigDict(json_schema_extra=require("text"))
+
+    text: str = Field(
+        default=None,
+        validate_default=True,
+        pattern=r"\S",
+        description="The text to speak: not blank, at most ZSYNTH_MAX_TEXT_CHARS characters.",
+    )
+    model_id: str | None = Field(default=None, description="Accepted and echoed; the engine is fixed.")
+    voice_settings: Annotated[VoiceSettingsInput | None, pydantic.BeforeValidator(_voice_settings)] = None
+    seed: int | None = Field(default=None, ge=0, le=MAX_SEED)
+    apply_text_normalization: Normalization
+    pronunciation_dictionary_locators: Locators
+
+    @pydantic.field_validator("text", mode="before")
+    @classmethod
+    def _text(cls, value: object, info: ValidationInfo) -> object:
+        if not isinstance(value, str) or not value.strip():
+            raise refusal("invalid_parameters", "Field 'text' is required and must be a non-empty string.")
+        limit = text_limit(info)
+        if len(value) > limit:
+            raise refusal(
+                "max_character_limit_exceeded",
+                f"This request's text has {len(value)} characters and exceeds the character limit of {limit} "
+                "characters.",
+                400,
+            )
+        return value
+
+    @pydantic.field_validator("model_id", mode="before")
+    @classmethod
+    def _model_id(cls, value: object) -> object:
+        if value is not None and not isinstance(value, str):
+            raise refusal("invalid_parameters", "Field 'model_id' must be a string.")
+        return value
+
+    @pydantic.field_validator("seed", mode="before")
+    @classmethod
+    def _seed(cls, value: object) -> object:
+        try:
+            return check_seed(value)
+        except InvalidParameter as err:
+            raise refusal(err.code, err.message) from None
+
+    def voice_settings_dict(self) -> dict[str, Any]:
+        """The voice settings as the worker takes them (unknown fields kept, nulls as sent)."""
+        return {} if self.voice_settings is None else self.voice_settings.model_dump(exclude_unset=True)
+
+
+class _FormatQuery(BaseModel):
+    route: ClassVar[str]
+    output_format: str
+
+    @pydantic.field_validator("output_format", mode="before")
+    @classmethod
+    def _check(cls, value: object) -> object:
+        try:
+            parse_output_format(value if isinstance(value, str) else None, route=cls.route)
+        except OutputFormatError as err:
+            raise refusal("invalid_output_format", str(err), 400) from None
+        return value
+
+    def parsed(self) -> OutputFormat:
+        """The output format."""
+        return parse_output_format(self.output_format, route=self.route)
+
+
+def _format_field(route: str) -> Any:
+    return Field(
+        default=DEFAULT_OUTPUT_FORMAT,
+        description="Codec, sample rate and bitrate of the audio.",
+        json_schema_extra={"enum": list(ALLOWED_OUTPUT_FORMATS[route])},
+    )
+
+
+class ConvertQuery(_FormatQuery):
+    """The query of the whole-body synthesis routes (wav too)."""
+
+    route: ClassVar[str] = "convert"
+    output_format: str = _format_field("convert")
+
+
+class StreamQuery(_FormatQuery):
+    """The query of the streaming synthesis routes."""
+
+    route: ClassVar[str] = "stream"
+    output_format: str = _format_field("stream")
+
+
+#: Each synthesis route's query model.
+QUERIES: Final[dict[str, type[_FormatQuery]]] = {"convert": ConvertQuery, "stream": StreamQuery}
+_BAD_BODY: Final = "The request body must be a JSON object with a 'text' field."
+
+
+def media_types(route: str) -> list[str]:
+    """The audio media types a route may answer with, one per codec of its output formats."""
+    return sorted({parse_output_format(name, route=route).media_type for name in ALLOWED_OUTPUT_FORMATS[route]})
+
+
+def synthesis_doc(route: str, operation_id: str, summary: str, ok: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The declaration of an ElevenLabs synthesis route: access, models and OpenAPI fields (``ok``: its 200;
+    by default the audio bytes)."""
+    audio = ok or {
+        "description": "The audio, in the media type of output_format (mp3 unless asked otherwise).",
+        "headers": AUDIO_HEADERS,
+        "content": {media: {"schema": {}} for media in media_types(route)},
+    }
+    return {
+        "access": Access.TOKEN,
+        "body": TextToSpeechRequest,
+        "query": QUERIES[route],
+        "operationId": operation_id,
+        "tags": ["text-to-speech"],
+        "summary": summary,
+        "path_params": {"voice_id": "A built-in or cloned voice; unknown ids are spoken by the swap-out voice."},
+        "responses": responses({200: audio}, 400, 404, 413, 422, 429, 500),
+    }
 
 
 async def parse_tts_request(request: web.Request, route: str) -> TtsRequest:
     """Validate path, query and JSON body; raise ApiError with the ElevenLabs envelope on bad input."""
-    voice_id = request.match_info["voice_id"]
-    try:
-        fmt = parse_output_format(request.query.get("output_format"), route=route)
-    except OutputFormatError as err:
-        raise ApiError(400, "invalid_output_format", str(err), param="output_format") from err
-    try:
-        # Not request.json(): read_json bounds nesting and number sizes and refuses bogus charsets.
-        body = await read_json(request)
-    except BadJson as err:
-        raise ApiError(400, "invalid_json", "The request body must be a JSON object with a 'text' field.") from err
-    if not isinstance(body, dict):
-        raise ApiError(400, "invalid_json", "The request body must be a JSON object with a 'text' field.")
-    text = body.get("text")
-    if not isinstance(text, str) or not text.strip():
-        raise ApiError(
-            422, "invalid_parameters", "Field 'text' is required and must be a non-empty string.", param="text"
-        )
-    limit = request.app[SETTINGS].max_text_chars
-    if len(text) > limit:
-        raise ApiError(
-            400,
-            "max_character_limit_exceeded",
-            f"This request's text has {len(text)} characters and exceeds the character limit of {limit} characters.",
-            param="text",
-        )
-    model_id = body.get("model_id")
-    if model_id is not None and not isinstance(model_id, str):
-        raise ApiError(422, "invalid_parameters", "Field 'model_id' must be a string.", param="model_id")
-    try:
-        voice_settings = check_settings(body.get("voice_settings"))
-        seed = check_seed(body.get("seed"))
-    except InvalidParameter as err:
-        raise ApiError(422, err.code, err.message, param=err.param) from err
-    return TtsRequest(voice_id, text, fmt, model_id, voice_settings, seed, text_options(body))
+    query = parse_query(request, QUERIES[route], api_error)
+    context = {MAX_TEXT_CHARS: request.app[SETTINGS].max_text_chars}
+    body = await parse_body(request, TextToSpeechRequest, api_error, bad_json=_BAD_BODY, context=context)
+    return TtsRequest(
+        request.match_info["voice_id"],
+        body.text,
+        query.parsed(),
+        body.model_id,
+        body.voice_settings_dict(),
+        body.seed,
+        text_options(body.apply_text_normalization, body.pronunciation_dictionary_locators),
+    )
 
 
-def check_voice_settings(raw: object) -> dict[str, Any]:
-    """The request's voice settings (:func:`zsynth.voice_settings.check_voice_settings`), or a 422 ApiError."""
-    try:
-        return check_settings(raw)
-    except InvalidParameter as err:
-        raise ApiError(422, err.code, err.message, param=err.param) from err
-
-
-def api_error(failure: Failure) -> ApiError:
+def failure_error(failure: Failure) -> ApiError:
     """A classified failure in the HTTP routes' envelope."""
     return ApiError(
         failure.http_status, failure.code, failure.message, param=failure.param, headers=failure.headers or None
@@ -107,7 +227,7 @@ def api_error(failure: Failure) -> ApiError:
 
 def job_failure(err: JobFailed) -> ApiError:
     """A failed job as the error a client sees; 503 + Retry-After for transient ones."""
-    return api_error(classify(err))
+    return failure_error(classify(err))
 
 
 def audio_headers(request: web.Request, tts: TtsRequest, job: Job) -> dict[str, str]:
@@ -120,7 +240,7 @@ def audio_headers(request: web.Request, tts: TtsRequest, job: Job) -> dict[str, 
         "x-voice-id": job.voice_id,
     }
     if tts.model_id:
-        # aiohttp refuses to write a header with a control character in it (header injection).
+        # aiohttp refuses to write a header holding a control character (header injection).
         headers["x-model-id"] = _CONTROL_CHARS.sub("", tts.model_id)
     return headers
 
@@ -160,9 +280,13 @@ async def submit(request: web.Request, tts: TtsRequest, *, alignment: bool = Fal
         )
         return await service.submit(job, owner=queue_owner(request.get(CREDENTIAL)))
     except SynthesisFailed as err:
-        raise api_error(err.failure) from err
+        raise failure_error(err.failure) from err
 
 
+@routes.post(
+    "/v1/text-to-speech/{voice_id}",
+    **synthesis_doc("convert", "text_to_speech", "Synthesize; answer when complete."),
+)
 async def convert(request: web.Request) -> web.Response:
     """Whole-body synthesis: the answer is sent once the audio is complete."""
     tts = await parse_tts_request(request, "convert")
@@ -176,6 +300,10 @@ async def convert(request: web.Request) -> web.Response:
         return web.Response(body=b"".join(parts), headers=audio_headers(request, tts, stream.job))
 
 
+@routes.post(
+    "/v1/text-to-speech/{voice_id}/stream",
+    **synthesis_doc("stream", "text_to_speech_stream", "Synthesize; stream each chunk as soon as it is ready."),
+)
 async def stream(request: web.Request) -> web.StreamResponse:
     """Chunked synthesis: each chunk is written as soon as the worker publishes it.
 
@@ -228,9 +356,3 @@ async def finish_stream(
         return response
     await response.write_eof()
     return response
-
-
-def setup(app: web.Application) -> None:
-    """Register the TTS routes."""
-    app.router.add_post("/v1/text-to-speech/{voice_id}", convert)
-    app.router.add_post("/v1/text-to-speech/{voice_id}/stream", stream)

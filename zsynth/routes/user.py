@@ -8,8 +8,51 @@ from __future__ import annotations
 from typing import Any
 
 from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field
 
+from ..endpoints import Access, Endpoints
 from ..voices.catalog import VOICES
+from .apidoc import json_body, optional, responses
+
+routes = Endpoints()
+
+
+class Subscription(BaseModel):
+    """A self-hosted stub: nothing is metered, the limits are generous constants."""
+
+    model_config = ConfigDict(extra="allow")
+
+    tier: str
+    character_count: int
+    character_limit: int
+    can_extend_character_limit: bool = optional()
+    allowed_to_extend_character_limit: bool = optional()
+    next_character_count_reset_unix: int | None = None
+    voice_slots_used: int = Field(ge=0)
+    voice_limit: int
+    professional_voice_limit: int = optional()
+    can_use_instant_voice_cloning: bool = optional()
+    can_use_professional_voice_cloning: bool = optional()
+    currency: str | None = None
+    status: str
+    billing_period: str | None = None
+    character_refresh_period: str | None = None
+
+
+class User(BaseModel):
+    """The account: a stub carrying the subscription."""
+
+    model_config = ConfigDict(extra="allow")
+
+    user_id: str
+    workspace_id: str = optional()
+    subscription: Subscription
+    is_new_user: bool
+    xi_api_key: None = Field(description="Never echoed.")
+    is_api_key_hashed: bool = optional()
+    first_name: str | None = None
+    created_at: int
+    seat_type: str = optional()
 
 
 def subscription(voices_used: int) -> dict[str, Any]:
@@ -45,11 +88,27 @@ def subscription(voices_used: int) -> dict[str, Any]:
     }
 
 
+@routes.get(
+    "/v1/user/subscription",
+    access=Access.FULL,
+    operationId="get_subscription",
+    tags=["user"],
+    summary="The subscription (a stub; voice_slots_used counts the clones).",
+    responses=responses({200: json_body("The subscription.", Subscription)}),
+)
 async def get_subscription(request: web.Request) -> web.Response:
     """``GET /v1/user/subscription``."""
     return web.json_response(subscription(request.app[VOICES].clone_count()))
 
 
+@routes.get(
+    "/v1/user",
+    access=Access.FULL,
+    operationId="get_user",
+    tags=["user"],
+    summary="The account (a stub).",
+    responses=responses({200: json_body("The user.", User)}),
+)
 async def get_user(request: web.Request) -> web.Response:
     """``GET /v1/user``: a stub account carrying the same subscription."""
     return web.json_response(
@@ -73,9 +132,3 @@ async def get_user(request: web.Request) -> web.Response:
             "partnerstack_partner_default_link": None,
         }
     )
-
-
-def setup(app: web.Application) -> None:
-    """Register the account stub routes."""
-    app.router.add_get("/v1/user", get_user)
-    app.router.add_get("/v1/user/subscription", get_subscription)

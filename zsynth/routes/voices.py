@@ -4,7 +4,7 @@ edits (``POST /v1/voices/{id}/edit``, ``POST /v1/voices/{id}/settings/edit``) an
 
 Every change goes through the box's :class:`~zsynth.voices.library.VoiceLibrary`: with a bucket it is durable there
 before the answer, and a bucket that cannot be reached answers 503 ``voice_storage_unavailable`` with
-``Retry-After`` and changes nothing. Full-key-only scope on the changes is enforced by the auth middleware, by path.
+``Retry-After`` and changes nothing. The changes are declared for full keys only (tokens may read).
 """
 
 from __future__ import annotations
@@ -15,15 +15,18 @@ import binascii
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Annotated, Any, Final, Literal
 
+import pydantic
 from aiohttp import BodyPartReader, MultipartReader, hdrs, web
 from aiohttp.helpers import parse_mimetype
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler
+from pydantic import BaseModel, Field
 
 from .. import protocol
 from ..aws import client_config
+from ..endpoints import Access, Endpoints, parse_query, refusal, validate
 from ..errors import ApiError
 from ..jsonbody import BadJson, loads
 from ..keys import REDIS, REQUEST_ID, SETTINGS
@@ -35,8 +38,12 @@ from ..voices.catalog import VOICES, clone_object, new_clone_meta
 from ..voices.clips import ADVICE, STORE_RATE, Clip, ClipError, build_reference, decode_clip, encode_wav
 from ..voices.library import VOICE_LIBRARY, StorageUnavailable, VoiceGone, VoiceLibrary
 from ..voices.store import reference_name, revision
+from .apidoc import json_body, responses
+from .bodies import api_error, checked_voice_settings, one_of, refusing
 
 logger = logging.getLogger(__name__)
+
+routes = Endpoints()
 
 MAX_FILES: Final = 10
 MAX_FIELD_BYTES: Final = 64 * 1024
@@ -53,6 +60,151 @@ VOICE_TYPES: Final[dict[str, tuple[str, ...]]] = {
     "non-community": ("premade", "cloned"),
     "saved": ("premade", "cloned"),
 }
+
+
+# ----- response shapes -------------------------------------------------------------------------------------------
+
+
+class VoiceSettings(BaseModel):
+    """The five voice settings, as listed and as saved."""
+
+    stability: float
+    similarity_boost: float
+    style: float
+    use_speaker_boost: bool
+    speed: float
+
+
+class Voice(BaseModel):
+    """The ElevenLabs Voice: every field the SDK's model names, required or not."""
+
+    voice_id: str
+    name: str
+    category: Literal["premade", "cloned"]
+    labels: dict[str, str]
+    description: str | None
+    preview_url: None
+    available_for_tiers: list[str]
+    high_quality_base_model_ids: list[str]
+    settings: VoiceSettings
+    samples: list[dict[str, Any]] | None
+    created_at_unix: int = Field(ge=0)
+    fine_tuning: dict[str, Any]
+    sharing: None
+    verified_languages: list[dict[str, Any]]
+    voice_verification: dict[str, Any]
+    is_owner: bool
+    is_legacy: bool
+
+
+class VoiceList(BaseModel):
+    """Every voice."""
+
+    voices: list[Voice]
+
+
+class VoicePage(BaseModel):
+    """One page of voices."""
+
+    voices: list[Voice]
+    has_more: bool
+    total_count: int = Field(ge=0)
+    next_page_token: str | None
+
+
+class AddVoiceResponse(BaseModel):
+    """The new voice's id."""
+
+    voice_id: str
+    requires_verification: bool
+
+
+class DeleteResponse(BaseModel):
+    """The voice is gone."""
+
+    status: Literal["ok"]
+
+
+class EditResponse(BaseModel):
+    """The change is saved."""
+
+    status: Literal["ok"]
+
+
+_VOICE_ID: Final = {"voice_id": "A voice id (built-in, or custom-... for clones)."}
+_STORAGE_503: Final = (
+    " With ZSYNTH_VOICES_BUCKET set the change is in the bucket before the answer; a bucket that cannot be reached "
+    "answers 503 voice_storage_unavailable with Retry-After and changes nothing."
+)
+_SETTINGS: Final = json_body("The settings.", VoiceSettings)
+_FILES: Final = {"contentType": "audio/*, application/octet-stream"}
+# Cloning and editing take multipart uploads (audio files and form fields), not JSON: no request model validates
+# them, so their schemas are written here.
+_CLONE_BODY: Final = {
+    "required": True,
+    "content": {
+        "multipart/form-data": {
+            "schema": {
+                "type": "object",
+                "required": ["name", "files"],
+                "properties": {
+                    "name": {"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARS},
+                    "files": {
+                        "type": "array",
+                        "minItems": 1,
+                        "maxItems": MAX_FILES,
+                        "description": "Reference clips (wav, flac, ogg or mp3; 'file' is accepted too), each at most "
+                        "ZSYNTH_VOICE_CLIP_MAX_BYTES.",
+                        "items": {"type": "string", "contentMediaType": "application/octet-stream"},
+                    },
+                    "description": {"type": "string"},
+                    "labels": {
+                        "type": "string",
+                        "description": 'A JSON object of strings, e.g. {"accent": "british"}.',
+                    },
+                },
+            },
+            "encoding": {"files": _FILES},
+        }
+    },
+}
+_EDIT_BODY: Final = {
+    "required": True,
+    "content": {
+        "multipart/form-data": {
+            "schema": {
+                "type": "object",
+                "required": ["name"],
+                "description": "Fields left out keep their value; new files replace the reference clip on every box.",
+                "properties": {
+                    "name": {"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARS},
+                    "description": {"type": "string"},
+                    "labels": {"type": "string", "description": 'A JSON object of strings; "null" keeps the labels.'},
+                    "files": {
+                        "type": "array",
+                        "maxItems": MAX_FILES,
+                        "description": "A new reference (same rules as cloning).",
+                        "items": {"type": "string", "contentMediaType": "application/octet-stream"},
+                    },
+                },
+            },
+            "encoding": {"files": _FILES},
+        }
+    },
+}
+
+
+def _delete_doc(operation_id: str) -> dict[str, Any]:
+    return {
+        "access": Access.FULL,
+        "operationId": operation_id,
+        "tags": ["voices"],
+        "summary": "Remove a cloned voice." + _STORAGE_503,
+        "path_params": _VOICE_ID,
+        "responses": responses(
+            {200: json_body("Removed on every box (the bucket keeps a tombstone).", DeleteResponse)}, 400, 404
+        ),
+    }
 
 
 # ----- lifecycle -------------------------------------------------------------------------------------------------
@@ -152,6 +304,14 @@ def _arriving(request: web.Request, body: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
+@routes.get(
+    "/v1/voices",
+    access=Access.TOKEN,
+    operationId="list_voices",
+    tags=["voices"],
+    summary="Every voice, built-in first.",
+    responses=responses({200: json_body("The voices.", VoiceList)}),
+)
 async def list_v1(request: web.Request) -> web.Response:
     """``GET /v1/voices``: every voice, built-in first."""
     return web.json_response(_arriving(request, {"voices": request.app[VOICES].all()}))
@@ -188,42 +348,94 @@ def _matches(voice: dict[str, Any], needle: str) -> bool:
     return any(needle in str(text).lower() for text in haystack)
 
 
-def _filter(voices: list[dict[str, Any]], query: Any) -> list[dict[str, Any]]:
-    if search := query.get("search", "").strip().lower():
+def _token(value: object) -> object:
+    if value:
+        _token_offset(str(value))
+    return value
+
+
+def _voice_type(value: object) -> object:
+    if value and value not in VOICE_TYPES:
+        raise refusal("invalid_parameters", f"voice_type must be one of {', '.join(VOICE_TYPES)}.")
+    return value
+
+
+def _sort_direction(value: object) -> object:
+    if value is not None and value not in ("asc", "desc"):
+        raise refusal("invalid_parameters", "sort_direction must be asc or desc.")
+    return value
+
+
+def _sort_key(value: object) -> object:
+    if value is not None and value not in SORTS:
+        raise refusal("invalid_parameters", "sort must be created_at_unix or name.")
+    return value
+
+
+class VoiceListQuery(BaseModel):
+    """The query of ``GET /v2/voices`` (fields in the order they are checked)."""
+
+    page_size: Annotated[int, pydantic.BeforeValidator(refusing(_page_size))] = Field(
+        default=10, ge=1, le=100, description="Page size."
+    )
+    next_page_token: Annotated[str | None, pydantic.BeforeValidator(refusing(_token))] = Field(
+        default=None, description="The token of the previous page."
+    )
+    search: str | None = Field(default=None, description="Case-insensitive match on name, description and labels.")
+    category: str | None = Field(default=None, description="premade or cloned.")
+    voice_type: Annotated[str | None, pydantic.BeforeValidator(_voice_type), one_of(*VOICE_TYPES)] = Field(
+        default=None, description="The ElevenLabs voice type filter."
+    )
+    voice_ids: list[str] | None = Field(default=None, description="Only these voices (repeat the parameter).")
+    sort_direction: Annotated[str | None, pydantic.BeforeValidator(_sort_direction), one_of("asc", "desc")] = Field(
+        default=None, description="Sort direction."
+    )
+    sort: Annotated[str | None, pydantic.BeforeValidator(_sort_key), one_of(*SORTS)] = Field(
+        default=None, description="Sort key (default: built-in first, then oldest clone)."
+    )
+
+    @property
+    def offset(self) -> int:
+        """Where the page starts."""
+        return _token_offset(self.next_page_token) if self.next_page_token else 0
+
+
+def _filter(voices: list[dict[str, Any]], query: VoiceListQuery) -> list[dict[str, Any]]:
+    if search := (query.search or "").strip().lower():
         voices = [v for v in voices if _matches(v, search)]
-    if category := query.get("category"):
+    if category := query.category:
         voices = [v for v in voices if v["category"] == category]
-    if voice_type := query.get("voice_type"):
-        if voice_type not in VOICE_TYPES:
-            raise ApiError(
-                422, "invalid_parameters", f"voice_type must be one of {', '.join(VOICE_TYPES)}.", param="voice_type"
-            )
+    if voice_type := query.voice_type:
         voices = [v for v in voices if v["category"] in VOICE_TYPES[voice_type]]
-    if ids := query.getall("voice_ids", []):
+    if ids := query.voice_ids:
         wanted = set(ids)
         voices = [v for v in voices if v["voice_id"] in wanted]
     return voices
 
 
 def _sort(voices: list[dict[str, Any]], sort: str | None, direction: str | None) -> list[dict[str, Any]]:
-    if direction is not None and direction not in ("asc", "desc"):
-        raise ApiError(422, "invalid_parameters", "sort_direction must be asc or desc.", param="sort_direction")
     if sort is None:
         return voices[::-1] if direction == "desc" else voices
-    if sort not in SORTS:
-        raise ApiError(422, "invalid_parameters", "sort must be created_at_unix or name.", param="sort")
     reverse = direction != "asc"
     if sort == "name":
         return sorted(voices, key=lambda v: (str(v["name"]).lower(), v["voice_id"]), reverse=reverse)
     return sorted(voices, key=lambda v: (int(v["created_at_unix"] or 0), v["voice_id"]), reverse=reverse)
 
 
+@routes.get(
+    "/v2/voices",
+    access=Access.TOKEN,
+    query=VoiceListQuery,
+    operationId="list_voices_v2",
+    tags=["voices"],
+    summary="Voices filtered, sorted and paged.",
+    responses=responses({200: json_body("One page.", VoicePage)}, 400, 422),
+)
 async def list_v2(request: web.Request) -> web.Response:
     """``GET /v2/voices``: filtered, sorted and paged with an opaque ``next_page_token``."""
-    query = request.query
-    page_size = _page_size(query.get("page_size"))
-    offset = _token_offset(query["next_page_token"]) if query.get("next_page_token") else 0
-    voices = _sort(_filter(request.app[VOICES].all(), query), query.get("sort"), query.get("sort_direction"))
+    query = parse_query(request, VoiceListQuery, api_error)
+    page_size, offset = query.page_size, query.offset
+    voices = _sort(_filter(request.app[VOICES].all(), query), query.sort, query.sort_direction)
     page = voices[offset : offset + page_size]
     has_more = offset + page_size < len(voices)
     return web.json_response(
@@ -239,16 +451,42 @@ async def list_v2(request: web.Request) -> web.Response:
     )
 
 
+@routes.get(
+    "/v1/voices/{voice_id}",
+    access=Access.TOKEN,
+    operationId="get_voice",
+    tags=["voices"],
+    summary="One voice (404 voice_not_found: no swap-out here).",
+    path_params=_VOICE_ID,
+    responses=responses({200: json_body("The voice.", Voice)}, 404),
+)
 async def get_voice(request: web.Request) -> web.Response:
     """``GET /v1/voices/{voice_id}``: one voice, or 404 ``voice_not_found`` (no swap-out here)."""
     return web.json_response(_voice_or_404(request.app[VOICES], request.match_info["voice_id"]))
 
 
+@routes.get(
+    "/v1/voices/settings/default",
+    access=Access.TOKEN,
+    operationId="default_settings",
+    tags=["voices"],
+    summary="The default voice settings.",
+    responses=responses({200: _SETTINGS}),
+)
 async def default_settings(request: web.Request) -> web.Response:
     """``GET /v1/voices/settings/default``."""
     return web.json_response(dict(DEFAULT_SETTINGS))
 
 
+@routes.get(
+    "/v1/voices/{voice_id}/settings",
+    access=Access.TOKEN,
+    operationId="voice_settings",
+    tags=["voices"],
+    summary="A voice's saved settings (the defaults where none were saved).",
+    path_params=_VOICE_ID,
+    responses=responses({200: _SETTINGS}, 404),
+)
 async def voice_settings(request: web.Request) -> web.Response:
     """``GET /v1/voices/{voice_id}/settings``: the voice's saved settings (the defaults where none were saved)."""
     return web.json_response(_voice_or_404(request.app[VOICES], request.match_info["voice_id"])["settings"])
@@ -290,8 +528,8 @@ async def read_upload(request: web.Request) -> Upload:
         )
     clip_limit = request.app[SETTINGS].voice_clip_max_bytes
     too_large = ApiError(400, "clip_too_large", f"A file is larger than the limit of {clip_limit} bytes. {ADVICE}")
-    # Fix (hostile input): aiohttp's client_max_size does not apply to request.multipart(), so endless small fields
-    # were read without bound. The whole body now counts against ZSYNTH_MAX_BODY_BYTES, as JSON bodies do.
+    # aiohttp's client_max_size does not apply to request.multipart(): the whole body counts against
+    # ZSYNTH_MAX_BODY_BYTES here, as JSON bodies do, so endless small fields cannot be read without bound.
     body_limit = request.app[SETTINGS].max_body_bytes
     body_too_large = ApiError(
         413, "request_too_large", f"The request body is larger than the limit of {body_limit} bytes."
@@ -324,8 +562,8 @@ async def read_upload(request: web.Request) -> Upload:
             if total > body_limit:
                 raise body_too_large
     except (ValueError, HttpProcessingError) as err:
-        # Fix (fuzzing): a part header aiohttp rejects (a control character in a field name) raises InvalidHeader,
-        # an HttpProcessingError, which used to end as a 500.
+        # A part header aiohttp rejects (a control character in a field name) raises InvalidHeader, an
+        # HttpProcessingError: a bad request, not a server error.
         message = getattr(err, "message", None) or str(err)
         raise ApiError(400, "invalid_multipart", f"The multipart body could not be read: {message}") from err
     return upload
@@ -336,7 +574,7 @@ def _labels(raw: str | None) -> dict[str, str]:
     if raw is None or raw.strip() in ("", "null"):
         return {}
     try:
-        # Fix (hostile input): json.loads let deep nesting and 5000-digit numbers through as 500s.
+        # Strict JSON: deep nesting and 5000-digit numbers are a bad request, not a server error.
         value = loads(raw)
     except BadJson as err:
         raise ApiError(422, "invalid_parameters", "labels must be a JSON object of strings.", param="labels") from err
@@ -393,11 +631,29 @@ async def create_voice(request: web.Request) -> StoredVoice:
     return voice
 
 
+@routes.post(
+    "/voices",
+    access=Access.FULL,
+    operationId="clone_voice",
+    tags=["voices"],
+    summary="Clone a voice from a reference clip; answers the whole voice object." + _STORAGE_503,
+    requestBody=_CLONE_BODY,
+    responses=responses({200: json_body("The new voice.", Voice)}, 400, 413, 422, 500),
+)
 async def clone(request: web.Request) -> web.Response:
     """``POST /voices``: answer with the new voice object."""
     return web.json_response(clone_object(await create_voice(request)))
 
 
+@routes.post(
+    "/v1/voices/add",
+    access=Access.FULL,
+    operationId="add_voice",
+    tags=["voices"],
+    summary="Instant voice cloning (ElevenLabs shape of the answer)." + _STORAGE_503,
+    requestBody=_CLONE_BODY,
+    responses=responses({200: json_body("The new voice's id.", AddVoiceResponse)}, 400, 413, 422, 500),
+)
 async def add(request: web.Request) -> web.Response:
     """``POST /v1/voices/add`` (ElevenLabs instant voice cloning)."""
     voice = await create_voice(request)
@@ -409,6 +665,8 @@ def _refuse_builtin_change(catalog: VoiceCatalog, voice_id: str, what: str) -> N
         raise ApiError(400, "voice_not_editable", f"{voice_id} is a built-in voice and cannot be {what}.")
 
 
+@routes.delete("/v1/voices/{voice_id}", **_delete_doc("delete_voice_v1"))
+@routes.delete("/voices/{voice_id}", **_delete_doc("delete_voice"))
 async def delete(request: web.Request) -> web.Response:
     """``DELETE /voices/{voice_id}`` and ``DELETE /v1/voices/{voice_id}``: remove a cloned voice on every box."""
     voice_id = request.match_info["voice_id"]
@@ -428,6 +686,17 @@ async def delete(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
 
 
+@routes.post(
+    "/v1/voices/{voice_id}/edit",
+    access=Access.FULL,
+    operationId="edit_voice",
+    tags=["voices"],
+    summary="Rename, describe, relabel or re-record a cloned voice (the SDK's voices.update); built-in voices "
+    "answer 400 voice_not_editable." + _STORAGE_503,
+    path_params=_VOICE_ID,
+    requestBody=_EDIT_BODY,
+    responses=responses({200: json_body("Saved on every box.", EditResponse)}, 400, 404, 413, 422),
+)
 async def edit(request: web.Request) -> web.Response:
     """``POST /v1/voices/{voice_id}/edit`` (the SDK's ``voices.update``): name, description, labels, new clip.
 
@@ -474,25 +743,50 @@ async def _save_edit(request: web.Request, voice_id: str, changes: dict[str, Any
     logger.info("request %s: edited voice %s (%s)", request[REQUEST_ID], voice_id, ", ".join(sorted(changes)))
 
 
+class VoiceSettingsEdit(BaseModel):
+    """Any of the five settings; the ones sent are saved over the voice's saved ones (other fields are ignored, null
+    keeps the saved value). They become the defaults of every job for the voice."""
+
+    stability: float | None = None
+    similarity_boost: float | None = None
+    style: float | None = None
+    use_speaker_boost: bool | None = None
+    speed: float | None = None
+
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _check(cls, value: object) -> object:
+        if not isinstance(value, dict):
+            raise refusal("invalid_parameters", "The body must be a JSON object of voice settings.")
+        return checked_voice_settings(value)
+
+
+@routes.post(
+    "/v1/voices/{voice_id}/settings/edit",
+    access=Access.FULL,
+    body=VoiceSettingsEdit,
+    operationId="edit_voice_settings",
+    tags=["voices"],
+    summary="Save a voice's settings (the SDK's voices.settings.update), built-in voices included; jobs for the "
+    "voice start from them." + _STORAGE_503,
+    path_params=_VOICE_ID,
+    responses=responses({200: json_body("Saved on every box.", EditResponse)}, 400, 404, 422),
+)
 async def edit_settings(request: web.Request) -> web.Response:
     """``POST /v1/voices/{voice_id}/settings/edit`` (the SDK's ``voices.settings.update``).
 
     The settings sent are merged over the voice's saved ones and saved; jobs for the voice start from them (a
     request's own ``voice_settings`` still win, field by field). Built-in voices may save settings too.
     """
-    from .tts import check_voice_settings  # the speech routes own the rules for voice_settings
-
     voice_id = request.match_info["voice_id"]
     catalog = request.app[VOICES]
     voice = _voice_or_404(catalog, voice_id)
     try:
-        body = loads(await request.read())
+        # The message quotes the parser's complaint, so this body is read here rather than by parse_body.
+        raw = loads(await request.read())
     except BadJson as err:
         raise ApiError(400, "invalid_json", f"The body is not valid JSON: {err}") from err
-    if not isinstance(body, dict):
-        raise ApiError(422, "invalid_parameters", "The body must be a JSON object of voice settings.")
-    # Fields other than the five settings are ignored (newer SDKs may send more); null keeps the saved value.
-    sent = {k: v for k, v in check_voice_settings(body).items() if k in DEFAULT_SETTINGS and v is not None}
+    sent = validate(VoiceSettingsEdit, raw, api_error).model_dump(exclude_none=True)
     saved = {**dict(voice["settings"]), **sent}
     if voice_id in catalog.builtins:
         try:
@@ -506,17 +800,6 @@ async def edit_settings(request: web.Request) -> web.Response:
 
 
 def setup(app: web.Application) -> None:
-    """Register the voice routes, the library's lifecycle, and the fetch of clones this box lacks."""
+    """The voice library's lifecycle and the fetch of clones this box lacks (the routes are on :data:`routes`)."""
     app.cleanup_ctx.append(voices_context)
     app.middlewares.append(fetch_missing_voice)
-    app.router.add_get("/v1/voices", list_v1)
-    app.router.add_get("/v2/voices", list_v2)
-    app.router.add_get("/v1/voices/settings/default", default_settings)
-    app.router.add_get("/v1/voices/{voice_id}", get_voice)
-    app.router.add_get("/v1/voices/{voice_id}/settings", voice_settings)
-    app.router.add_post("/v1/voices/{voice_id}/edit", edit)
-    app.router.add_post("/v1/voices/{voice_id}/settings/edit", edit_settings)
-    app.router.add_post("/v1/voices/add", add)
-    app.router.add_delete("/v1/voices/{voice_id}", delete)
-    app.router.add_post("/voices", clone)
-    app.router.add_delete("/voices/{voice_id}", delete)

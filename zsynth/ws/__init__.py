@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+from typing import Final
+
 from aiohttp import web
 
+from ..endpoints import Access, Endpoints
 from .lifecycle import setup_registry
 from .multi_stream_input import multi_stream_input
 from .stream_input import stream_input
 
+#: How the realtime routes' paths end (both under ``/v1/text-to-speech/{voice_id}``).
+REALTIME_SUFFIXES: Final = ("/stream-input", "/multi-stream-input")
+
+routes = Endpoints()
+# The sockets read the key from the upgrade or from the first message, so the access middleware lets them through.
+for _suffix, _handler in zip(REALTIME_SUFFIXES, (stream_input, multi_stream_input), strict=True):
+    routes.get("/v1/text-to-speech/{voice_id}" + _suffix, access=Access.IN_BAND, websocket=True)(_handler)
+
 
 def setup(app: web.Application) -> None:
-    """Register the two socket routes and close every open socket with GOING_AWAY on shutdown."""
+    """Close every open socket with GOING_AWAY on shutdown (the routes are on :data:`routes`)."""
     setup_registry(app)
-    app.router.add_get("/v1/text-to-speech/{voice_id}/stream-input", stream_input)
-    app.router.add_get("/v1/text-to-speech/{voice_id}/multi-stream-input", multi_stream_input)

@@ -1,0 +1,68 @@
+"""The OpenAPI 3.1 document of the speech API, generated from its route declarations (:mod:`zsynth.routes`).
+
+Operations, request models and response models come from the declarations (:mod:`.generate`); this module adds
+the document's info, its security schemes and the limits of a deployment (ZSYNTH_MAX_TEXT_CHARS).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from .. import __version__
+from ..config import Settings
+from ..endpoints import Access
+from ..routes import TABLES
+from .generate import paths_and_schemas
+
+SECURITY_SCHEMES: Final[dict[str, dict[str, str]]] = {
+    "ApiKeyHeader": {
+        "type": "apiKey",
+        "in": "header",
+        "name": "xi-api-key",
+        "description": "A full key (ZSYNTH_API_KEY(S) or a portal zsk_live_ key) or a zsk_temp_ token.",
+    },
+    "BearerAuth": {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "The same secret as 'Authorization: Bearer <key>'.",
+    },
+}
+
+#: Either header authenticates; a route a token may not call answers a token with 401 insufficient_scope.
+AUTHENTICATED: Final[list[dict[str, list[str]]]] = [{"ApiKeyHeader": []}, {"BearerAuth": []}]
+
+#: Each access rule's OpenAPI security (WebSocket routes, the in-band ones, are outside the document).
+SECURITY: Final[dict[Access, list[dict[str, list[str]]]]] = {
+    Access.PUBLIC: [],
+    Access.TOKEN: AUTHENTICATED,
+    Access.FULL: AUTHENTICATED,
+    Access.IN_BAND: AUTHENTICATED,
+}
+
+INFO: Final = {
+    "title": "zsynth speech API",
+    "description": "Self-hosted, ElevenLabs-compatible text to speech. Errors carry the envelope "
+    '{"detail": {"status", "code", "type", "message", "request_id"}}, except on the OpenAI route '
+    '(/v1/audio/speech), whose errors carry OpenAI\'s {"error": {"message", "type", "param", "code"}}. '
+    "The realtime WebSocket routes (/v1/text-to-speech/{voice_id}/stream-input and /multi-stream-input) "
+    "are not modelled by OpenAPI.",
+}
+
+#: The request models whose text field this deployment limits (model, field).
+_TEXT_FIELDS: Final = (("TextToSpeechRequest", "text"), ("OpenAISpeechRequest", "input"))
+
+
+def build(settings: Settings | None = None) -> dict[str, Any]:
+    """A fresh document of the speech API, with the limits of ``settings`` when given."""
+    endpoints = [endpoint for table in TABLES for endpoint in table]
+    paths, schemas = paths_and_schemas(endpoints, SECURITY)
+    if settings is not None:
+        for model, field in _TEXT_FIELDS:
+            schemas[model]["properties"][field]["maxLength"] = settings.max_text_chars
+    return {
+        "openapi": "3.1.0",
+        "info": {**INFO, "version": __version__},
+        "paths": paths,
+        "components": {"schemas": schemas, "securitySchemes": {k: dict(v) for k, v in SECURITY_SCHEMES.items()}},
+        "security": list(AUTHENTICATED),
+    }

@@ -1,0 +1,130 @@
+"""Request shapes shared by several speech routes: the text options, the error factory, required fields.
+
+Each model validates with the messages the API has always answered: a field's before-validator refuses bad input
+with :func:`~zsynth.endpoints.refusal` (code, message and status kept), so pydantic's own complaints only come for
+what no validator checks. Fields are declared in the order they are checked: the first complaint is the one answered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any, Final
+
+import pydantic
+from pydantic import BaseModel, Field, ValidationInfo
+
+from ..endpoints import refusal
+from ..errors import ApiError
+from ..textprep import MAX_LOCATORS, TextOptionError, TextOptions, parse_locators, parse_normalization
+from ..voice_settings import InvalidParameter, check_voice_settings
+
+#: Validation context key: this deployment's text limit (ZSYNTH_MAX_TEXT_CHARS).
+MAX_TEXT_CHARS: Final = "max_text_chars"
+
+
+def api_error(http_status: int, code: str, message: str, param: str | None) -> ApiError:
+    """The speech API's error for a refused request (the error factory of :func:`~zsynth.endpoints.parse_body`)."""
+    return ApiError(http_status, code, message, param=param)
+
+
+def require(*names: str) -> Callable[[dict[str, Any]], None]:
+    """A ``json_schema_extra`` hook listing ``names`` as required in the model's schema.
+
+    A field whose absence must get the API's own message (not pydantic's "missing") has a default of None that its
+    before-validator refuses (``validate_default``); JSON Schema cannot tell that apart from an optional field, so
+    the hook says it.
+    """
+
+    def hook(schema: dict[str, Any]) -> None:
+        schema["required"] = [*schema.get("required", []), *(n for n in names if n not in schema.get("required", []))]
+        for name in names:
+            schema.get("properties", {}).get(name, {}).pop("default", None)
+
+    return hook
+
+
+def refusing(check: Callable[[Any], object]) -> Callable[[object], object]:
+    """A before-validator from a check that raises the API's own ApiError: its result, or the error as a refusal."""
+
+    def validator(value: object) -> object:
+        try:
+            return check(value)
+        except ApiError as err:
+            raise refusal(err.status, err.message, err.http_status, param=err.param) from None
+
+    return validator
+
+
+def checked_voice_settings(value: object) -> dict[str, Any]:
+    """Voice settings checked by :func:`zsynth.voice_settings.check_voice_settings` (the rule of every transport),
+    its complaint as a refusal."""
+    try:
+        return check_voice_settings(value)
+    except InvalidParameter as err:
+        raise refusal(err.code, err.message, param=err.param) from None
+
+
+def text_limit(info: ValidationInfo) -> int:
+    """The text limit the route passed in the validation context."""
+    context = info.context or {}
+    return int(context[MAX_TEXT_CHARS])
+
+
+# ----- text options ------------------------------------------------------------------------------------------------
+
+
+class PronunciationDictionaryLocator(BaseModel):
+    """A dictionary whose rules apply to the text; without ``version_id``, its latest version."""
+
+    pronunciation_dictionary_id: str = Field(pattern=r"\S")
+    version_id: str | None = None
+
+
+def _normalization(value: object) -> object:
+    try:
+        parse_normalization(value)
+    except TextOptionError as err:
+        raise refusal(err.code, err.message, err.status, param=err.param) from None
+    return value
+
+
+def _locators(value: object) -> object:
+    try:
+        parse_locators(value)
+    except TextOptionError as err:
+        raise refusal(err.code, err.message, err.status, param=err.param) from None
+    return value
+
+
+def one_of(*values: str) -> pydantic.WithJsonSchema:
+    """The schema of a string field that is one of ``values`` or null (its validator checks, with the API's message)."""
+    return pydantic.WithJsonSchema({"anyOf": [{"enum": list(values)}, {"type": "null"}]})
+
+
+Normalization = Annotated[
+    str | None,
+    pydantic.BeforeValidator(_normalization),
+    one_of("auto", "on", "off"),
+    Field(
+        default=None,
+        json_schema_extra={"default": "auto"},
+        description="Spell out numbers, money, times, dates, units and abbreviations (English) before speaking: on, "
+        "off, or auto (the engines that need it: Chatterbox-Turbo).",
+    ),
+]
+Locators = Annotated[
+    Annotated[list[PronunciationDictionaryLocator], Field(max_length=MAX_LOCATORS)] | None,
+    pydantic.BeforeValidator(_locators),
+    Field(
+        default=None,
+        description="Dictionaries whose rules apply, in order; each must exist (404 otherwise).",
+    ),
+]
+
+
+def text_options(normalization: str | None, locators: list[PronunciationDictionaryLocator] | None) -> TextOptions:
+    """The text options of a validated body."""
+    return TextOptions(
+        normalization or "auto",
+        tuple((item.pronunciation_dictionary_id, item.version_id or None) for item in locators or ()),
+    )
