@@ -12,7 +12,7 @@ from zsynth.config import Settings
 from zsynth.cors import setup_cors
 from zsynth.endpoints import ENDPOINTS, Access, Endpoints, add_endpoints
 
-from .conftest import make_settings
+from .helpers import make_settings
 
 KEY = "avatar-endpoints-key"
 

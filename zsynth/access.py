@@ -11,10 +11,10 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Final
 
-import aiohttp_cors
 from aiohttp import hdrs, web
 from yarl import URL
 
+from . import cors
 from .auth import (
     AUTHENTICATOR,
     CREDENTIAL,
@@ -174,26 +174,5 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
 
 
 def setup_cors(app: web.Application, origins: tuple[str, ...]) -> None:
-    """CORS (aiohttp-cors) on every declared route whose declaration allows it; call after all routes are added."""
-    if not origins:
-        return
-    options = aiohttp_cors.ResourceOptions(  # type: ignore[no-untyped-call]
-        allow_credentials=False,  # credentials travel in headers, never in cookies
-        allow_headers=CORS_ALLOW_HEADERS,
-        expose_headers=CORS_EXPOSE_HEADERS,
-        allow_methods="*",
-        max_age=600,
-    )
-    cors = aiohttp_cors.setup(app, defaults=dict.fromkeys(origins, options))
-    registry = app.get(ENDPOINTS, {})
-    for route in list(app.router.routes()):
-        resource = route.resource
-        endpoint = registry.get(route)
-        if resource is None or route.method in ("OPTIONS", "HEAD") or endpoint is None or not endpoint.cors:
-            continue
-        path = resource.canonical
-        if route.method == hdrs.METH_ANY:
-            # aiohttp-cors cannot add a preflight next to a catch-all route (class-based views): it answers OPTIONS.
-            logger.debug("no CORS on %s: registered for all methods", path)
-            continue
-        cors.add(route)
+    """CORS on every route declared ``cors=True``, with the speech API's headers; call after all routes are added."""
+    cors.setup_cors(app, origins, allow_headers=CORS_ALLOW_HEADERS, expose_headers=CORS_EXPOSE_HEADERS)
