@@ -21,7 +21,7 @@ from .auth import (
     Authenticator,
     AuthError,
     fingerprint,
-    secret_from_headers,
+    read_credential,
 )
 from .endpoints import ENDPOINTS, Access, endpoint_of
 from .errors import ApiError, Handler
@@ -152,7 +152,7 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     access = await required_access(request)
     if access in (Access.PUBLIC, Access.IN_BAND):
         return await handler(request)
-    secret = secret_from_headers(request.headers)
+    secret = read_credential(request).secret
     try:
         credential = await request.app[AUTHENTICATOR].verify(secret, client=request.remote)
         if not credential.is_full and access is Access.FULL:
