@@ -11,6 +11,7 @@ from zsynth.avatar.routes import TABLES
 from zsynth.config import Settings
 from zsynth.cors import setup_cors
 from zsynth.endpoints import ENDPOINTS, Access, Endpoints, add_endpoints
+from zsynth.openapi.generate import models_in
 
 from .helpers import make_settings
 
@@ -35,17 +36,6 @@ def test_every_registered_route_is_declared_with_an_access_rule():
     assert control.path == "/control/{session_id}" and control.access is Access.TOKEN
 
 
-def _models(value: object, found: set[type[pydantic.BaseModel]]) -> None:
-    if isinstance(value, type) and issubclass(value, pydantic.BaseModel):
-        found.add(value)
-    elif isinstance(value, dict):
-        for item in value.values():
-            _models(item, found)
-    elif isinstance(value, list | tuple):
-        for item in value:
-            _models(item, found)
-
-
 async def test_every_declared_model_is_in_the_served_document(aiohttp_client, redis_url, data_dir):
     client = await aiohttp_client(create_avatar_app(make_settings(redis_url, data_dir, api_keys=(KEY,))))
     resp = await client.get("/openapi.json")
@@ -57,7 +47,7 @@ async def test_every_declared_model_is_in_the_served_document(aiohttp_client, re
     for table in TABLES:
         for endpoint in table:
             requests.update(model for model in (endpoint.body, endpoint.query) if model is not None)
-            _models(dict(endpoint.doc), responses)
+            models_in(endpoint.doc, responses)
             if endpoint.body is not None:
                 op = document["paths"][endpoint.path][endpoint.method.lower()]
                 schema = op["requestBody"]["content"]["application/json"]["schema"]

@@ -30,15 +30,16 @@ def ref(name: str) -> Schema:
     return {"$ref": REF_TEMPLATE.format(model=name)}
 
 
-def _models_in(value: Any, found: set[type[pydantic.BaseModel]]) -> None:
+def models_in(value: Any, found: set[type[pydantic.BaseModel]]) -> None:
+    """Add to ``found`` every model class inside ``value`` (a declaration's ``doc``: its response schemas)."""
     if isinstance(value, type) and issubclass(value, pydantic.BaseModel):
         found.add(value)
     elif isinstance(value, Mapping):
         for item in value.values():
-            _models_in(item, found)
+            models_in(item, found)
     elif isinstance(value, list | tuple):
         for item in value:
-            _models_in(item, found)
+            models_in(item, found)
 
 
 def _with_refs(value: Any) -> Any:
@@ -149,5 +150,5 @@ def paths_and_schemas(
         for model in (endpoint.body, endpoint.query):
             if model is not None:
                 models.add(model)
-        _models_in(endpoint.doc, models)
+        models_in(endpoint.doc, models)
     return paths, component_schemas(models)
