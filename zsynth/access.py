@@ -90,18 +90,26 @@ def cross_origin_write(request: web.Request) -> bool:
     return origin_host is None or origin_host.lower() != (request.url.host or "").lower()
 
 
-@web.middleware
-async def open_cors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """With no keys and ``*`` CORS, refuse writes from pages on other sites unless their origin is listed or
-    ZSYNTH_CORS_OPEN_WRITES is set: any page a visitor opens could otherwise drive a server on their loopback."""
+def refuses_open_write(request: web.Request, *, any_origin_only: bool) -> bool:
+    """Whether a server without keys refuses this write from a page on another site: its origin is not listed and
+    ZSYNTH_CORS_OPEN_WRITES is off. ``any_origin_only``: refuse only while ZSYNTH_CORS_ORIGINS allows ``*`` (the
+    speech API, whose CORS otherwise admits listed pages only); the avatar server answers every origin, so it
+    refuses whenever it has no keys."""
     settings = request.app[SETTINGS]
-    if (
-        "*" in settings.cors_origins
+    return (
+        ("*" in settings.cors_origins or not any_origin_only)
         and not settings.cors_open_writes
         and cross_origin_write(request)
         and request.headers[hdrs.ORIGIN] not in settings.cors_origins
         and request.app[AUTHENTICATOR].is_open
-    ):
+    )
+
+
+@web.middleware
+async def open_cors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """With no keys and ``*`` CORS, refuse writes from pages on other sites unless their origin is listed or
+    ZSYNTH_CORS_OPEN_WRITES is set: any page a visitor opens could otherwise drive a server on their loopback."""
+    if refuses_open_write(request, any_origin_only=True):
         logger.warning(
             "request %s: %s %s from the page origin %r refused: open server, cross-origin write",
             request.get(REQUEST_ID, "-"),

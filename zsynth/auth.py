@@ -32,8 +32,6 @@ from .aws import client_config
 from .keystore import KeyRecord, KeyStore, KeyStoreError
 
 if TYPE_CHECKING:
-    from aiohttp import web
-
     from .config import Settings
 
 logger = logging.getLogger(__name__)
@@ -274,7 +272,7 @@ class Authenticator:
         if self.store is None or not secret.startswith((LIVE_PREFIX, TEMP_PREFIX)) or len(secret) > _MAX_SECRET_LEN:
             raise _invalid()
         key_hash = secret_hash(secret)
-        if client is not None and not self._cached(key_hash, max_age):
+        if client is not None and self._fresh(key_hash, max_age) is None:
             self._check_failures(client)
         credential = await self._lookup(key_hash, secret, max_age)
         if credential is None:
@@ -287,10 +285,13 @@ class Authenticator:
             raise _invalid("The key that minted this token has been revoked.")
         return credential
 
-    def _cached(self, key_hash: str, max_age: float | None) -> bool:
+    def _fresh(self, key_hash: str, max_age: float | None) -> _Cached | None:
+        """The cached answer for ``key_hash`` (positive or negative) while it is still good, else None."""
         now = self.clock()
         cached = self._cache.get(key_hash) or self._negative.get(key_hash)
-        return cached is not None and cached.until > now and (max_age is None or now - cached.loaded <= max_age)
+        if cached is None or cached.until <= now or (max_age is not None and now - cached.loaded > max_age):
+            return None
+        return cached
 
     def _bucket(self, client: str) -> float:
         """The look-ups of unknown keys ``client`` may still make now (refilled at the per-minute rate)."""
@@ -314,9 +315,8 @@ class Authenticator:
 
     async def _lookup(self, key_hash: str, secret: str | None, max_age: float | None = None) -> Credential | None:
         """The credential stored under ``key_hash``; ``secret`` None means a token's parent (a full key)."""
-        if self._cached(key_hash, max_age):
-            cached = self._cache.get(key_hash) or self._negative.get(key_hash)
-            assert cached is not None
+        cached = self._fresh(key_hash, max_age)
+        if cached is not None:
             return cached.credential
         # One table read per hash at a time, however many requests wait for it.
         task = self._inflight.get(key_hash)

@@ -8,7 +8,6 @@ preflights with 200.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable
 
 import aiohttp_cors
@@ -16,8 +15,6 @@ from aiohttp import hdrs, web
 
 from .endpoints import ENDPOINTS
 from .errors import Handler
-
-logger = logging.getLogger(__name__)
 
 #: How long a browser may cache a preflight's answer, in seconds.
 MAX_AGE = 600
@@ -47,10 +44,6 @@ def setup_cors(
     cors = aiohttp_cors.setup(app, defaults=dict.fromkeys(origins, options))
     for route, endpoint in list(app.get(ENDPOINTS, {}).items()):
         if not endpoint.cors or route.method in (hdrs.METH_OPTIONS, hdrs.METH_HEAD):
-            continue
-        if route.method == hdrs.METH_ANY:
-            # aiohttp-cors cannot add a preflight next to a catch-all route (class-based views): it answers OPTIONS.
-            logger.debug("no CORS on %s: registered for all methods", endpoint.path)
             continue
         cors.add(route)
 

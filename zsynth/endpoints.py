@@ -126,6 +126,15 @@ ENDPOINTS: Final = web.AppKey("endpoints", dict[web.AbstractRoute, Endpoint])
 OPENAPI_DOCUMENT: Final[web.AppKey[Callable[[], bytes]]] = web.AppKey("openapi_document")
 
 
+#: The media type of JSON bodies and of the OpenAPI documents.
+JSON: Final = "application/json"
+
+
+async def serve_openapi(request: web.Request) -> web.Response:
+    """``GET /openapi.json`` on either server: the document ``app[OPENAPI_DOCUMENT]`` builds (once per process)."""
+    return web.Response(body=request.app[OPENAPI_DOCUMENT](), content_type=JSON)
+
+
 def add_endpoints(app: web.Application, *tables: Endpoints) -> None:
     """Register every declared route on ``app`` and remember its declaration."""
     registry = app.get(ENDPOINTS)

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from aiohttp import hdrs, web
 
-from ..access import cross_origin_write
+from ..access import refuses_open_write
 from ..auth import AUTHENTICATOR, CREDENTIAL, AuthError, Credential, read_credential, watch_credential
 from ..endpoints import Access, endpoint_of
 from ..errors import Handler
-from ..keys import SETTINGS
 from .errors import AvatarError
 from .session import AvatarSession
 
@@ -92,12 +91,6 @@ async def open_write_middleware(request: web.Request, handler: Handler) -> web.S
     Any page a visitor opens could otherwise drive a server without keys, as on the speech API; a page whose origin
     ZSYNTH_CORS_ORIGINS lists, or ZSYNTH_CORS_OPEN_WRITES=true, lifts the refusal.
     """
-    settings = request.app[SETTINGS]
-    if (
-        not settings.cors_open_writes
-        and cross_origin_write(request)
-        and request.headers[hdrs.ORIGIN] not in settings.cors_origins
-        and request.app[AUTHENTICATOR].is_open
-    ):
+    if refuses_open_write(request, any_origin_only=False):
         raise AvatarError(403, "cross_origin_refused", _OPEN_WRITE_REFUSED)
     return await handler(request)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any, Final
 
 import pydantic
@@ -16,8 +16,8 @@ import pydantic
 from .. import __version__
 from ..avatar.routes import TABLES
 from ..config import Settings
-from ..endpoints import Access, Endpoint
-from .generate import JSON, Schema, component_schemas, paths_and_schemas
+from ..endpoints import JSON, Access, Endpoint
+from .generate import Schema, paths_and_schemas
 
 
 class Error(pydantic.BaseModel):
@@ -95,11 +95,10 @@ def _with_errors(endpoint: Endpoint) -> Endpoint:
     return dataclasses.replace(endpoint, doc=doc)
 
 
-def build(settings: Settings | None = None, tables: Iterable[Iterable[Endpoint]] = TABLES) -> dict[str, Any]:
+def build(settings: Settings | None = None) -> dict[str, Any]:
     """A fresh OpenAPI 3.1 document of the avatar server (``settings`` changes nothing in it: no limit is shown)."""
-    endpoints = [_with_errors(endpoint) for table in tables for endpoint in table]
+    endpoints = [_with_errors(endpoint) for table in TABLES for endpoint in table]
     paths, schemas = paths_and_schemas(endpoints, SECURITY)
-    schemas = {**schemas, **component_schemas([Error])}
     document = {
         "openapi": "3.1.0",
         "info": {**INFO, "version": __version__},

@@ -16,9 +16,8 @@ from typing import Any
 import pydantic
 from pydantic.json_schema import models_json_schema
 
-from ..endpoints import Access, Endpoint
+from ..endpoints import JSON, Access, Endpoint
 
-JSON = "application/json"
 Schema = dict[str, Any]
 REF_TEMPLATE = "#/components/schemas/{model}"
 

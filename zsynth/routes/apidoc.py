@@ -11,7 +11,8 @@ from typing import Annotated, Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
-JSON: Final = "application/json"
+from ..endpoints import JSON
+
 Schema = dict[str, Any]
 
 
@@ -111,11 +112,9 @@ def error(status: int, envelope: type[BaseModel] = Error) -> Schema:
     return {"description": ERROR_TEXT[status], "content": {JSON: {"schema": envelope}}}
 
 
-def responses(
-    ok: Mapping[int, Schema], *errors: int, authenticated: bool = True, envelope: type[BaseModel] = Error
-) -> dict[str, Schema]:
-    """The responses object: the successes given plus the listed errors (and the auth errors when authenticated)."""
-    codes = sorted(set(errors) | (set(AUTH_ERRORS) if authenticated else set()))
+def responses(ok: Mapping[int, Schema], *errors: int, envelope: type[BaseModel] = Error) -> dict[str, Schema]:
+    """The responses object: the successes given plus the listed errors and the auth errors."""
+    codes = sorted(set(errors) | set(AUTH_ERRORS))
     return {str(code): body for code, body in ok.items()} | {str(code): error(code, envelope) for code in codes}
 
 

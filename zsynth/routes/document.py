@@ -6,15 +6,12 @@ The app factory puts the document's builder under ``app[OPENAPI_DOCUMENT]``: thi
 
 from __future__ import annotations
 
-from aiohttp import web
-
-from ..endpoints import OPENAPI_DOCUMENT, Access, Endpoints
-from .apidoc import JSON
+from ..endpoints import JSON, Access, Endpoints, serve_openapi
 
 routes = Endpoints()
 
 
-@routes.get(
+routes.get(
     "/openapi.json",
     access=Access.PUBLIC,
     cors=False,
@@ -22,7 +19,4 @@ routes = Endpoints()
     tags=["operations"],
     summary="This OpenAPI 3.1 document.",
     responses={"200": {"description": "The document.", "content": {JSON: {"schema": {"type": "object"}}}}},
-)
-async def openapi_json(request: web.Request) -> web.Response:
-    """The document, built once per process."""
-    return web.Response(body=request.app[OPENAPI_DOCUMENT](), content_type="application/json")
+)(serve_openapi)

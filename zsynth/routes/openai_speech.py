@@ -31,13 +31,12 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo
 
 from ..audio import parse_output_format
-from ..dispatch import JobFailed
 from ..endpoints import Access, Endpoints, parse_body, refusal
 from ..keys import SETTINGS
 from ..openai_audio import MAX_SPEED, MIN_SPEED, RESPONSE_FORMATS, STREAM_FORMATS, ResponseFormat
 from .apidoc import AUDIO_HEADERS, OpenAIError, responses
 from .bodies import MAX_TEXT_CHARS, Locators, Normalization, api_error, one_of, require, text_limit, text_options
-from .tts import TtsRequest, audio_headers, finish_stream, job_failure, submit
+from .tts import TtsRequest, audio_headers, finish_stream, first_chunk, submit
 
 routes = Endpoints()
 
@@ -231,10 +230,7 @@ async def speech(request: web.Request) -> web.StreamResponse:
     async with await submit(request, tts) as job_stream:
         encoder = fmt.encoder()  # made while the job waits for a worker
         chunks = job_stream.chunks()
-        try:
-            first = await anext(chunks, None)
-        except JobFailed as err:
-            raise job_failure(err) from err
+        first = await first_chunk(chunks)
         headers = audio_headers(request, tts, job_stream.job)
         headers["Content-Type"] = "text/event-stream" if speech_request.sse else fmt.media_type
         if speech_request.sse:

@@ -22,10 +22,9 @@ from ..alignment import Timeline, join_chunks
 from ..dispatch import JobFailed
 from ..endpoints import Endpoints
 from ..marks import CLOSE, OPEN
-from ..protocol import Event
 from ..spoken import AlignmentMapper, Spoken
 from .apidoc import AUDIO_HEADERS, json_body
-from .tts import audio_headers, finish_stream, job_failure, parse_tts_request, submit, synthesis_doc
+from .tts import audio_headers, finish_stream, first_chunk, job_failure, parse_tts_request, submit, synthesis_doc
 
 logger = logging.getLogger(__name__)
 
@@ -167,12 +166,7 @@ async def stream_with_timestamps(request: web.Request) -> web.StreamResponse:
     tts = await parse_tts_request(request, "stream")
     async with await submit(request, tts, alignment=True) as job_stream:
         chunks = job_stream.chunks()
-        try:
-            first: Event | None = await anext(chunks)
-        except StopAsyncIteration:
-            first = None
-        except JobFailed as err:
-            raise job_failure(err) from err
+        first = await first_chunk(chunks)
         response = web.StreamResponse(headers=audio_headers(request, tts, job_stream.job) | JSON_TYPE)
         await response.prepare(request)
         timeline = Timeline()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar, Final
 
@@ -19,7 +19,7 @@ from ..dispatch import JobFailed, JobStream
 from ..endpoints import Access, Endpoints, parse_body, parse_query, refusal
 from ..errors import ApiError
 from ..keys import REQUEST_ID, SETTINGS
-from ..protocol import Job
+from ..protocol import Event, Job
 from ..spoken import Spoken
 from ..synthesis import Failure, SynthesisFailed, SynthesisRequest, SynthesisService, classify, queue_owner
 from ..textprep import TextOptions
@@ -283,6 +283,15 @@ async def submit(request: web.Request, tts: TtsRequest, *, alignment: bool = Fal
         raise failure_error(err.failure) from err
 
 
+async def first_chunk(chunks: AsyncIterator[Event]) -> Event | None:
+    """The job's first chunk (None if it made no audio), awaited before any byte is sent: a failure up to here is
+    answered with the envelope (503 and Retry-After for transient ones)."""
+    try:
+        return await anext(chunks, None)
+    except JobFailed as err:
+        raise job_failure(err) from err
+
+
 @routes.post(
     "/v1/text-to-speech/{voice_id}",
     **synthesis_doc("convert", "text_to_speech", "Synthesize; answer when complete."),
@@ -314,12 +323,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
     tts = await parse_tts_request(request, "stream")
     async with await submit(request, tts) as job_stream:
         chunks = job_stream.chunks()
-        try:
-            first = await anext(chunks)
-        except StopAsyncIteration:
-            first = None
-        except JobFailed as err:
-            raise job_failure(err) from err
+        first = await first_chunk(chunks)
         response = web.StreamResponse(headers=audio_headers(request, tts, job_stream.job))
         await response.prepare(request)
 

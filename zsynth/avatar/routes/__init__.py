@@ -10,10 +10,10 @@ from typing import Final, Literal
 import pydantic
 from aiohttp import web
 
-from ...endpoints import OPENAPI_DOCUMENT, Access, Endpoints, add_endpoints
+from ...endpoints import Access, Endpoints, add_endpoints, serve_openapi
 from ...metrics import CONTENT_TYPE, METRICS
 from . import connect, control, manage, tokens
-from .body import JSON, documented
+from .body import documented
 
 routes = Endpoints()
 
@@ -54,17 +54,14 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=request.app[METRICS].render(), headers={"Content-Type": CONTENT_TYPE})
 
 
-@routes.get(
+routes.get(
     "/openapi.json",
     access=Access.PUBLIC,
     operationId="openapi",
     tags=["operations"],
     summary="This OpenAPI 3.1 document.",
     responses={"200": documented("The document.", {"type": "object"})},
-)
-async def openapi_json(request: web.Request) -> web.Response:
-    """This server's OpenAPI 3.1 document (never authenticated, like the speech API's), built once per process."""
-    return web.Response(body=request.app[OPENAPI_DOCUMENT](), content_type=JSON)
+)(serve_openapi)
 
 
 #: Every route table of the avatar server, in registration order.

@@ -8,13 +8,12 @@ import pydantic
 from aiohttp import web
 
 from ... import jsonbody
-from ...endpoints import validate
+from ...endpoints import JSON, validate
 from ..errors import AvatarError
 
 M = TypeVar("M", bound=pydantic.BaseModel)
 Doc = dict[str, Any]
 
-JSON = "application/json"
 
 _NOT_AN_OBJECT = "The request body must be a JSON object."
 
