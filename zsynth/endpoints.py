@@ -229,26 +229,33 @@ async def parse_body(
     model: type[M],
     error: ErrorFactory,
     *,
-    bad_json: str,
+    bad_json: str | Callable[[BadJson], str],
+    not_object: str | None = None,
     context: Mapping[str, Any] | None = None,
     optional: bool = False,
 ) -> M:
     """The JSON body as ``model``.
 
-    A body that is not strict JSON, or not an object, gets 400 ``invalid_json`` with the message ``bad_json``;
-    ``optional`` takes a missing or blank body as ``{}``.
+    A body that is not strict JSON gets 400 ``invalid_json`` with the message ``bad_json`` (or what it makes of the
+    parser's complaint); an empty one, or one that is not an object, gets ``not_object`` (by default the same
+    message). ``optional`` takes a missing or blank body as ``{}``.
     """
+
+    def complaint(err: BadJson) -> str:
+        return bad_json if isinstance(bad_json, str) else bad_json(err)
+
     raw = await request.read()
-    data: object
-    if optional and not raw.strip():
-        data = {}
-    else:
+    data: object = {}
+    if raw.strip():
         try:
             data = loads(raw)
         except BadJson as err:
-            raise error(400, "invalid_json", bad_json, None) from err
+            raise error(400, "invalid_json", complaint(err), None) from err
+    elif not optional:
+        data = None
     if not isinstance(data, dict):
-        raise error(400, "invalid_json", bad_json, None)
+        message = not_object if not_object is not None else complaint(BadJson("not a JSON object"))
+        raise error(400, "invalid_json", message, None)
     return validate(model, data, error, context)
 
 

@@ -154,11 +154,7 @@ class Speaker:
             await asyncio.wait([self._finisher], timeout=5.0)
         for task in self._tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        for stream in list(self._live):
-            await stream.close()  # cancels the job on its worker unless it already ended
-        self._live.clear()
-        self.pending = 0
+        await self._close_live()
 
     async def interrupt(self) -> None:
         """Barge-in: stop now, but never in the middle of a frame; no audio is sent after this returns.
@@ -174,6 +170,10 @@ class Speaker:
             submit.cancel()  # it waits for a segment or a slot
         if not self._sending:
             forward.cancel()  # it waits for a segment or an event, never inside a send
+        await self._close_live()
+
+    async def _close_live(self) -> None:
+        """Wait for both loops to end, then close every submitted stream (which cancels its job on its worker)."""
         await asyncio.gather(*self._tasks, return_exceptions=True)
         for stream in list(self._live):
             await stream.close()  # cancels the job on its worker unless it already ended

@@ -7,8 +7,7 @@ from typing import Any, TypeVar
 import pydantic
 from aiohttp import web
 
-from ... import jsonbody
-from ...endpoints import JSON, validate
+from ...endpoints import JSON, parse_body
 from ..errors import AvatarError
 
 M = TypeVar("M", bound=pydantic.BaseModel)
@@ -28,18 +27,14 @@ async def read_body(request: web.Request, model: type[M], *, required: bool) -> 
 
     Deep nesting, huge numbers, NaN and bad UTF-8 get 400 ``invalid_json`` too, never a 500.
     """
-    raw = await request.read()
-    if not raw.strip():
-        if required:
-            raise AvatarError(400, "invalid_json", _NOT_AN_OBJECT)
-        return validate(model, {}, avatar_error)
-    try:
-        body = jsonbody.loads(raw)
-    except jsonbody.BadJson as err:
-        raise AvatarError(400, "invalid_json", f"The request body is not valid JSON: {err}.") from err
-    if not isinstance(body, dict):
-        raise AvatarError(400, "invalid_json", _NOT_AN_OBJECT)
-    return validate(model, body, avatar_error)
+    return await parse_body(
+        request,
+        model,
+        avatar_error,
+        bad_json=lambda err: f"The request body is not valid JSON: {err}.",
+        not_object=_NOT_AN_OBJECT,
+        optional=not required,
+    )
 
 
 def documented(description: str, schema: type[pydantic.BaseModel] | dict[str, object], media: str = JSON) -> Doc:
