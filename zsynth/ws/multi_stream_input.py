@@ -33,6 +33,7 @@ from typing import Any, Final
 from aiohttp import web
 
 from ..keys import SETTINGS
+from ..textprep import TextOptions
 from .buffer import TextBuffer
 from .connection import Connection, StreamParams, WsError, inactivity_error, parse_params, voice_settings_field
 from .lifecycle import run_socket
@@ -58,14 +59,15 @@ class Context:
 class MultiSession:
     """The contexts of one multi-stream-input socket."""
 
-    def __init__(self, conn: Connection, params: StreamParams, speakers: list[Speaker]) -> None:
+    def __init__(self, conn: Connection, params: StreamParams, speakers: list[Speaker], first: dict[str, Any]) -> None:
         self.conn = conn
         self.params = params
         self.speakers = speakers  # the speakers not yet finished, cancelled when the socket ends
         self.live: dict[str | None, Context] = {}
         self.closing: set[Speaker] = set()  # contexts told to close whose isFinal is not sent yet
         self.closing_socket = False
-        self.first: dict[str, Any] = {}  # the socket's first message: its dictionaries serve every context
+        self.first = first  # the socket's first message: its dictionaries serve every context
+        self._first_options: TextOptions | None = None  # its options, checked once for all the contexts
 
     async def _context(self, context_id: str | None, message: dict[str, Any]) -> Context:
         """The live context ``context_id``, created (counted against the limit) when there is none."""
@@ -80,7 +82,12 @@ class MultiSession:
             )
         buffer = make_buffer(message, self.params, self.conn.request.app[SETTINGS])
         own = "pronunciation_dictionary_locators" in message
-        options = await socket_text_options(self.conn, message if own else self.first)
+        if own:
+            options = await socket_text_options(self.conn, message)
+        else:
+            if self._first_options is None:
+                self._first_options = await socket_text_options(self.conn, self.first)
+            options = self._first_options
         speaker = Speaker(
             self.conn,
             self.params,
@@ -176,8 +183,7 @@ async def _serve(conn: Connection, speakers: list[Speaker]) -> None:
     first = await conn.start(params, bos=False)
     if first is None:
         return
-    session = MultiSession(conn, params, speakers)
-    session.first = first
+    session = MultiSession(conn, params, speakers, first)
     message: dict[str, Any] | None = first
     while True:
         if message is not None and not session.closing_socket:
