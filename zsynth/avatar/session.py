@@ -15,6 +15,7 @@ from redis.exceptions import RedisError
 
 from ..config import Settings
 from ..dispatch import Dispatcher, JobFailed
+from ..ratelimit import TokenBucket
 from ..synthesis import Failure, SynthesisFailed, SynthesisService, classify, unreachable
 from .errors import AvatarError
 from .media import AvatarVideoTrack, Playout, SpeechAudioTrack
@@ -78,8 +79,7 @@ class AvatarSession:
         self._events: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         self._speak_queue: asyncio.Queue[SpeechTask] = asyncio.Queue()
         self._active: list[SpeechTask] = []  # accepted and not yet finished, in order
-        self._speak_allowance = float(settings.avatar_speak_burst)  # a token bucket refilled at avatar_speak_rate
-        self._speak_stamp = time.monotonic()
+        self._speak_bucket = TokenBucket(settings.avatar_speak_rate, float(settings.avatar_speak_burst))
         self._feed_task: asyncio.Task[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._writer: asyncio.Task[None] | None = None
@@ -160,18 +160,11 @@ class AvatarSession:
                 f"{settings.avatar_speak_queue} speak commands already wait to be spoken; wait for some to finish "
                 "or send interrupt."
             )
-        now = time.monotonic()
-        burst = float(settings.avatar_speak_burst)
-        self._speak_allowance = min(
-            burst, self._speak_allowance + (now - self._speak_stamp) * settings.avatar_speak_rate
-        )
-        self._speak_stamp = now
-        if self._speak_allowance < 1.0:
+        if not self._speak_bucket.take():
             return "rate_limited", (
                 f"Too many speak commands: at most {settings.avatar_speak_rate:g} a second "
                 f"(bursts of {settings.avatar_speak_burst}). Send fewer, longer texts."
             )
-        self._speak_allowance -= 1.0
         return None
 
     def speak(self, text: str, client_id: str | None, voice_id: str | None) -> SpeechTask | None:

@@ -17,6 +17,7 @@ from .. import jsonbody
 from ..audio import OutputFormat, OutputFormatError, parse_output_format
 from ..auth import AUTHENTICATOR, AuthError, Credential, secret_from_message, secret_from_request, watch_credential
 from ..keys import REQUEST_ID, SETTINGS, WS_PER_CREDENTIAL
+from ..ratelimit import TokenBucket
 from ..voice_settings import InvalidParameter, check_seed, check_voice_settings
 from ..voices.catalog import VOICES
 
@@ -149,8 +150,7 @@ class Connection:
         settings = request.app[SETTINGS]
         # Token bucket for client messages: refills at the configured rate, holds a burst of twice that.
         self._rate = settings.ws_max_messages_per_s
-        self._tokens = 2 * self._rate
-        self._refilled = time.monotonic()
+        self._messages = TokenBucket(self._rate, 2 * self._rate)
 
     @property
     def closed(self) -> bool:
@@ -230,12 +230,8 @@ class Connection:
                 return None
 
     def _spend_token(self) -> None:
-        now = time.monotonic()
-        self._tokens = min(2 * self._rate, self._tokens + (now - self._refilled) * self._rate)
-        self._refilled = now
-        if self._tokens < 1:
+        if not self._messages.take():
             raise WsError("rate_limit_exceeded", f"Too many messages: at most {self._rate:g} per second on one socket.")
-        self._tokens -= 1
 
     def release(self) -> None:
         """Stop counting this socket against its credential (called once, when it closes)."""
