@@ -105,7 +105,8 @@ def test_a_meta_json_on_disk_naming_a_file_outside_is_neither_listed_nor_read_by
     from zsynth.voices import VoiceStore
 
     secret = tmp_path / "secret.wav"
-    secret.write_bytes(reference_file("wav"))
+    secret_bytes = reference_file("wav")
+    secret.write_bytes(secret_bytes)
     root = tmp_path / "voices"
     voice_dir = root / "custom-hostileDisk1"
     voice_dir.mkdir(parents=True)
@@ -123,6 +124,7 @@ def test_a_meta_json_on_disk_naming_a_file_outside_is_neither_listed_nor_read_by
     (voice_dir / "link.wav").symlink_to(secret)
     with pytest.raises(ValueError, match="outside"):
         engine.reference_f0(VoiceSpec(voice_dir.name, str(voice_dir), {**meta, "reference": "link.wav"}))
+    assert secret.read_bytes() == secret_bytes
 
 
 # ----- item 6: timeouts on every AWS call, a start that never waits long on S3 -------------------------------------
