@@ -67,6 +67,27 @@ def printed(pattern: str) -> Callable[[Path, str], None]:
     return check
 
 
+def printed_seconds(low: float, high: float) -> Callable[[Path, str], None]:
+    """A line ``<seconds> s of audio`` whose figure lies strictly between ``low`` and ``high``."""
+
+    def check(cwd: Path, stdout: str) -> None:
+        match = re.fullmatch(r"(\d+\.\d) s of audio\n", stdout)
+        assert match, stdout
+        assert low < float(match.group(1)) < high, stdout
+
+    return check
+
+
+def printed_path_counts(cwd: Path, stdout: str) -> None:
+    """The example's two counts are those of the documents build_document makes."""
+    from zsynth.openapi import build_document
+
+    match = re.fullmatch(r"(\d+) speech paths, (\d+) avatar paths\n", stdout)
+    assert match, stdout
+    speech, avatar = len(build_document("speech")["paths"]), len(build_document("avatar")["paths"])
+    assert (int(match.group(1)), int(match.group(2))) == (speech, avatar), stdout
+
+
 def pcm_file(name: str, rate: int, text: str) -> Callable[[Path, str], None]:
     def check(cwd: Path, stdout: str) -> None:
         pcm = np.frombuffer((cwd / name).read_bytes(), dtype="<i2").astype(np.float32) / 32768.0
@@ -94,8 +115,9 @@ CHECKS: dict[str, Callable[[Path, str], None]] = {
     "realtime_sdk.py": speech_file("realtime.mp3", "Hello there. This was streamed word by word."),
     "clone_sdk.py": printed(r"^$"),
     "mint_token.py": printed(r"^zsk_temp_[A-Za-z0-9_-]+\n$"),  # URL-safe base64
-    "stream_requests.py": printed(r"^\d+\.\d s of audio\n$"),
-    "openapi_document.py": printed(r"^\d+ speech paths, \d+ avatar paths\n$"),
+    # "Hi! This is my cloned voice.": six words, more than a second and within assert_speech's band for them.
+    "stream_requests.py": all_of(printed(r"^\d+\.\d s of audio\n$"), printed_seconds(1.0, 7.5)),
+    "openapi_document.py": all_of(printed(r"^\d+ speech paths, \d+ avatar paths\n$"), printed_path_counts),
 }
 
 
@@ -187,5 +209,7 @@ def test_strict_docs_build(tmp_path):
 
 def test_readme_code_is_a_verbatim_copy_of_a_tested_example():
     examples = {p.read_text().strip() for p in EXAMPLES.iterdir()}
-    for _, body in CODE_FENCE.findall((ROOT / "README.md").read_text()):
+    fences = CODE_FENCE.findall((ROOT / "README.md").read_text())
+    assert fences, "no code fence found in README.md: the check below would pass on nothing"
+    for _, body in fences:
         assert body.strip() in examples, f"README block is not a copy of a docs/examples file:\n{body}"

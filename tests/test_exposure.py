@@ -32,7 +32,7 @@ from zsynth.voices.library import VOICE_LIBRARY
 
 from .avatar_peer import Viewer
 from .helpers import RedisServer, WorkerProcess, assert_speech, decode_audio, front_process, make_settings, wait_for
-from .s3_helpers import PREFIX, create_bucket, start_front
+from .s3_helpers import PREFIX, create_bucket, start_front, status_and_code
 from .voice_clips import flac_bomb, reference_file
 
 TIMEOUT = aiohttp.ClientTimeout(total=60)
@@ -92,7 +92,8 @@ async def test_references_named_in_the_bucket_stay_inside_their_voice_directory(
     listed = {v["voice_id"] for v in (await (await front.get("/v1/voices")).json())["voices"]}
     assert not listed & set(ids)
     for voice_id in ids:  # asked for by id: refused, never written
-        assert (await front.get(f"/v1/voices/{voice_id}")).status in (404, 503)
+        answer = await status_and_code(await front.get(f"/v1/voices/{voice_id}"))
+        assert answer in {(404, "voice_not_found"), (503, "voice_storage_unavailable")}, answer
     written = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file() and "wav" in p.name)
     assert written == [], written
     assert list(outside.iterdir()) == []
@@ -105,7 +106,8 @@ def test_a_meta_json_on_disk_naming_a_file_outside_is_neither_listed_nor_read_by
     from zsynth.voices import VoiceStore
 
     secret = tmp_path / "secret.wav"
-    secret.write_bytes(reference_file("wav"))
+    secret_bytes = reference_file("wav")
+    secret.write_bytes(secret_bytes)
     root = tmp_path / "voices"
     voice_dir = root / "custom-hostileDisk1"
     voice_dir.mkdir(parents=True)
@@ -123,6 +125,7 @@ def test_a_meta_json_on_disk_naming_a_file_outside_is_neither_listed_nor_read_by
     (voice_dir / "link.wav").symlink_to(secret)
     with pytest.raises(ValueError, match="outside"):
         engine.reference_f0(VoiceSpec(voice_dir.name, str(voice_dir), {**meta, "reference": "link.wav"}))
+    assert secret.read_bytes() == secret_bytes
 
 
 # ----- item 6: timeouts on every AWS call, a start that never waits long on S3 -------------------------------------
@@ -357,16 +360,18 @@ async def test_an_open_server_with_any_origin_refuses_cross_site_writes_and_warn
         assert resp.status == 403 and body["detail"]["code"] == "cross_origin_refused", (method, path, body)
     assert (await open_front.get("/v1/voices", headers=evil)).status == 200  # reads stay open
     # Without an Origin (not a browser) and from another port of the same host (the demo page): let through.
-    assert (await open_front.delete("/v1/voices/custom-abcdefgh")).status == 404
+    missing = (404, "voice_not_found")
+    assert await status_and_code(await open_front.delete("/v1/voices/custom-abcdefgh")) == missing
     same_site = {"Origin": f"http://{open_front.server.host}:1"}
-    assert (await open_front.delete("/v1/voices/custom-abcdefgh", headers=same_site)).status == 404
+    assert await status_and_code(await open_front.delete("/v1/voices/custom-abcdefgh", headers=same_site)) == missing
 
     allowed = await aiohttp_client(create_app(make_settings(redis_url, tmp_path, cors_open_writes=True)))
-    assert (await allowed.delete("/v1/voices/custom-abcdefgh", headers=evil)).status == 404
+    assert await status_and_code(await allowed.delete("/v1/voices/custom-abcdefgh", headers=evil)) == missing
     listed = await aiohttp_client(create_app(make_settings(redis_url, tmp_path, cors_origins=("*", EVIL))))
-    assert (await listed.delete("/v1/voices/custom-abcdefgh", headers=evil)).status == 404
+    assert await status_and_code(await listed.delete("/v1/voices/custom-abcdefgh", headers=evil)) == missing
     keyed = await aiohttp_client(create_app(make_settings(redis_url, tmp_path, api_key=DEMO_KEY)))
-    assert (await keyed.delete("/v1/voices/custom-abcdefgh", headers={**evil, "xi-api-key": DEMO_KEY})).status == 404
+    keyed_headers = {**evil, "xi-api-key": DEMO_KEY}
+    assert await status_and_code(await keyed.delete("/v1/voices/custom-abcdefgh", headers=keyed_headers)) == missing
 
 
 # ----- item 7: avatar capacity -------------------------------------------------------------------------------------

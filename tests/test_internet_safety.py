@@ -13,7 +13,6 @@ import time
 from urllib.parse import quote
 
 import aiohttp
-import aioice.ice
 import pytest
 from redis.asyncio import Redis
 
@@ -25,7 +24,7 @@ from zsynth.keystore import HASH_ATTR
 from zsynth.protocol import QUEUE
 from zsynth.ws.buffer import TextBuffer
 
-from .avatar_peer import Viewer, loopback_host_addresses
+from .avatar_peer import Viewer
 from .helpers import make_settings
 from .ws_helpers import collect
 
@@ -234,6 +233,11 @@ async def test_sockets_that_have_not_authenticated_are_capped(keyed_front):
     await waiting[0].send_json({"text": " ", "xi_api_key": STATIC_KEY})
     await asyncio.sleep(0.3)
     third = await keyed_front.ws_connect(PATH)
+    # The cap holds again: waiting[1] and third fill it.
+    with pytest.raises(aiohttp.WSServerHandshakeError) as refused_again:
+        await keyed_front.ws_connect(PATH)
+    assert refused_again.value.status == 503
+    assert refused_again.value.headers is not None and refused_again.value.headers.get("Retry-After") == "1"
     for ws in (*waiting, authed, third):
         await ws.close()
 
@@ -307,9 +311,8 @@ async def test_multipart_part_headers_and_empty_parts_count(aiohttp_client, redi
 
 
 async def test_an_avatar_session_ends_when_its_token_expires(
-    aiohttp_client, redis_url, data_dir, keys_table, monkeypatch
+    aiohttp_client, redis_url, data_dir, keys_table, loopback_ice
 ):
-    monkeypatch.setattr(aioice.ice, "get_host_addresses", loopback_host_addresses)
     settings = make_settings(redis_url, data_dir, api_keys=("avatar-key",), api_keys_table=keys_table)
     tokens = Authenticator.from_settings(settings, cache_ttl_s=2.0)
     server = await aiohttp_client(create_avatar_app(settings, tokens))

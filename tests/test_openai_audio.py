@@ -64,6 +64,7 @@ def test_flac_comes_whole_at_the_end_with_its_length():
 
 
 def test_worker_formats_exist_for_every_response_format():
+    assert set(RESPONSE_FORMATS) == {"mp3", "opus", "aac", "flac", "wav", "pcm"}  # OpenAI's six
     for fmt in RESPONSE_FORMATS.values():
         parse_output_format(fmt.worker_format, route="stream")
         assert fmt.media_type.startswith("audio/")

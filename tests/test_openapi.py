@@ -136,8 +136,11 @@ async def test_real_answers_match_the_document(client):
     speech = "/v1/audio/speech"
     status, mp3 = await c.call(client, "POST", speech, json={"model": "tts-1", "voice": "alloy", "input": text})
     assert status == 200 and len(mp3) > 1000
+    assert_speech(*decode_audio(mp3, "mp3_44100_128"), text)
     sse = {"model": "m", "voice": {"id": "joe"}, "input": text, "response_format": "aac", "stream_format": "sse"}
-    assert (await c.call(client, "POST", speech, json=sse))[0] == 200
+    status, events = await c.call(client, "POST", speech, json=sse)
+    assert status == 200
+    assert b'"speech.audio.done"' in events, events[-500:]
     assert (await c.call(client, "POST", speech, json={"model": "m", "voice": "alloy", "input": " "}))[0] == 422
     bad_format = {"model": "m", "voice": "alloy", "input": "x", "response_format": "ogg"}
     assert (await c.call(client, "POST", speech, json=bad_format))[0] == 400
@@ -190,8 +193,9 @@ async def test_real_answers_match_the_document(client):
     strings = {"rule_strings": ["ESA"]}
     assert (await c.call(client, "POST", one + "/remove-rules", dictionary_id=made["id"], json=strings))[0] == 200
     version = one + "/{version_id}/download"
-    status, _ = await c.call(client, "GET", version, dictionary_id=made["id"], version_id=made["version_id"])
+    status, pls_body = await c.call(client, "GET", version, dictionary_id=made["id"], version_id=made["version_id"])
     assert status == 200
+    assert b"NASA" in pls_body, pls_body  # the first version holds the rule it was made from
     assert (await c.call(client, "GET", version, dictionary_id=made["id"], version_id="nope"))[0] == 404
 
     assert c.seen == documented(), f"not exercised: {documented() - c.seen}"

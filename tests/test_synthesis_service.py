@@ -9,7 +9,6 @@ import logging
 import time
 
 import aiohttp
-import aioice.ice
 import pytest
 from redis.asyncio import Redis
 
@@ -19,19 +18,13 @@ from zsynth.avatar.app import create_avatar_app
 from zsynth.dispatch import JobFailed
 from zsynth.synthesis import classify
 
-from .avatar_peer import Viewer, loopback_host_addresses
+from .avatar_peer import Viewer
 from .helpers import WorkerProcess, make_settings
 from .ws_helpers import collect
 
 KEY = "synthesis-service-key"
 LONG_TEXT = " ".join(f"This is sentence {n} of a long text that keeps the worker busy for a while." for n in range(30))
 DIED = "The worker died while speaking."
-
-
-@pytest.fixture
-def loopback_ice(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Both WebRTC peers gather 127.0.0.1 host candidates (aioice skips loopback otherwise)."""
-    monkeypatch.setattr(aioice.ice, "get_host_addresses", loopback_host_addresses)
 
 
 async def _next_event(ws: aiohttp.ClientWebSocketResponse, kind: str, timeout: float = 60.0) -> dict:

@@ -340,6 +340,7 @@ async def test_break_tag_cut_by_the_socket_buffer_still_pauses(api_client):
     samples, rate = decode_audio(got.audio(), FMT)
     assert 2.0 <= longest_silence(samples, rate) <= 2.5
     assert got.chars() == (first + second).strip()
+    assert_speech(samples, rate, "Please hold on while I look that up for you. Thanks for waiting!")
 
 
 async def test_livekit_plugin_names_a_dictionary_per_context_and_gets_word_timestamps_on_its_text(api_client):

@@ -112,8 +112,11 @@ async def test_break_tags_become_pauses_and_other_markup_stays() -> None:
 
 def test_markers_are_never_split_and_callers_cannot_forge_them() -> None:
     text = "First sentence. " + marks.pause(1000) + " " + marks.phonemes("ipa", "t ə. m eɪ! t oʊ") + " end. " * 80
-    for piece in split_sentences(text, 60):
+    pieces = split_sentences(text, 60)
+    assert len(pieces) > 1, pieces
+    for piece in pieces:
         assert piece.count(marks.OPEN) == piece.count(marks.CLOSE)
+    assert sum(piece.count(marks.pause(1000)) for piece in pieces) == 1, pieces
     assert marks.OPEN not in Spoken("a \ue000b3000\ue001 b").text
 
 

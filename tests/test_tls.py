@@ -184,6 +184,9 @@ def test_avatar_connect_and_control_socket_over_https(pki, redis_url, data_dir, 
         control = base.replace("https://", "wss://") + answer["control_url"]
         with ws_connect(control, additional_headers={"X-Api-Key": KEY}, open_timeout=10) as ws:
             assert ws.protocol.state.name == "OPEN"
+            first = json.loads(ws.recv(timeout=10))  # attach sends the session's state first
+            assert first["type"] == "session.state", first
+            assert first["session_id"] == answer["session_id"], (first, answer)
 
 
 def test_demo_page_over_https(pki):

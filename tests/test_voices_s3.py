@@ -14,7 +14,7 @@ from zsynth.config import Settings
 from zsynth.voices.library import VOICE_LIBRARY
 
 from .helpers import make_settings
-from .s3_helpers import PREFIX, bucket_keys, create_bucket, start_front
+from .s3_helpers import PREFIX, bucket_keys, create_bucket, start_front, status_and_code
 from .voice_clips import reference_file
 
 
@@ -62,7 +62,7 @@ async def test_clone_is_in_the_bucket_before_200_restored_on_an_empty_disk_and_r
     # Box A still has the voice on its disk (it was down): its next start drops it instead of uploading it again.
     assert original.exists()
     box_a = await start_front(aiohttp_client, private_redis_url, tmp_path / "a", bucket)
-    assert (await box_a.get(f"/v1/voices/{voice_id}")).status == 404
+    assert await status_and_code(await box_a.get(f"/v1/voices/{voice_id}")) == (404, "voice_not_found")
     assert not original.exists()
     assert await bucket_keys(bucket) == {f"{PREFIX}{voice_id}/tombstone.json"}
 
@@ -118,4 +118,5 @@ async def test_a_removal_whose_announcement_was_lost_is_settled_by_the_periodic_
     while (await box.get(f"/v1/voices/{voice_id}")).status != 404:
         assert asyncio.get_running_loop().time() < deadline, "the periodic comparison did not drop the voice"
         await asyncio.sleep(0.1)
+    assert await status_and_code(await box.get(f"/v1/voices/{voice_id}")) == (404, "voice_not_found")
     assert not (tmp_path / "voices" / voice_id).exists()

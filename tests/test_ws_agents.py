@@ -88,8 +88,12 @@ async def test_auto_mode_keeps_messages_without_trailing_space_apart(client):
     assert "morning.Is" not in bare.chars()
     # One segment per message: each message's characters start a frame of their own.
     starts = ["".join(f["alignment"]["chars"]).strip() for f in bare.frames if f.get("alignment")]
-    for sentence in SENTENCES:
-        assert any(s.startswith(sentence.split()[0]) for s in starts), (sentence, starts)
+    first_words = [s.split()[0] for s in starts if s]
+    for sentence in SENTENCES:  # a whole first word: "I" must not pass on a frame that starts with "Is"
+        assert sentence.split()[0] in first_words, (sentence, starts)
+    # In the order sent: each sentence's first word opens a frame after the previous sentence's did.
+    opened = [first_words.index(sentence.split()[0]) for sentence in SENTENCES]
+    assert opened == sorted(opened), (opened, starts)
     # Joined, "morning.Is" would be read "morning dot is": longer than the sentences with their spaces.
     assert bare_s <= spaced_s * 1.03 + 0.05, (bare_s, spaced_s)
 
@@ -147,6 +151,8 @@ async def test_keep_alives_on_the_socket_and_on_a_context(quick):
     got = await until_final(ws, "kept")
     assert got.chars("kept") == "Still here after the wait."
     assert len(got.finals) == 1
+    samples, rate = decode_audio(got.audio("kept"), "pcm_16000")
+    assert_speech(samples, rate, "Still here after the wait.")
     await ws.send_json({"close_socket": True})
     assert (await collect(ws)).close_code == 1000
 
@@ -165,6 +171,8 @@ async def test_idle_contexts_expire_and_free_their_places(quick):
     await ws.send_json({"context_id": "c8", "close_context": True})
     got = await until_final(ws, "c8")
     assert got.chars("c8") == "Five live contexts again."
+    samples, rate = decode_audio(got.audio("c8"), "pcm_16000")
+    assert_speech(samples, rate, "Five live contexts again.")
     await ws.send_json({"close_socket": True})
     assert (await collect(ws)).close_code == 1000
 
@@ -177,6 +185,8 @@ async def test_query_inactivity_timeout_overrides_the_default(quick):
     await ws.send_json({"context_id": "slow", "close_context": True})
     got = await until_final(ws, "slow")
     assert got.chars("slow") == "Five seconds were asked for."
+    samples, rate = decode_audio(got.audio("slow"), "pcm_16000")
+    assert_speech(samples, rate, "Five seconds were asked for.")
     await ws.send_json({"close_socket": True})
     assert (await collect(ws)).close_code == 1000
 
@@ -227,6 +237,8 @@ async def test_hundreds_of_turns_on_one_socket(aiohttp_client, redis_url, data_d
         assert {f["contextId"] for f in got.frames} == {context}
         if turn % 50 == 0:
             assert got.chars(context) == f"Turn {turn}." and got.audio(context)
+            samples, rate = decode_audio(got.audio(context), "pcm_16000")
+            assert_speech(samples, rate, f"Turn {turn}.")
         else:
             assert got.frames == [{"isFinal": True, "is_final": True, "contextId": context}]
     await ws.send_json({"close_socket": True})
