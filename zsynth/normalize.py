@@ -30,8 +30,14 @@ _CURRENCIES: Final = {
     "€": ("euro", "euros", "cent", "cents"),
     "£": ("pound", "pounds", "penny", "pence"),
 }
-_SCALES: Final = {"k": "thousand", "thousand": "thousand", "m": "million", "million": "million", "bn": "billion"}
-_SCALES["billion"] = "billion"
+_SCALES: Final = {
+    "k": "thousand",
+    "thousand": "thousand",
+    "m": "million",
+    "million": "million",
+    "bn": "billion",
+    "billion": "billion",
+}
 # Units read after a number; the one-letter ones only when written against it ("5m", not "5 m").
 _UNITS: Final = {
     "km": ("kilometer", "kilometers"),
@@ -179,10 +185,15 @@ def _url(match: re.Match[str]) -> str:
     return _address(url)
 
 
+# Read at the match's end, in place: slicing the rest of the text for every abbreviation would be quadratic.
+_END_OF_TEXT: Final = re.compile(r"\s*\Z")
+_CAPITAL_NEXT: Final = re.compile(r"\s+[A-Z]")
+
+
 def _ends_sentence(match: re.Match[str]) -> bool:
     """The abbreviation's period also ends a sentence: nothing, or white space and a capital letter, follows it."""
-    after = match.string[match.end() :]
-    return not after.strip() or bool(re.match(r"\s+[A-Z]", after))
+    text, end = match.string, match.end()
+    return bool(_END_OF_TEXT.match(text, end) or _CAPITAL_NEXT.match(text, end))
 
 
 def _abbreviation(match: re.Match[str]) -> str:
@@ -193,11 +204,10 @@ def _abbreviation(match: re.Match[str]) -> str:
 
 def _saint_or_street(match: re.Match[str]) -> str:
     """ "St." before a name with no capitalised word in front is Saint ("St. Louis"); otherwise Street."""
-    before = match.string[: match.start()].split()
-    after = match.string[match.end() :]
+    before = match.string[: match.start()].rsplit(maxsplit=2)  # the last two words are all it needs
     # A capitalised word right before is a street's name ("Main St."), unless it starts a sentence itself.
     named = len(before) >= 2 and before[-1][:1].isupper() and before[-2][-1:] not in ".!?"
-    if re.match(r"\s+[A-Z]", after) and not named:
+    if _CAPITAL_NEXT.match(match.string, match.end()) and not named:
         return "Saint"
     return "Street" + ("." if _ends_sentence(match) else "")
 
