@@ -32,7 +32,7 @@ import numpy as np
 import soundfile as sf
 
 from zsynth import marks
-from zsynth.text import split_sentences
+from zsynth.text import SENTENCE_MAX_CHARS, split_sentences
 from zsynth.voices.store import check_reference, reference_name, reference_path, revision
 
 from .base import EngineChunk, VoiceSpec, clamp_setting, job_settings
@@ -41,7 +41,6 @@ from .pitch import median_f0, pitch_shift
 
 logger = logging.getLogger(__name__)
 
-SENTENCE_MAX_CHARS: Final = 300
 # Spoken once to measure the joe voice's own median pitch, the starting point of every clone's shift.
 CALIBRATION_TEXT: Final = (
     "The quick brown fox jumps over the lazy dog. "
