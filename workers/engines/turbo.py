@@ -136,9 +136,6 @@ class TurboEngine:
         self.dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[settings.turbo_dtype]
         # Reduced precision is a GPU option: on the CPU it only makes T3 slower.
         reduced = self.dtype if self.device == "cuda" and self.dtype != torch.float32 else None
-        # S3Gen's flow stays float32: on an H100 autocast made it slower (its kernels are small, so the casts cost
-        # more than the narrower math saves: docs/gpu-figures.md), and its mel moved by 0.8 % for nothing.
-        self.flow_dtype: Any = None
         self.t3 = StaticT3(self.model.t3, settings.turbo_max_tokens, dtype=reduced, graphs=settings.turbo_cuda_graphs)
         where = torch.cuda.get_device_name() if self.device == "cuda" else "cpu"
         logger.info(
@@ -236,7 +233,9 @@ class TurboEngine:
             if should_stop():
                 return
             ids = self.model.tokenizer(punc_norm(piece), return_tensors="pt", truncation=True).input_ids
-            decoder = PieceDecoder(self.model.s3gen, conds.gen, cap, speed, self.flow_dtype)
+            # S3Gen's flow stays float32 (no flow_dtype): on an H100 autocast made it slower (its kernels are small,
+            # so the casts cost more than the narrower math saves: docs/gpu-figures.md), and its mel moved by 0.8 %.
+            decoder = PieceDecoder(self.model.s3gen, conds.gen, cap, speed)
             first = True
             chunk_no = 0
             # Tokens come back from the GPU once per chunk: the first chunk's worth plus the flow's lookahead, then
