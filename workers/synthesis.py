@@ -6,7 +6,7 @@ from typing import Any
 
 from zsynth.alignment import CharAlignment, Timeline, char_alignment
 from zsynth.audio import OutputFormat
-from zsynth.text import split_sentences
+from zsynth.text import SENTENCE_MAX_CHARS, pack_sentences, split_sentences
 
 from .engines import EngineChunk
 
@@ -16,24 +16,14 @@ from .engines import EngineChunk
 YIELDING_CODECS = frozenset({"pcm", "ulaw", "alaw", "mp3"})
 
 
-# The longest sentence the engines speak in one go (Piper's sentences, Turbo's pieces): longer ones they cut at
-# clauses. Pieces are cut from the same sentences, so splitting a job never changes what the engine is given.
-SENTENCE_MAX_CHARS = 300
-
-
 def text_pieces(text: str, max_chars: int) -> list[str]:
     """Whole sentences packed into pieces of at most ``max_chars``; a longer sentence is a piece of its own.
 
     A worker speaks one piece before it may yield its slot. A sentence is never cut for the piece limit (that would
-    change its intonation): the engine gets the sentences the whole text would have given it.
+    change its intonation): the engine gets the sentences the whole text would have given it, as it cuts them from
+    the same split (at most :data:`~zsynth.text.SENTENCE_MAX_CHARS` each).
     """
-    pieces: list[str] = []
-    for sentence in split_sentences(text, SENTENCE_MAX_CHARS):
-        if pieces and len(pieces[-1]) + 1 + len(sentence) <= max_chars:
-            pieces[-1] = f"{pieces[-1]} {sentence}"
-        else:
-            pieces.append(sentence)
-    return pieces or [text]
+    return pack_sentences(split_sentences(text, SENTENCE_MAX_CHARS), max_chars) or [text]
 
 
 def encoded_ms(fmt: OutputFormat, audio: bytes, engine_ms: float) -> float:

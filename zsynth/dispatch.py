@@ -45,13 +45,17 @@ class JobFailed(Exception):
         self.message = message
 
 
+def _share_full(limit: int) -> JobFailed:
+    return JobFailed("queue_full", f"This key already has {limit} jobs queued or running here; retry shortly.")
+
+
 class JobStream:
     """The events of one submitted job, read with the first-chunk and per-chunk deadlines.
 
     Use as an async context manager: leaving it before the terminal event cancels the job (the client went away).
     """
 
-    def __init__(self, dispatcher: Dispatcher, job: protocol.Job) -> None:
+    def __init__(self, dispatcher: Dispatcher, job: protocol.Job, owner: str | None = None) -> None:
         self.dispatcher = dispatcher
         self.job = job
         self.queue: asyncio.Queue[protocol.Event] = asyncio.Queue()
@@ -60,7 +64,7 @@ class JobStream:
         self.first_chunk_at: float | None = None
         self.submitted_at = time.monotonic()
         self._expected_seq = 0
-        self.owner: str | None = None  # the credential whose share of the queue this job counts against
+        self.owner = owner  # the credential whose share of the queue this job counts against
 
     async def __aenter__(self) -> JobStream:
         return self
@@ -190,13 +194,7 @@ class Dispatcher:
             async with asyncio.timeout(wait_s), self._share_freed:
                 await self._share_freed.wait_for(lambda: self._owned[owner] < limit)
         except TimeoutError:
-            raise JobFailed(
-                "queue_full", f"This key already has {limit} jobs queued or running here; retry shortly."
-            ) from None
-
-    async def _take_share(self, owner: str, wait_s: float) -> None:
-        await self.wait_for_share(owner, wait_s)
-        self._owned[owner] += 1
+            raise _share_full(limit) from None
 
     async def _give_share(self, owner: str) -> None:
         self._owned[owner] -= 1
@@ -205,24 +203,26 @@ class Dispatcher:
         async with self._share_freed:
             self._share_freed.notify_all()
 
-    async def submit(self, job: protocol.Job, *, owner: str | None = None, wait_s: float = 0.0) -> JobStream:
+    async def submit(self, job: protocol.Job, *, owner: str | None = None) -> JobStream:
         """Push the job on the queue, its events addressed to this front's reply channel.
 
         Raises JobFailed("queue_full") when ZSYNTH_MAX_QUEUE jobs already wait, and JobFailed("redis_unavailable")
         when Redis does not answer; both are answered with Retry-After. With ``owner`` (a credential fingerprint)
         the job also counts against that credential's share of the queue (:attr:`share_limit`): past it the call
-        waits up to ``wait_s`` for one of its jobs to end, then raises JobFailed("queue_full"), so one key cannot
-        fill the queue ahead of everyone else's jobs.
+        raises JobFailed("queue_full") at once (:meth:`wait_for_share` is the way to wait for room first), so one
+        key cannot fill the queue ahead of everyone else's jobs.
         """
         assert self._pubsub is not None, "dispatcher not started"
         if owner is not None:
-            await self._take_share(owner, wait_s)
+            limit = self.share_limit
+            if self._owned[owner] >= limit:
+                raise _share_full(limit)
+            self._owned[owner] += 1
         if not job.start_deadline:
             # A job still queued when its client has given up waiting is dropped unrun.
             job.start_deadline = time.time() + self.settings.first_chunk_timeout_s
         job.reply_to = self.reply_channel
-        stream = JobStream(self, job)
-        stream.owner = owner
+        stream = JobStream(self, job, owner)
         self._streams[job.job_id] = stream
         try:
             # Realtime segments go ahead of batch jobs, new batch jobs ahead of remainders (protocol.PUSH_BOUNDED_LUA).

@@ -85,6 +85,7 @@ class AlignmentMapper:
     def __init__(self, spoken: Spoken) -> None:
         self._spoken = spoken
         self._text = spoken.text
+        self._end = len(self._text.rstrip())  # past it only white space is left to match
         # For each spoken character: its segment's index.
         self._owner: list[int] = []
         self._first: list[int] = []  # index of each segment's first spoken character
@@ -125,7 +126,7 @@ class AlignmentMapper:
         """Take the next characters the worker aligned; return the caller's characters that are now complete."""
         for char, start, end in zip(chars, starts, ends, strict=True):
             self._match(char, start, end)
-        if final or not self._text[self._cursor :].strip():
+        if final or self._cursor >= self._end:
             self._cursor = len(self._text)
         return self._emit()
 

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Final
+
+# The longest sentence the engines speak in one go (Piper's sentences, Turbo's pieces): longer ones are cut at clauses.
+SENTENCE_MAX_CHARS: Final = 300
 
 # A sentence ends at . ! ? … (optionally followed by closing quotes/brackets) and then white space.
 _SENTENCE_END: Final = re.compile(r"(?<=[.!?…])[\"'”’)\]]*\s+")
@@ -33,7 +37,7 @@ def _split_long(piece: str, max_chars: int) -> list[str]:
     return parts
 
 
-def split_sentences(text: str, max_chars: int = 300) -> list[str]:
+def split_sentences(text: str, max_chars: int = SENTENCE_MAX_CHARS) -> list[str]:
     """Split ``text`` into sentences of at most ``max_chars`` (a single longer word stays whole)."""
     pieces: list[str] = []
     for sentence in _SENTENCE_END.split(text.strip()):
@@ -44,4 +48,15 @@ def split_sentences(text: str, max_chars: int = 300) -> list[str]:
             pieces.append(sentence)
         else:
             pieces.extend(_split_long(sentence, max_chars))
+    return pieces
+
+
+def pack_sentences(sentences: Iterable[str], max_chars: int) -> list[str]:
+    """Consecutive sentences joined by a space into pieces of at most ``max_chars``; a longer one is a piece alone."""
+    pieces: list[str] = []
+    for sentence in sentences:
+        if pieces and len(pieces[-1]) + 1 + len(sentence) <= max_chars:
+            pieces[-1] = f"{pieces[-1]} {sentence}"
+        else:
+            pieces.append(sentence)
     return pieces

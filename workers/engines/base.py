@@ -95,14 +95,6 @@ class MarkedText:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.engine, name)
 
-    def warm_up(self) -> None:
-        """The wrapped engine's warm-up."""
-        self.engine.warm_up()
-
-    def forget_voice(self, voice_id: str) -> None:
-        """The wrapped engine's."""
-        self.engine.forget_voice(voice_id)
-
     def synthesize(
         self,
         text: str,

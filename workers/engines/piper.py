@@ -32,8 +32,8 @@ import numpy as np
 import soundfile as sf
 
 from zsynth import marks
-from zsynth.text import split_sentences
-from zsynth.voices.store import reference_path
+from zsynth.text import SENTENCE_MAX_CHARS, split_sentences
+from zsynth.voices.store import check_reference, reference_name, reference_path, revision
 
 from .base import EngineChunk, VoiceSpec, clamp_setting, job_settings
 from .phonemes import arpabet_to_ipa
@@ -41,7 +41,6 @@ from .pitch import median_f0, pitch_shift
 
 logger = logging.getLogger(__name__)
 
-SENTENCE_MAX_CHARS: Final = 300
 # Spoken once to measure the joe voice's own median pitch, the starting point of every clone's shift.
 CALIBRATION_TEXT: Final = (
     "The quick brown fox jumps over the lazy dog. "
@@ -89,7 +88,8 @@ class PiperEngine:
         self.threads = threads
         self._base_f0: float | None = None
         # (voice directory, reference file name) -> median pitch: an edit with a new clip writes a new name.
-        self._reference_f0s: dict[tuple[str, str], float | None] = {}
+        # (voice directory, reference name, revision) -> pitch: an edited voice (new clip or revision) misses.
+        self._reference_f0s: dict[tuple[str, str, int], float | None] = {}
 
     def warm_up(self) -> None:
         """Synthesize one short sentence (loads espeak data, allocates onnxruntime arenas), then calibrate pitch."""
@@ -111,11 +111,13 @@ class PiperEngine:
         if voice.path is None:
             return None
         # ValueError (the job fails) for a meta.json naming a file outside the voice's directory: never read it.
-        reference = reference_path(Path(voice.path), voice.meta)
-        name = reference.name
-        key = (voice.path, name)
+        check_reference(voice.meta, Path(voice.path).name)
+        # Looked up before the clip's path is resolved on disk: the worker asks once per text piece.
+        key = (voice.path, reference_name(voice.meta), revision(voice.meta))
         if key in self._reference_f0s:
             return self._reference_f0s[key]
+        reference = reference_path(Path(voice.path), voice.meta)
+        name = reference.name
         cache = Path(voice.path) / "cache" / PITCH_CACHE
         value: float | None
         try:

@@ -30,7 +30,7 @@ from typing import Any, Final
 import numpy as np
 
 from zsynth.config import Settings
-from zsynth.text import split_sentences
+from zsynth.text import SENTENCE_MAX_CHARS, pack_sentences, split_sentences
 
 from .base import EngineChunk, VoiceSpec, clamp_setting, job_settings
 from .turbo_ckpt import BUILTIN_CONDS, WEIGHT_FILES, backbone, backbone_config, is_random, missing_files
@@ -39,7 +39,8 @@ from .turbo_voices import ConditioningCache
 
 logger = logging.getLogger(__name__)
 
-PIECE_MAX_CHARS: Final = 300  # longer inputs degrade (chatterbox #424, #385); the official demo caps at 300
+# Longer inputs degrade (chatterbox #424, #385); the official demo caps at 300.
+PIECE_MAX_CHARS: Final = SENTENCE_MAX_CHARS
 DOWNLOAD_HINT: Final = (
     "download the weights once, e.g. `huggingface-cli download ResembleAI/chatterbox-turbo --local-dir "
     "/srv/zsynth/chatterbox-turbo`, and set ZSYNTH_TURBO_CHECKPOINT to that directory"
@@ -52,12 +53,7 @@ _KEEP: Final = "\u2060"  # word joiner: keeps a two-word tag such as [clear thro
 def text_pieces(text: str, max_chars: int = PIECE_MAX_CHARS) -> list[str]:
     """Sentences packed into pieces of at most ``max_chars``, never cutting a word or a [tag]."""
     protected = _TAG.sub(lambda m: m.group(0).replace(" ", _KEEP), text)
-    pieces: list[str] = []
-    for sentence in split_sentences(protected, max_chars):
-        if pieces and len(pieces[-1]) + 1 + len(sentence) <= max_chars:
-            pieces[-1] = f"{pieces[-1]} {sentence}"
-        else:
-            pieces.append(sentence)
+    pieces = pack_sentences(split_sentences(protected, max_chars), max_chars)
     return [piece.replace(_KEEP, " ") for piece in pieces]
 
 
@@ -140,9 +136,6 @@ class TurboEngine:
         self.dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[settings.turbo_dtype]
         # Reduced precision is a GPU option: on the CPU it only makes T3 slower.
         reduced = self.dtype if self.device == "cuda" and self.dtype != torch.float32 else None
-        # S3Gen's flow stays float32: on an H100 autocast made it slower (its kernels are small, so the casts cost
-        # more than the narrower math saves: docs/gpu-figures.md), and its mel moved by 0.8 % for nothing.
-        self.flow_dtype: Any = None
         self.t3 = StaticT3(self.model.t3, settings.turbo_max_tokens, dtype=reduced, graphs=settings.turbo_cuda_graphs)
         where = torch.cuda.get_device_name() if self.device == "cuda" else "cpu"
         logger.info(
@@ -240,7 +233,9 @@ class TurboEngine:
             if should_stop():
                 return
             ids = self.model.tokenizer(punc_norm(piece), return_tensors="pt", truncation=True).input_ids
-            decoder = PieceDecoder(self.model.s3gen, conds.gen, cap, speed, self.flow_dtype)
+            # S3Gen's flow stays float32 (no flow_dtype): on an H100 autocast made it slower (its kernels are small,
+            # so the casts cost more than the narrower math saves: docs/gpu-figures.md), and its mel moved by 0.8 %.
+            decoder = PieceDecoder(self.model.s3gen, conds.gen, cap, speed)
             first = True
             chunk_no = 0
             # Tokens come back from the GPU once per chunk: the first chunk's worth plus the flow's lookahead, then

@@ -11,7 +11,8 @@ The conditioning computed from it is saved next to it as ``conditionals.pt`` wit
 SHA-256 and the checkpoint's fingerprint, so a changed clip or other weights recompute it), written atomically so
 that a restart or another worker on the box reuses it. Loaded conditioning stays on the device in a bounded LRU.
 The clip is hashed once per file version, not per job: its digest is remembered against the file's size, mtime and
-inode (a re-clone writes a new file, which changes them).
+inode (a re-clone writes a new file, which changes them). The clip :func:`find_reference` found is remembered per
+voice directory and meta.json revision (the worker asks once per text piece), until the voice is forgotten.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
+
+from zsynth.voices.store import revision
 
 logger = logging.getLogger(__name__)
 
@@ -138,6 +141,8 @@ class ConditioningCache:
         self._entries: OrderedDict[tuple[str, str], Any] = OrderedDict()
         # Clip path -> (size, mtime, inode) and digest; a few hundred bytes a voice, capped all the same.
         self._digests: OrderedDict[str, tuple[tuple[int, int, int], str]] = OrderedDict()
+        # (voice directory, meta revision) -> the clip found there, its resolved path and the resolved directory.
+        self._references: OrderedDict[tuple[str, int], tuple[Path, str, str]] = OrderedDict()
         self._lock = threading.Lock()  # the engine thread reads, the worker's loop forgets
         self.built = 0
         self.loaded = 0
@@ -148,9 +153,15 @@ class ConditioningCache:
 
     def get(self, voice_dir: Path, meta: Mapping[str, Any]) -> Any:
         """The voice's conditioning, from memory, from disk, or computed once and saved."""
-        reference = find_reference(voice_dir, meta)
-        sha = self._digest(reference)
-        key = (str(voice_dir.resolve()), sha)
+        reference, resolved, root = self._reference(voice_dir, meta)
+        try:
+            sha = self._digest(reference, resolved)
+        except FileNotFoundError:  # the remembered clip is gone (replaced under another name): look again
+            with self._lock:
+                self._references.pop((str(voice_dir), revision(meta)), None)
+            reference, resolved, root = self._reference(voice_dir, meta)
+            sha = self._digest(reference, resolved)
+        key = (root, sha)
         with self._lock:
             if key in self._entries:
                 self._entries.move_to_end(key)
@@ -167,11 +178,26 @@ class ConditioningCache:
                 self._entries.popitem(last=False)
         return conds
 
-    def _digest(self, reference: Path) -> str:
-        """The clip's SHA-256, recomputed only when the file's size, mtime or inode changed."""
+    def _reference(self, voice_dir: Path, meta: Mapping[str, Any]) -> tuple[Path, str, str]:
+        """The voice's reference clip (:func:`find_reference`), its resolved path and the resolved directory."""
+        key = (str(voice_dir), revision(meta))
+        with self._lock:
+            known = self._references.get(key)
+            if known is not None:
+                self._references.move_to_end(key)
+                return known
+        reference = find_reference(voice_dir, meta)
+        found = (reference, str(reference.resolve()), str(voice_dir.resolve()))
+        with self._lock:
+            self._references[key] = found
+            while len(self._references) > DIGESTS_KEPT:
+                self._references.popitem(last=False)
+        return found
+
+    def _digest(self, reference: Path, name: str) -> str:
+        """The clip's SHA-256 (``name``: its resolved path), recomputed only when its size, mtime or inode changed."""
         stat = reference.stat()
         signature = (stat.st_size, stat.st_mtime_ns, stat.st_ino)
-        name = str(reference.resolve())
         known = self._digests.get(name)
         if known is not None and known[0] == signature:
             self._digests.move_to_end(name)
@@ -188,6 +214,8 @@ class ConditioningCache:
         with self._lock:
             for key in [k for k in self._entries if Path(k[0]).name == voice_id]:
                 del self._entries[key]
+            for found in [k for k in self._references if Path(k[0]).name == voice_id]:
+                del self._references[found]
 
     def _from_disk(self, voice_dir: Path, sha: str) -> Any:
         info_path, conds_path = voice_dir / CONDS_INFO, voice_dir / CONDS_FILE

@@ -30,12 +30,12 @@ from aiohttp import web
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
+from ..aws import client_config
 from ..voices.bucket import is_missing
 from .rules import Rule, parse_rules
 
 LATEST_TTL_S: Final = 2.0
 STORAGE_ERRORS: Final = (BotoCoreError, ClientError, OSError, asyncio.TimeoutError)
-_CLIENT_CONFIG: Final = Config(connect_timeout=2, read_timeout=10, retries={"max_attempts": 2, "mode": "standard"})
 META: Final = "meta.json"
 
 
@@ -115,14 +115,15 @@ class DirectoryBackend:
 class BucketBackend:
     """Objects under ``s3://bucket/prefix`` (endpoint and credentials from the standard AWS variables)."""
 
-    def __init__(self, bucket: str, prefix: str) -> None:
+    def __init__(self, bucket: str, prefix: str, config: Config | None = None) -> None:
         self.bucket = bucket
         self.prefix = prefix
+        self.config = config or client_config()  # timeouts and retries: zsynth/aws.py
         self._stack = AsyncExitStack()
         self._s3: Any = None
 
     async def open(self) -> None:
-        self._s3 = await self._stack.enter_async_context(aioboto3.Session().client("s3", config=_CLIENT_CONFIG))
+        self._s3 = await self._stack.enter_async_context(aioboto3.Session().client("s3", config=self.config))
 
     async def get(self, key: str) -> bytes | None:
         try:

@@ -23,6 +23,7 @@ from aiohttp import BodyPartReader, web
 from aiohttp.http_exceptions import HttpProcessingError
 from pydantic import BaseModel, ConfigDict, Field, RootModel, WithJsonSchema
 
+from ..aws import client_config
 from ..dictionaries.rules import MAX_RULES, MAX_STRING_CHARS, Rule, RuleError, parse_pls, parse_rules, to_pls
 from ..dictionaries.store import (
     DICTIONARIES,
@@ -57,7 +58,7 @@ async def dictionaries_context(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     backend: BucketBackend | DirectoryBackend
     if settings.voices_bucket:
-        backend = BucketBackend(settings.voices_bucket, settings.dictionaries_prefix)
+        backend = BucketBackend(settings.voices_bucket, settings.dictionaries_prefix, client_config(settings))
         await backend.open()
     else:
         backend = DirectoryBackend(settings.data_dir / "dictionaries")
