@@ -52,6 +52,21 @@ async def until_final(ws: aiohttp.ClientWebSocketResponse, context: str | None, 
             return got
 
 
+async def heard(ws: aiohttp.ClientWebSocketResponse, context: str, text: str) -> Received:
+    """Close ``context`` and wait for its isFinal: its audio must be ``text`` spoken. The frames, for more checks."""
+    await ws.send_json({"context_id": context, "close_context": True})
+    got = await until_final(ws, context)
+    samples, rate = decode_audio(got.audio(context), "pcm_16000")
+    assert_speech(samples, rate, text)
+    return got
+
+
+async def close_socket(ws: aiohttp.ClientWebSocketResponse) -> None:
+    """``close_socket``: the server must close with 1000."""
+    await ws.send_json({"close_socket": True})
+    assert (await collect(ws)).close_code == 1000
+
+
 def timeline(got: Received, context: object = ...) -> tuple[list[str], list[int], list[int]]:
     """Characters, start times and durations of every frame (of one context), joined."""
     chars: list[str] = []
@@ -116,12 +131,8 @@ async def test_header_authenticated_socket_may_stay_quiet_past_the_first_message
     await ws.send_json({"text": " ", "context_id": "late"})
     await ws.send_json({"text": "Hello after a quiet start.", "context_id": "late"})
     await ws.send_json({"text": "", "context_id": "late", "flush": True})
-    await ws.send_json({"context_id": "late", "close_context": True})
-    got = await until_final(ws, "late")
-    samples, rate = decode_audio(got.audio("late"), "pcm_16000")
-    assert_speech(samples, rate, "Hello after a quiet start.")
-    await ws.send_json({"close_socket": True})
-    assert (await collect(ws)).close_code == 1000
+    await heard(ws, "late", "Hello after a quiet start.")
+    await close_socket(ws)
 
 
 async def test_quiet_authenticated_socket_ends_at_its_inactivity_timeout(keyed):
@@ -147,14 +158,10 @@ async def test_keep_alives_on_the_socket_and_on_a_context(quick):
     # The context kept its buffered words through the keep-alives: they are spoken now.
     await ws.send_json({"text": "after the wait.", "context_id": "kept"})
     await ws.send_json({"text": "", "context_id": "kept", "flush": True})
-    await ws.send_json({"context_id": "kept", "close_context": True})
-    got = await until_final(ws, "kept")
+    got = await heard(ws, "kept", "Still here after the wait.")
     assert got.chars("kept") == "Still here after the wait."
     assert len(got.finals) == 1
-    samples, rate = decode_audio(got.audio("kept"), "pcm_16000")
-    assert_speech(samples, rate, "Still here after the wait.")
-    await ws.send_json({"close_socket": True})
-    assert (await collect(ws)).close_code == 1000
+    await close_socket(ws)
 
 
 async def test_idle_contexts_expire_and_free_their_places(quick):
@@ -168,13 +175,9 @@ async def test_idle_contexts_expire_and_free_their_places(quick):
     for n in range(5, 9):  # at most five live contexts: this only works if c1..c4 are gone
         await ws.send_json({"text": " ", "context_id": f"c{n}"})
     await ws.send_json({"text": "Five live contexts again.", "context_id": "c8", "flush": True})
-    await ws.send_json({"context_id": "c8", "close_context": True})
-    got = await until_final(ws, "c8")
+    got = await heard(ws, "c8", "Five live contexts again.")
     assert got.chars("c8") == "Five live contexts again."
-    samples, rate = decode_audio(got.audio("c8"), "pcm_16000")
-    assert_speech(samples, rate, "Five live contexts again.")
-    await ws.send_json({"close_socket": True})
-    assert (await collect(ws)).close_code == 1000
+    await close_socket(ws)
 
 
 async def test_query_inactivity_timeout_overrides_the_default(quick):
@@ -182,13 +185,9 @@ async def test_query_inactivity_timeout_overrides_the_default(quick):
     await ws.send_json({"text": " ", "context_id": "slow"})
     await asyncio.sleep(3.5)  # well past the server's 2 s default
     await ws.send_json({"text": "Five seconds were asked for.", "context_id": "slow", "flush": True})
-    await ws.send_json({"context_id": "slow", "close_context": True})
-    got = await until_final(ws, "slow")
+    got = await heard(ws, "slow", "Five seconds were asked for.")
     assert got.chars("slow") == "Five seconds were asked for."
-    samples, rate = decode_audio(got.audio("slow"), "pcm_16000")
-    assert_speech(samples, rate, "Five seconds were asked for.")
-    await ws.send_json({"close_socket": True})
-    assert (await collect(ws)).close_code == 1000
+    await close_socket(ws)
 
 
 async def test_multi_stream_inactivity_timeout_out_of_range(client):
@@ -216,8 +215,7 @@ async def test_context_id_reused_after_close_is_a_new_context(client):
         samples, rate = decode_audio(got.audio("turn"), "pcm_16000")
         assert_speech(samples, rate, text)
         assert len(got.finals) == 1
-    await ws.send_json({"close_socket": True})
-    assert (await collect(ws)).close_code == 1000
+    await close_socket(ws)
 
 
 async def test_hundreds_of_turns_on_one_socket(aiohttp_client, redis_url, data_dir, shared_workers):
@@ -280,8 +278,7 @@ async def test_alignment_is_one_timeline_per_context_with_sync_alignment(client)
         assert starts[i] >= starts[i - 1] + durs[i - 1] - 1, "characters overlap"
     audio_ms = len(got.audio("a")) / 2 / 16000 * 1000
     assert audio_ms - 150 <= starts[-1] + durs[-1] <= audio_ms + 1
-    await ws.send_json({"close_socket": True})
-    assert (await collect(ws)).close_code == 1000
+    await close_socket(ws)
 
 
 # ----- barge-in ----------------------------------------------------------------------------------------------------
@@ -334,5 +331,4 @@ async def test_barge_in_stops_the_audio_and_frees_the_worker(
     after = await until_final(ws, "next")
     assert {f["contextId"] for f in after.frames} == {"next"}
     assert after.chars("next") == "The next turn."
-    await ws.send_json({"close_socket": True})
-    assert (await collect(ws)).close_code == 1000
+    await close_socket(ws)
