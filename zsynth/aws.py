@@ -7,6 +7,10 @@ start, for minutes. With these, a call to an endpoint that accepts and never ans
 
 from __future__ import annotations
 
+from contextlib import AsyncExitStack
+from typing import Any
+
+import aioboto3
 from botocore.config import Config
 
 from .config import AWS_CONNECT_TIMEOUT_S, AWS_MAX_ATTEMPTS, AWS_READ_TIMEOUT_S, Settings
@@ -22,3 +26,23 @@ def client_config(settings: Settings | None = None) -> Config:
         read_timeout=read,
         retries={"total_max_attempts": attempts, "mode": "standard"},
     )
+
+
+class S3Prefix:
+    """An S3 client for the objects under ``s3://bucket/prefix`` (endpoint and credentials from the standard AWS
+    variables), with :func:`client_config`'s timeouts unless given another ``config``."""
+
+    def __init__(self, bucket: str, prefix: str, config: Config | None = None) -> None:
+        self.bucket = bucket
+        self.prefix = prefix
+        self.config = config or client_config()
+        self._stack = AsyncExitStack()
+        self._s3: Any = None
+
+    async def open(self) -> None:
+        """Open the S3 client (no request is made: a bucket that is down does not stop a start)."""
+        self._s3 = await self._stack.enter_async_context(aioboto3.Session().client("s3", config=self.config))
+
+    async def close(self) -> None:
+        """Close the client."""
+        await self._stack.aclose()

@@ -20,17 +20,14 @@ import json
 import os
 import secrets
 import time
-from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol
 
-import aioboto3
 from aiohttp import web
-from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from ..aws import client_config
+from ..aws import S3Prefix
 from ..voices.bucket import is_missing
 from .rules import Rule, parse_rules
 
@@ -112,18 +109,8 @@ class DirectoryBackend:
         return None
 
 
-class BucketBackend:
+class BucketBackend(S3Prefix):
     """Objects under ``s3://bucket/prefix`` (endpoint and credentials from the standard AWS variables)."""
-
-    def __init__(self, bucket: str, prefix: str, config: Config | None = None) -> None:
-        self.bucket = bucket
-        self.prefix = prefix
-        self.config = config or client_config()  # timeouts and retries: zsynth/aws.py
-        self._stack = AsyncExitStack()
-        self._s3: Any = None
-
-    async def open(self) -> None:
-        self._s3 = await self._stack.enter_async_context(aioboto3.Session().client("s3", config=self.config))
 
     async def get(self, key: str) -> bytes | None:
         try:
@@ -146,9 +133,6 @@ class BucketBackend:
                 if name == META:
                     found.append(head)
         return found
-
-    async def close(self) -> None:
-        await self._stack.aclose()
 
 
 def new_id() -> str:

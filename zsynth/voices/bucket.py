@@ -16,15 +16,12 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Mapping
-from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import aioboto3
-from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from ..aws import client_config
+from ..aws import S3Prefix
 from .store import META, check_meta, is_clone_id, reference_name, revision
 
 S3_ERRORS: Final = (BotoCoreError, ClientError, OSError, asyncio.TimeoutError)
@@ -57,15 +54,8 @@ class RemoteVoice:
     reference: bytes
 
 
-class VoiceBucket:
+class VoiceBucket(S3Prefix):
     """S3 operations on ``s3://bucket/prefix`` (endpoint and credentials from the standard AWS variables)."""
-
-    def __init__(self, bucket: str, prefix: str, config: Config | None = None) -> None:
-        self.bucket = bucket
-        self.prefix = prefix
-        self.config = config or client_config()  # timeouts and retries: zsynth/aws.py
-        self._stack = AsyncExitStack()
-        self._s3: Any = None
 
     def key(self, voice_id: str, name: str) -> str:
         """The object key of one file of a voice."""
@@ -73,14 +63,6 @@ class VoiceBucket:
 
     def _settings_key(self, voice_id: str) -> str:
         return f"{self.prefix}{SETTINGS_DIR}/{voice_id}.json"
-
-    async def open(self) -> None:
-        """Open the S3 client (no request is made: a bucket that is down does not stop a start)."""
-        self._s3 = await self._stack.enter_async_context(aioboto3.Session().client("s3", config=self.config))
-
-    async def close(self) -> None:
-        """Close the client."""
-        await self._stack.aclose()
 
     async def _get(self, key: str) -> bytes:
         obj = await self._s3.get_object(Bucket=self.bucket, Key=key)
