@@ -261,3 +261,14 @@ async def test_cors_origins_are_configurable(aiohttp_client, redis_url, data_dir
     assert ok.headers["Access-Control-Allow-Origin"] == "https://ok.example"
     bad = await client.options("/v1/text-to-speech/v", headers={"Origin": "https://evil.example", **preflight})
     assert "Access-Control-Allow-Origin" not in bad.headers
+
+
+async def test_a_token_on_an_unmatched_path_is_told_not_found(table_client):
+    """A valid token passes the key check of a path no route matches and hears the API's 404/405, not a 401."""
+    key, _ = await auth_of(table_client).create_key("unmatched paths")
+    headers = {"Authorization": f"Bearer {(await mint(table_client, key))['token']}"}
+    resp = await table_client.get("/v1/no-such-route", headers=headers)
+    detail = (await resp.json())["detail"]
+    assert resp.status == 404 and detail["code"] == "not_found" and detail["message"], detail
+    resp = await table_client.delete("/v1/models", headers=headers)
+    assert resp.status == 405 and (await resp.json())["detail"]["message"]
