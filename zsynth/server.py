@@ -67,18 +67,20 @@ async def serve_app(app: web.Application, settings: Settings, port: int, name: s
     systemd (``Type=notify``) hears READY once the socket listens and STOPPING when the drain starts.
     """
     ssl_context = server_context(settings)
-    stop = _Stop(name)
     loop = asyncio.get_running_loop()
-    # The handlers go in before the port listens: a client (or `systemctl reload`) that sees the port open may
-    # signal at once, and SIGHUP's default action would end the process.
-    for sig in _STOP_SIGNALS:
-        loop.add_signal_handler(sig, stop.on_signal, sig)
     # SIGHUP (systemctl reload) re-reads the certificate; without TLS it is ignored rather than ending the process.
+    # Its handler goes in before the port listens: whoever sees the port open may send it at once, and its default
+    # action would end the process.
     loop.add_signal_handler(signal.SIGHUP, _on_sighup, ssl_context, settings, name)
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=settings.drain_timeout_s)
     await runner.setup()
     site = web.TCPSite(runner, settings.host, port, reuse_port=settings.reuse_port, ssl_context=ssl_context)
     await site.start()
+    # The stop signals keep their default action (end the process) until now: start-up has nothing to drain, and a
+    # start-up stuck waiting on a service still ends on the first Ctrl-C.
+    stop = _Stop(name)
+    for sig in _STOP_SIGNALS:
+        loop.add_signal_handler(sig, stop.on_signal, sig)
     scheme = "https" if ssl_context is not None else "http"
     logger.info("%s listening on %s://%s:%d", name, scheme, settings.host, port)
     notify(f"READY=1\nSTATUS={name} serving")
