@@ -91,7 +91,9 @@ class Endpoints:
         websocket: bool = False,
         **doc: Any,
     ) -> Callable[[Handler], Handler]:
-        """Declare ``method path`` with the decorated handler; ``doc`` holds OpenAPI operation fields."""
+        """Declare ``method path`` with the decorated handler; ``doc`` holds OpenAPI operation fields, and
+        ``errors`` (the statuses the route answers in its server's error envelope; ``error_envelope`` a route's own
+        envelope), which :mod:`zsynth.openapi.generate` turns into responses."""
 
         def register(handler: Handler) -> Handler:
             self._items.append(Endpoint(method.upper(), path, handler, access, cors, body, query, websocket, doc))

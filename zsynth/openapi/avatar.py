@@ -1,13 +1,12 @@
 """The avatar server's OpenAPI 3.1 document, generated from its route declarations (:mod:`zsynth.avatar.routes`).
 
-Besides the operation fields :mod:`zsynth.openapi.generate` reads, an avatar declaration may list ``errors``: the
-statuses it answers in the error envelope besides the auth errors, which every authenticated route may answer.
+Each declaration lists its ``errors``: the statuses it answers in the envelope ``{"code", "message"}`` besides the
+auth errors, which every authenticated route may answer (:class:`~zsynth.openapi.generate.ErrorDocs`).
 """
 
 from __future__ import annotations
 
 import copy
-import dataclasses
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -16,8 +15,8 @@ import pydantic
 from .. import __version__
 from ..avatar.routes import TABLES
 from ..config import Settings
-from ..endpoints import JSON, Access, Endpoint
-from .generate import Schema, paths_and_schemas
+from ..endpoints import Access
+from .generate import ErrorDocs, Schema, paths_and_schemas
 
 
 class Error(pydantic.BaseModel):
@@ -78,27 +77,14 @@ ERROR_TEXT: Final = {
     "Retry-After).",
 }
 
-#: What every authenticated route may answer besides its own errors.
-AUTH_ERRORS: Final = (401, 503)
-
-
-def _with_errors(endpoint: Endpoint) -> Endpoint:
-    """``endpoint`` with its ``errors`` (and the auth errors) as responses in the envelope."""
-    doc = dict(endpoint.doc)
-    statuses = set(doc.pop("errors", ()))
-    if endpoint.access is not Access.PUBLIC:
-        statuses |= set(AUTH_ERRORS)
-    responses = dict(doc.get("responses", {}))
-    for status in sorted(statuses):
-        responses[str(status)] = {"description": ERROR_TEXT[status], "content": {JSON: {"schema": Error}}}
-    doc["responses"] = responses
-    return dataclasses.replace(endpoint, doc=doc)
+#: The avatar server's errors: every authenticated route may also answer 401 and 503 besides its own.
+ERRORS: Final = ErrorDocs(Error, ERROR_TEXT, auth_errors=(401, 503))
 
 
 def build(settings: Settings | None = None) -> dict[str, Any]:
     """A fresh OpenAPI 3.1 document of the avatar server (``settings`` changes nothing in it: no limit is shown)."""
-    endpoints = [_with_errors(endpoint) for table in TABLES for endpoint in table]
-    paths, schemas = paths_and_schemas(endpoints, SECURITY)
+    endpoints = [endpoint for table in TABLES for endpoint in table]
+    paths, schemas = paths_and_schemas(endpoints, SECURITY, ERRORS)
     document = {
         "openapi": "3.1.0",
         "info": {**INFO, "version": __version__},

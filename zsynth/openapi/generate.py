@@ -2,15 +2,18 @@
 
 For each declared HTTP route: the declaration's ``doc`` fields (operationId, tags, summary, responses, extra
 parameters) are the operation; the body model becomes its ``requestBody``, the query model its query parameters,
-the path template its path parameters, and the access rule its ``security``. Any pydantic model class found in
-``doc`` (a response schema) is replaced by a reference and its schema joins the components, so response shapes are
-models too. WebSocket routes are left out: OpenAPI does not model them.
+the path template its path parameters, and the access rule its ``security``. Its ``errors`` (the statuses it
+answers in the server's error envelope) become responses in that envelope, with the auth errors every authenticated
+route may answer (:class:`ErrorDocs`). Any pydantic model class found in ``doc`` (a response schema) is replaced by
+a reference and its schema joins the components, so response shapes are models too. WebSocket routes are left out:
+OpenAPI does not model them.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pydantic
@@ -22,6 +25,28 @@ Schema = dict[str, Any]
 REF_TEMPLATE = "#/components/schemas/{model}"
 
 _PATH_PARAM = re.compile(r"{([^}/:]+)(?::[^}]*)?}")
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorDocs:
+    """How a server documents its errors: its envelope, what each status means, and the statuses every
+    authenticated route may answer (a refused credential, an unreachable keys table)."""
+
+    envelope: type[pydantic.BaseModel]
+    text: Mapping[int, str]
+    auth_errors: tuple[int, ...]
+
+    def responses(self, endpoint: Endpoint, declared: Iterable[int], envelope: Any = None) -> dict[str, Schema]:
+        """The error responses of ``endpoint``: its ``declared`` statuses, plus the auth errors unless it is public,
+        in ``envelope`` (a route's own, such as OpenAI's) or the server's."""
+        statuses = set(declared)
+        if endpoint.access is not Access.PUBLIC:
+            statuses |= set(self.auth_errors)
+        schema = envelope or self.envelope
+        return {
+            str(status): {"description": self.text[status], "content": {JSON: {"schema": schema}}}
+            for status in sorted(statuses)
+        }
 
 
 def ref(name: str) -> Schema:
@@ -109,14 +134,27 @@ def path_parameters(path: str, described: Mapping[str, str]) -> list[Schema]:
     ]
 
 
-def operation(endpoint: Endpoint, security: Mapping[Access, list[dict[str, list[str]]]]) -> Schema:
-    """The operation object of one declared route.
+def documented(endpoint: Endpoint, errors: ErrorDocs) -> dict[str, Any]:
+    """The declaration's ``doc`` with its ``responses`` complete: the successes it declares (keyed by status) and
+    its ``errors`` (and ``error_envelope``, a route's own envelope) as error responses."""
+    doc = dict(endpoint.doc)
+    declared = doc.pop("errors", ())
+    envelope = doc.pop("error_envelope", None)
+    successes = {str(status): body for status, body in doc.get("responses", {}).items()}
+    doc["responses"] = successes | errors.responses(endpoint, declared, envelope)
+    return doc
+
+
+def operation(
+    endpoint: Endpoint, doc: Mapping[str, Any], security: Mapping[Access, list[dict[str, list[str]]]]
+) -> Schema:
+    """The operation object of one declared route, from its complete ``doc`` (:func:`documented`).
 
     ``doc`` keys read here besides plain operation fields: ``path_params`` (name -> description) and
     ``body_required`` (False for an optional JSON body); a ``requestBody`` in ``doc`` (multipart uploads) is kept
     as written.
     """
-    doc = dict(endpoint.doc)
+    doc = dict(doc)
     described: Mapping[str, str] = doc.pop("path_params", {})
     body_required: bool = doc.pop("body_required", True)
     op: Schema = {key: _with_refs(value) for key, value in doc.items()}
@@ -133,9 +171,10 @@ def operation(endpoint: Endpoint, security: Mapping[Access, list[dict[str, list[
 
 
 def paths_and_schemas(
-    endpoints: Iterable[Endpoint], security: Mapping[Access, list[dict[str, list[str]]]]
+    endpoints: Iterable[Endpoint], security: Mapping[Access, list[dict[str, list[str]]]], errors: ErrorDocs
 ) -> tuple[dict[str, Schema], dict[str, Schema]]:
-    """The ``paths`` object and the component schemas of ``endpoints`` (WebSocket routes left out)."""
+    """The ``paths`` object and the component schemas of ``endpoints`` (WebSocket routes left out), their errors
+    documented as ``errors`` says."""
     paths: dict[str, Schema] = {}
     models: set[type[pydantic.BaseModel]] = set()
     for endpoint in endpoints:
@@ -145,9 +184,10 @@ def paths_and_schemas(
         item = paths.setdefault(endpoint.path, {})
         if method in item:
             raise ValueError(f"{endpoint.method} {endpoint.path} declared twice")
-        item[method] = operation(endpoint, security)
+        doc = documented(endpoint, errors)
+        item[method] = operation(endpoint, doc, security)
         for model in (endpoint.body, endpoint.query):
             if model is not None:
                 models.add(model)
-        models_in(endpoint.doc, models)
+        models_in(doc, models)
     return paths, component_schemas(models)

@@ -1,7 +1,8 @@
 """The OpenAPI 3.1 document of the speech API, generated from its route declarations (:mod:`zsynth.routes`).
 
 Operations, request models and response models come from the declarations (:mod:`.generate`); this module adds
-the document's info, its security schemes and the limits of a deployment (ZSYNTH_MAX_TEXT_CHARS).
+the document's info, its security schemes, its error envelope and the limits of a deployment
+(ZSYNTH_MAX_TEXT_CHARS).
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from .. import __version__
 from ..config import Settings
 from ..endpoints import Access
 from ..routes import TABLES
-from .generate import paths_and_schemas
+from ..routes.apidoc import Error
+from .generate import ErrorDocs, paths_and_schemas
 
 SECURITY_SCHEMES: Final[dict[str, dict[str, str]]] = {
     "ApiKeyHeader": {
@@ -48,6 +50,25 @@ INFO: Final = {
     "are not modelled by OpenAPI.",
 }
 
+ERROR_TEXT: Final = {
+    400: "Bad input: invalid JSON, a field out of range, an unsupported output_format or clip.",
+    401: "No key, an unknown or expired key (header WWW-Authenticate: Bearer), or a token on a route that needs a "
+    "full key (insufficient_scope).",
+    403: "A write from a page on another site to a server without keys (cross_origin_refused).",
+    404: "No such resource (a voice, a dictionary or a version that does not exist).",
+    405: "The method is not allowed on this path.",
+    413: "The request body is larger than ZSYNTH_MAX_BODY_BYTES.",
+    422: "A field is missing or has the wrong type.",
+    429: "The job queue is full (system_busy); retry after Retry-After.",
+    500: "An internal error (never a traceback).",
+    501: "The feature needs a keys table (ZSYNTH_API_KEYS_TABLE).",
+    503: "Redis, the workers or the keys table are unavailable; retry after Retry-After.",
+}
+
+#: The speech API's errors: every authenticated route may also answer 401, 403 and 503 besides its own. The OpenAI
+#: route declares its own envelope (``error_envelope``).
+ERRORS: Final = ErrorDocs(Error, ERROR_TEXT, auth_errors=(401, 403, 503))
+
 #: The request models whose text field this deployment limits (model, field).
 _TEXT_FIELDS: Final = (("TextToSpeechRequest", "text"), ("OpenAISpeechRequest", "input"))
 
@@ -55,7 +76,7 @@ _TEXT_FIELDS: Final = (("TextToSpeechRequest", "text"), ("OpenAISpeechRequest", 
 def build(settings: Settings | None = None) -> dict[str, Any]:
     """A fresh document of the speech API, with the limits of ``settings`` when given."""
     endpoints = [endpoint for table in TABLES for endpoint in table]
-    paths, schemas = paths_and_schemas(endpoints, SECURITY)
+    paths, schemas = paths_and_schemas(endpoints, SECURITY, ERRORS)
     if settings is not None:
         for model, field in _TEXT_FIELDS:
             schemas[model]["properties"][field]["maxLength"] = settings.max_text_chars

@@ -68,24 +68,6 @@ class OpenAIError(BaseModel):
     error: OpenAIErrorBody
 
 
-ERROR_TEXT: Final = {
-    400: "Bad input: invalid JSON, a field out of range, an unsupported output_format or clip.",
-    401: "No key, an unknown or expired key (header WWW-Authenticate: Bearer), or a token on a route that needs a "
-    "full key (insufficient_scope).",
-    403: "A write from a page on another site to a server without keys (cross_origin_refused).",
-    404: "No such resource (a voice, a dictionary or a version that does not exist).",
-    405: "The method is not allowed on this path.",
-    413: "The request body is larger than ZSYNTH_MAX_BODY_BYTES.",
-    422: "A field is missing or has the wrong type.",
-    429: "The job queue is full (system_busy); retry after Retry-After.",
-    500: "An internal error (never a traceback).",
-    501: "The feature needs a keys table (ZSYNTH_API_KEYS_TABLE).",
-    503: "Redis, the workers or the keys table are unavailable; retry after Retry-After.",
-}
-
-#: What every authenticated route may answer besides its own errors.
-AUTH_ERRORS: Final = (401, 403, 503)
-
 #: Headers ElevenLabs clients read on a TTS answer.
 AUDIO_HEADERS: Final[dict[str, Schema]] = {
     "request-id": {"description": "This request's id (also in the logs).", "schema": {"type": "string"}},
@@ -105,17 +87,6 @@ def json_body(description: str, schema: Any, headers: Mapping[str, Schema] | Non
     if headers:
         response["headers"] = dict(headers)
     return response
-
-
-def error(status: int, envelope: type[BaseModel] = Error) -> Schema:
-    """A response carrying an error ``envelope``."""
-    return {"description": ERROR_TEXT[status], "content": {JSON: {"schema": envelope}}}
-
-
-def responses(ok: Mapping[int, Schema], *errors: int, envelope: type[BaseModel] = Error) -> dict[str, Schema]:
-    """The responses object: the successes given plus the listed errors and the auth errors."""
-    codes = sorted(set(errors) | set(AUTH_ERRORS))
-    return {str(code): body for code, body in ok.items()} | {str(code): error(code, envelope) for code in codes}
 
 
 def path_params(**described: str) -> dict[str, dict[str, str]]:

@@ -36,7 +36,7 @@ from ..dictionaries.store import (
 from ..endpoints import Access, Endpoints, parse_body, parse_query, refusal
 from ..errors import ApiError
 from ..keys import SETTINGS
-from .apidoc import json_body, optional, responses
+from .apidoc import json_body, optional
 from .bodies import api_error, one_of, refusing, require
 
 logger = logging.getLogger(__name__)
@@ -304,7 +304,8 @@ def _rules_doc(operation_id: str, summary: str, body: type[BaseModel]) -> dict[s
         "tags": [TAG],
         "summary": summary,
         "path_params": _ID,
-        "responses": responses({200: json_body("The new version.", DictionaryVersion)}, 400, 404, 422),
+        "responses": {200: json_body("The new version.", DictionaryVersion)},
+        "errors": (400, 404, 422),
     }
 
 
@@ -331,7 +332,8 @@ async def _dictionary(request: web.Request) -> Dictionary:
     operationId="add_dictionary_from_rules",
     tags=[TAG],
     summary="A new dictionary from a list of rules.",
-    responses=responses({200: _CREATED}, 400, 413, 422),
+    responses={200: _CREATED},
+    errors=(400, 413, 422),
 )
 async def add_from_rules(request: web.Request) -> web.Response:
     """A new dictionary from a JSON list of rules."""
@@ -398,7 +400,8 @@ async def _read_lexicon(request: web.Request) -> tuple[dict[str, str], bytes | N
             }
         },
     },
-    responses=responses({200: _CREATED}, 400, 413, 422),
+    responses={200: _CREATED},
+    errors=(400, 413, 422),
 )
 async def add_from_file(request: web.Request) -> web.Response:
     """A new dictionary from an uploaded PLS lexicon."""
@@ -468,7 +471,8 @@ class DictionaryListQuery(BaseModel):
     operationId="list_dictionaries",
     tags=[TAG],
     summary="Dictionaries, paged.",
-    responses=responses({200: json_body("One page.", DictionaryPage)}, 422),
+    responses={200: json_body("One page.", DictionaryPage)},
+    errors=(422,),
 )
 async def list_dictionaries(request: web.Request) -> web.Response:
     """Every dictionary, newest first (``sort=name`` by name), paged by ``cursor`` and ``page_size`` (1-100)."""
@@ -499,7 +503,8 @@ async def list_dictionaries(request: web.Request) -> web.Response:
     tags=[TAG],
     summary="A dictionary with its latest rules.",
     path_params=_ID,
-    responses=responses({200: _WITH_RULES}, 404),
+    responses={200: _WITH_RULES},
+    errors=(404,),
 )
 async def get_dictionary(request: web.Request) -> web.Response:
     """The dictionary with its latest version's rules."""
@@ -517,7 +522,8 @@ async def get_dictionary(request: web.Request) -> web.Response:
     tags=[TAG],
     summary="Rename or archive a dictionary (no new version).",
     path_params=_ID,
-    responses=responses({200: _WITH_RULES}, 400, 404, 422),
+    responses={200: _WITH_RULES},
+    errors=(400, 404, 422),
 )
 async def update_dictionary(request: web.Request) -> web.Response:
     """Rename or archive (``archived: true``) a dictionary; no new version is made."""
@@ -585,15 +591,13 @@ async def set_rules(request: web.Request) -> web.Response:
     tags=[TAG],
     summary="One version as a PLS lexicon.",
     path_params={**_ID, "version_id": "The version's id."},
-    responses=responses(
-        {
-            200: {
-                "description": "The version as a PLS lexicon.",
-                "content": {"application/pls+xml": {"schema": {"type": "string"}}},
-            }
-        },
-        404,
-    ),
+    responses={
+        200: {
+            "description": "The version as a PLS lexicon.",
+            "content": {"application/pls+xml": {"schema": {"type": "string"}}},
+        }
+    },
+    errors=(404,),
 )
 async def download(request: web.Request) -> web.Response:
     """One version as a PLS lexicon."""

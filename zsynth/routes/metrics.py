@@ -7,7 +7,6 @@ from aiohttp import web
 from ..endpoints import Access, Endpoints
 from ..keys import REDIS
 from ..metrics import CONTENT_TYPE, METRICS
-from .apidoc import responses
 
 routes = Endpoints()
 
@@ -18,14 +17,12 @@ routes = Endpoints()
     operationId="metrics",
     tags=["operations"],
     summary="Prometheus metrics of this front.",
-    responses=responses(
-        {
-            200: {
-                "description": "Prometheus text format (queue depth, workers, jobs, latencies, audio produced).",
-                "content": {"text/plain": {"schema": {"type": "string"}}},
-            }
+    responses={
+        200: {
+            "description": "Prometheus text format (queue depth, workers, jobs, latencies, audio produced).",
+            "content": {"text/plain": {"schema": {"type": "string"}}},
         }
-    ),
+    },
 )
 async def metrics(request: web.Request) -> web.Response:
     """Refresh the Redis-backed gauges and render every metric of this front."""

@@ -9,7 +9,7 @@ from pydantic import BaseModel
 
 from ..endpoints import Access, Endpoints
 from ..keys import SETTINGS
-from .apidoc import json_body, optional, responses
+from .apidoc import json_body, optional
 
 routes = Endpoints()
 
@@ -81,9 +81,7 @@ def model_entry(engine: str, max_text_chars: int) -> dict[str, Any]:
     operationId="list_models",
     tags=["models"],
     summary="List the models.",
-    responses=responses(
-        {200: json_body("A bare array (an object here breaks the SDK).", {"type": "array", "items": Model})}
-    ),
+    responses={200: json_body("A bare array (an object here breaks the SDK).", {"type": "array", "items": Model})},
 )
 async def list_models(request: web.Request) -> web.Response:
     """The model list: one entry, a bare array (an object here breaks the SDK)."""

@@ -34,7 +34,7 @@ from ..audio import parse_output_format
 from ..endpoints import Access, Endpoints, parse_body, refusal
 from ..keys import SETTINGS
 from ..openai_audio import MAX_SPEED, MIN_SPEED, RESPONSE_FORMATS, STREAM_FORMATS, ResponseFormat
-from .apidoc import AUDIO_HEADERS, OpenAIError, responses
+from .apidoc import AUDIO_HEADERS, OpenAIError
 from .bodies import MAX_TEXT_CHARS, Locators, Normalization, api_error, one_of, require, text_limit, text_options
 from .tts import TtsRequest, audio_headers, finish_stream, first_chunk, submit
 
@@ -202,26 +202,19 @@ def _sse(event: dict[str, Any]) -> bytes:
     operationId="openai_create_speech",
     tags=["openai"],
     summary="OpenAI speech API: synthesize input and stream it back.",
-    responses=responses(
-        {
-            200: {
-                "description": "The audio in response_format, streamed as it is made (flac is sent once complete), "
-                "or server-sent events (speech.audio.delta, then speech.audio.done) with stream_format sse.",
-                "headers": AUDIO_HEADERS,
-                "content": {
-                    **{fmt.media_type: {"schema": {}} for fmt in RESPONSE_FORMATS.values()},
-                    "text/event-stream": {"schema": {}},
-                },
-            }
-        },
-        400,
-        404,
-        413,
-        422,
-        429,
-        500,
-        envelope=OpenAIError,
-    ),
+    responses={
+        200: {
+            "description": "The audio in response_format, streamed as it is made (flac is sent once complete), "
+            "or server-sent events (speech.audio.delta, then speech.audio.done) with stream_format sse.",
+            "headers": AUDIO_HEADERS,
+            "content": {
+                **{fmt.media_type: {"schema": {}} for fmt in RESPONSE_FORMATS.values()},
+                "text/event-stream": {"schema": {}},
+            },
+        }
+    },
+    errors=(400, 404, 413, 422, 429, 500),
+    error_envelope=OpenAIError,
 )
 async def speech(request: web.Request) -> web.StreamResponse:
     """Synthesize ``input`` and stream it back as it is made (or as server-sent events)."""

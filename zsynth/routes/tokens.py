@@ -13,7 +13,7 @@ from ..auth import AUTHENTICATOR, CREDENTIAL, TTL_DEFAULT, AuthError, clamp_ttl
 from ..endpoints import Access, Endpoints, parse_body, refusal
 from ..errors import ApiError
 from ..keys import REQUEST_ID
-from .apidoc import json_body, responses
+from .apidoc import json_body
 from .bodies import api_error
 
 logger = logging.getLogger(__name__)
@@ -66,9 +66,8 @@ class TokenResponse(BaseModel):
     operationId="mint_token",
     tags=["tokens"],
     summary="Mint an ephemeral token a browser may use to synthesize and read voices.",
-    responses=responses(
-        {200: json_body("The new token (Cache-Control: no-store).", TokenResponse)}, 400, 413, 422, 501
-    ),
+    responses={200: json_body("The new token (Cache-Control: no-store).", TokenResponse)},
+    errors=(400, 413, 422, 501),
 )
 async def mint(request: web.Request) -> web.Response:
     """Mint a token valid for ``ttl_seconds`` (default 300, clamped to 30-600) for a browser to use."""

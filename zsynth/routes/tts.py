@@ -24,7 +24,7 @@ from ..spoken import Spoken
 from ..synthesis import Failure, SynthesisFailed, SynthesisRequest, SynthesisService, classify, queue_owner
 from ..textprep import TextOptions
 from ..voice_settings import InvalidParameter, check_seed
-from .apidoc import AUDIO_HEADERS, responses
+from .apidoc import AUDIO_HEADERS
 from .bodies import (
     MAX_TEXT_CHARS,
     Locators,
@@ -198,7 +198,8 @@ def synthesis_doc(route: str, operation_id: str, summary: str, ok: dict[str, Any
         "tags": ["text-to-speech"],
         "summary": summary,
         "path_params": {"voice_id": "A built-in or cloned voice; unknown ids are spoken by the swap-out voice."},
-        "responses": responses({200: audio}, 400, 404, 413, 422, 429, 500),
+        "responses": {200: audio},
+        "errors": (400, 404, 413, 422, 429, 500),
     }
 
 

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..endpoints import Access, Endpoints
 from ..voices.catalog import VOICES
-from .apidoc import json_body, optional, responses
+from .apidoc import json_body, optional
 
 routes = Endpoints()
 
@@ -94,7 +94,7 @@ def subscription(voices_used: int) -> dict[str, Any]:
     operationId="get_subscription",
     tags=["user"],
     summary="The subscription (a stub; voice_slots_used counts the clones).",
-    responses=responses({200: json_body("The subscription.", Subscription)}),
+    responses={200: json_body("The subscription.", Subscription)},
 )
 async def get_subscription(request: web.Request) -> web.Response:
     """``GET /v1/user/subscription``."""
@@ -107,7 +107,7 @@ async def get_subscription(request: web.Request) -> web.Response:
     operationId="get_user",
     tags=["user"],
     summary="The account (a stub).",
-    responses=responses({200: json_body("The user.", User)}),
+    responses={200: json_body("The user.", User)},
 )
 async def get_user(request: web.Request) -> web.Response:
     """``GET /v1/user``: a stub account carrying the same subscription."""

@@ -38,7 +38,7 @@ from ..voices.catalog import VOICES, clone_object, new_clone_meta
 from ..voices.clips import ADVICE, STORE_RATE, Clip, ClipError, build_reference, decode_clip, encode_wav
 from ..voices.library import VOICE_LIBRARY, StorageUnavailable, VoiceGone, VoiceLibrary
 from ..voices.store import reference_name, revision
-from .apidoc import json_body, responses
+from .apidoc import json_body
 from .bodies import api_error, checked_voice_settings, one_of, refusing
 
 logger = logging.getLogger(__name__)
@@ -201,9 +201,8 @@ def _delete_doc(operation_id: str) -> dict[str, Any]:
         "tags": ["voices"],
         "summary": "Remove a cloned voice." + _STORAGE_503,
         "path_params": _VOICE_ID,
-        "responses": responses(
-            {200: json_body("Removed on every box (the bucket keeps a tombstone).", DeleteResponse)}, 400, 404
-        ),
+        "responses": {200: json_body("Removed on every box (the bucket keeps a tombstone).", DeleteResponse)},
+        "errors": (400, 404),
     }
 
 
@@ -310,7 +309,7 @@ def _arriving(request: web.Request, body: dict[str, Any]) -> dict[str, Any]:
     operationId="list_voices",
     tags=["voices"],
     summary="Every voice, built-in first.",
-    responses=responses({200: json_body("The voices.", VoiceList)}),
+    responses={200: json_body("The voices.", VoiceList)},
 )
 async def list_v1(request: web.Request) -> web.Response:
     """``GET /v1/voices``: every voice, built-in first."""
@@ -429,7 +428,8 @@ def _sort(voices: list[dict[str, Any]], sort: str | None, direction: str | None)
     operationId="list_voices_v2",
     tags=["voices"],
     summary="Voices filtered, sorted and paged.",
-    responses=responses({200: json_body("One page.", VoicePage)}, 400, 422),
+    responses={200: json_body("One page.", VoicePage)},
+    errors=(400, 422),
 )
 async def list_v2(request: web.Request) -> web.Response:
     """``GET /v2/voices``: filtered, sorted and paged with an opaque ``next_page_token``."""
@@ -458,7 +458,8 @@ async def list_v2(request: web.Request) -> web.Response:
     tags=["voices"],
     summary="One voice (404 voice_not_found: no swap-out here).",
     path_params=_VOICE_ID,
-    responses=responses({200: json_body("The voice.", Voice)}, 404),
+    responses={200: json_body("The voice.", Voice)},
+    errors=(404,),
 )
 async def get_voice(request: web.Request) -> web.Response:
     """``GET /v1/voices/{voice_id}``: one voice, or 404 ``voice_not_found`` (no swap-out here)."""
@@ -471,7 +472,7 @@ async def get_voice(request: web.Request) -> web.Response:
     operationId="default_settings",
     tags=["voices"],
     summary="The default voice settings.",
-    responses=responses({200: _SETTINGS}),
+    responses={200: _SETTINGS},
 )
 async def default_settings(request: web.Request) -> web.Response:
     """``GET /v1/voices/settings/default``."""
@@ -485,7 +486,8 @@ async def default_settings(request: web.Request) -> web.Response:
     tags=["voices"],
     summary="A voice's saved settings (the defaults where none were saved).",
     path_params=_VOICE_ID,
-    responses=responses({200: _SETTINGS}, 404),
+    responses={200: _SETTINGS},
+    errors=(404,),
 )
 async def voice_settings(request: web.Request) -> web.Response:
     """``GET /v1/voices/{voice_id}/settings``: the voice's saved settings (the defaults where none were saved)."""
@@ -638,7 +640,8 @@ async def create_voice(request: web.Request) -> StoredVoice:
     tags=["voices"],
     summary="Clone a voice from a reference clip; answers the whole voice object." + _STORAGE_503,
     requestBody=_CLONE_BODY,
-    responses=responses({200: json_body("The new voice.", Voice)}, 400, 413, 422, 500),
+    responses={200: json_body("The new voice.", Voice)},
+    errors=(400, 413, 422, 500),
 )
 async def clone(request: web.Request) -> web.Response:
     """``POST /voices``: answer with the new voice object."""
@@ -652,7 +655,8 @@ async def clone(request: web.Request) -> web.Response:
     tags=["voices"],
     summary="Instant voice cloning (ElevenLabs shape of the answer)." + _STORAGE_503,
     requestBody=_CLONE_BODY,
-    responses=responses({200: json_body("The new voice's id.", AddVoiceResponse)}, 400, 413, 422, 500),
+    responses={200: json_body("The new voice's id.", AddVoiceResponse)},
+    errors=(400, 413, 422, 500),
 )
 async def add(request: web.Request) -> web.Response:
     """``POST /v1/voices/add`` (ElevenLabs instant voice cloning)."""
@@ -695,7 +699,8 @@ async def delete(request: web.Request) -> web.Response:
     "answer 400 voice_not_editable." + _STORAGE_503,
     path_params=_VOICE_ID,
     requestBody=_EDIT_BODY,
-    responses=responses({200: json_body("Saved on every box.", EditResponse)}, 400, 404, 413, 422),
+    responses={200: json_body("Saved on every box.", EditResponse)},
+    errors=(400, 404, 413, 422),
 )
 async def edit(request: web.Request) -> web.Response:
     """``POST /v1/voices/{voice_id}/edit`` (the SDK's ``voices.update``): name, description, labels, new clip.
@@ -770,7 +775,8 @@ class VoiceSettingsEdit(BaseModel):
     summary="Save a voice's settings (the SDK's voices.settings.update), built-in voices included; jobs for the "
     "voice start from them." + _STORAGE_503,
     path_params=_VOICE_ID,
-    responses=responses({200: json_body("Saved on every box.", EditResponse)}, 400, 404, 422),
+    responses={200: json_body("Saved on every box.", EditResponse)},
+    errors=(400, 404, 422),
 )
 async def edit_settings(request: web.Request) -> web.Response:
     """``POST /v1/voices/{voice_id}/settings/edit`` (the SDK's ``voices.settings.update``).
