@@ -114,6 +114,21 @@ def test_timeline_cuts_spans_of_sent_audio():
     assert rest.start_ms[0] == 0 and rest.end_ms == 150  # the final span reaches the last character's end
 
 
+def test_a_continuing_timeline_owes_the_space_before_its_first_word():
+    continued = Timeline(continues=True)
+    continued.add(CharAlignment([], [], []))  # a chunk without characters owes nothing yet
+    continued.add(CharAlignment(list("ok"), [0, 100], [100, 100]))
+    span, _ = continued.take(200, final=True)
+    assert span is not None and span.chars == [" ", "o", "k"] and span.dur_ms[0] == 0 and span.end_ms == 200
+    # A part that starts with its own white space is not given a second one; a fresh job owes nothing.
+    spaced = Timeline(continues=True)
+    spaced.add(CharAlignment(list(" x"), [0, 0], [0, 80]))
+    fresh = Timeline()
+    fresh.add(CharAlignment(list("x"), [0], [80]))
+    assert spaced.take(80, final=True)[0].chars == [" ", "x"]  # type: ignore[union-attr]
+    assert fresh.take(80, final=True)[0].chars == ["x"]  # type: ignore[union-attr]
+
+
 def test_join_chunks_in_seconds():
     chars, starts, ends = join_chunks(
         [(0.0, CharAlignment(["a"], [0], [500])), (0.5, CharAlignment(["b"], [0], [250]))]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from zsynth.alignment import CharAlignment, Timeline, char_alignment
+from zsynth.alignment import Timeline, char_alignment
 from zsynth.audio import OutputFormat
 from zsynth.text import SENTENCE_MAX_CHARS, pack_sentences, split_sentences
 
@@ -50,9 +50,8 @@ class ChunkMeta:
         self.fmt = fmt
         self.sample_rate = sample_rate
         self.alignment = alignment
-        self._timeline = Timeline()
         # A remainder's characters follow the previous part's: the white space between them is owed to the client.
-        self._owes_space = continues
+        self._timeline = Timeline(continues)
 
     def chunk(self, chunk: EngineChunk, audio: bytes, offset: int) -> dict[str, Any]:
         """Sample count, position and text of an engine chunk whose encoded audio is ``audio``.
@@ -62,12 +61,7 @@ class ChunkMeta:
         """
         meta: dict[str, Any] = {"samples": len(chunk.pcm), "offset": offset, "text": chunk.text}
         if self.alignment:
-            chars = char_alignment(chunk.text, chunk.timing, len(chunk.pcm), self.sample_rate)
-            if self._owes_space and chars.chars:
-                self._owes_space = False
-                if not chars.chars[0].isspace():
-                    chars = CharAlignment([" ", *chars.chars], [0, *chars.start_ms], [0, *chars.dur_ms])
-            self._timeline.add(chars)
+            self._timeline.add(char_alignment(chunk.text, chunk.timing, len(chunk.pcm), self.sample_rate))
             engine_ms = len(chunk.pcm) / self.sample_rate * 1000.0
             span, span_ms = self._timeline.take(encoded_ms(self.fmt, audio, engine_ms))
             meta["alignment"] = span.to_meta() if span is not None else None

@@ -189,7 +189,10 @@ def char_alignment(
 class Timeline:
     """The characters of one job on an absolute clock (ms), handed out per span of encoded audio sent."""
 
-    def __init__(self) -> None:
+    def __init__(self, continues: bool = False) -> None:
+        """``continues``: this job speaks the rest of a text whose start an earlier job spoke, so the white space
+        between the two is owed before its first character."""
+        self._owes_space = continues
         self._chars: list[str] = []
         self._bounds: list[float] = [0.0]  # len(chars) + 1 absolute boundaries, monotone
         self._next = 0  # first character not handed out yet
@@ -204,9 +207,10 @@ class Timeline:
         if not alignment.chars:
             return
         base = self._bounds[-1]
-        if self._chars and not self._chars[-1].isspace() and not alignment.chars[0].isspace():
-            # The engine drops the white space between sentences; put one back (zero length), so the characters
-            # spell the text with its white space collapsed.
+        after_word = not self._chars[-1].isspace() if self._chars else self._owes_space
+        if after_word and not alignment.chars[0].isspace():
+            # The engine drops the white space between sentences (and between the parts of a text split over
+            # jobs); put one back (zero length), so the characters spell the text with its white space collapsed.
             self._chars.append(" ")
             self._bounds.append(base)
         for char, start, dur in zip(alignment.chars, alignment.start_ms, alignment.dur_ms, strict=True):
