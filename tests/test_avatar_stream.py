@@ -229,8 +229,10 @@ async def test_control_errors_and_bad_offers(avatar) -> None:
     session_id, control = await open_session(avatar, viewer, avatar_id="theo")
     resp = await avatar.get(f"/control/{session_id}", headers=HEADERS)
     assert resp.status == 409 and (await resp.json())["code"] == "already_attached"
-    await control.ws.send_str("{not json")
-    assert (await control.next("error"))["code"] == "invalid_message"
+    # Malformed, deeply nested, over-long numbers and NaN: each an error event, and the session goes on.
+    for bad in ("{not json", "[" * 100_000, '{"type": ' + "9" * 5000 + "}", '{"type": "speak", "text": NaN}'):
+        await control.ws.send_str(bad)
+        assert (await control.next("error"))["code"] == "invalid_message", bad[:20]
     await control.ws.send_json({"type": "dance"})
     assert (await control.next("error"))["code"] == "unknown_command"
     refusals = [({"text": "  "}, "invalid_text"), ({"text": "x" * 100_000}, "text_too_long")]

@@ -10,12 +10,12 @@ Server to client: ``session.state``, ``session.ready``, ``speak.accepted``, ``av
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
 from aiohttp import WSMsgType, web
 
+from ... import jsonbody
 from ...auth import CREDENTIAL
 from ...endpoints import Access, Endpoints, validate
 from ...keys import SETTINGS
@@ -51,8 +51,9 @@ async def handle_message(session: AvatarSession, raw: str, max_chars: int) -> bo
     """Apply one command; False when the session should end."""
     session.touch()
     try:
-        message = json.loads(raw)
-    except json.JSONDecodeError:
+        # Strict and total: deep nesting or a 5000-digit number is a refused message, not the end of the session.
+        message = jsonbody.loads(raw)
+    except jsonbody.BadJson:
         message = None
     try:
         if not isinstance(message, dict):
