@@ -1,4 +1,5 @@
 """Worker processes: one long-lived process per GPU, one engine, one job at a time.
 
-Nothing here imports aiohttp; the worker talks to the front only through Redis (``zsynth.protocol``).
+The worker serves no HTTP and talks to the front only through Redis (``zsynth.protocol``). aiohttp is still loaded:
+the shared modules it uses (the start-up in ``zsynth.server``, the voice catalog's app key) import ``aiohttp.web``.
 """
