@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 
 import aioice.ice
+import av
 import numpy as np
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
@@ -23,7 +24,7 @@ def loopback_host_addresses(use_ipv4: bool = True, use_ipv6: bool = True) -> lis
 
 def patch_loopback_ice() -> None:
     """Make aioice gather loopback host candidates (call once per process, before any peer connection)."""
-    aioice.ice.get_host_addresses = loopback_host_addresses  # type: ignore[assignment]
+    aioice.ice.get_host_addresses = loopback_host_addresses
 
 
 @dataclass
@@ -59,10 +60,12 @@ class Viewer:
                 frame = await track.recv()
                 now = time.monotonic()
                 if track.kind == "audio":
+                    assert isinstance(frame, av.AudioFrame)
                     pcm = frame.to_ndarray().reshape(-1)
                     channels = len(frame.layout.channels)
                     self.audio.append((now, pcm[::channels].astype(np.int16)))
                 else:
+                    assert isinstance(frame, av.VideoFrame)
                     image = frame.to_ndarray(format="rgb24")
                     self.video_size = (image.shape[1], image.shape[0])
                     self.video.append((now, image[MOUTH_BOX].astype(np.float32).mean(axis=2)))

@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import redis
@@ -31,16 +32,22 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def make_settings(redis_url: str, data_dir: Path, **overrides: object) -> Settings:
+def redis_text(reply: object) -> str:
+    """One reply of a Redis client opened without decode_responses (redis-py types it as bytes or str), as text."""
+    assert isinstance(reply, bytes), f"expected bytes from Redis, got {reply!r}"
+    return reply.decode()
+
+
+def make_settings(redis_url: str, data_dir: Path, **overrides: Any) -> Settings:
     """Front settings for tests (short deadlines so failures surface quickly)."""
-    base: dict[str, object] = {
+    base: dict[str, Any] = {
         "redis_url": redis_url,
         "data_dir": data_dir,
         "first_chunk_timeout_s": 20.0,
         "chunk_timeout_s": 10.0,
     }
     base.update(overrides)
-    return Settings(**base)  # type: ignore[arg-type]
+    return Settings(**base)
 
 
 def wait_for(predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.05) -> None:

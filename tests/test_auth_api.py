@@ -6,9 +6,10 @@ import pytest
 
 from zsynth.app import create_app
 from zsynth.auth import AUTHENTICATOR, Authenticator
+from zsynth.keystore import KeyStore
 
 from .fronts import clocked_app
-from .helpers import assert_speech, decode_audio, make_settings
+from .helpers import FakeClock, assert_speech, decode_audio, make_settings
 
 STATIC = "static-test-key"
 
@@ -42,6 +43,19 @@ def auth_of(client) -> Authenticator:
     return client.server.app[AUTHENTICATOR]
 
 
+def clock_of(client) -> FakeClock:
+    """The clock the test moves (clocked_app gives the authenticator one)."""
+    clock = auth_of(client).clock
+    assert isinstance(clock, FakeClock)
+    return clock
+
+
+def store_of(auth: Authenticator) -> KeyStore:
+    """The keys table of a front that has one."""
+    assert auth.store is not None
+    return auth.store
+
+
 async def mint(client, key: str, ttl: object = None) -> dict:
     body = {} if ttl is None else {"ttl_seconds": ttl}
     resp = await client.post("/v1/tokens/ephemeral", json=body, headers={"Authorization": f"Bearer {key}"})
@@ -65,11 +79,11 @@ async def secret_for(client, kind: str) -> str | None:
     if kind == "table":
         return key
     if kind == "revoked":
-        await auth.store.revoke(record.key_id, int(auth.clock()))
+        await store_of(auth).revoke(record.key_id, int(auth.clock()))
         return key
     token = (await mint(client, key, 30))["token"]
     if kind == "expired":
-        auth.clock.advance(30)
+        clock_of(client).advance(30)
     return token
 
 
@@ -164,7 +178,7 @@ async def test_mint_rejects_bad_bodies(table_client, raw, status, code):
 async def test_token_expires_on_the_server_clock(table_client):
     body = await mint(table_client, STATIC, 45)
     headers = {"Authorization": f"Bearer {body['token']}"}
-    clock = auth_of(table_client).clock
+    clock = clock_of(table_client)
     clock.now = body["expires_at"] - 1
     assert (await table_client.post("/v1/text-to-speech/v", json={}, headers=headers)).status == 422
     clock.now = body["expires_at"]
@@ -178,8 +192,8 @@ async def test_revoked_key_stops_within_the_cache_bound(table_client):
     key, record = await auth.create_key("revoke me")
     headers = {"xi-api-key": key}
     assert (await table_client.post("/v1/tokens/ephemeral", headers=headers)).status == 200
-    await auth.store.revoke(record.key_id, int(auth.clock()))
-    auth.clock.advance(30)
+    await store_of(auth).revoke(record.key_id, int(auth.clock()))
+    clock_of(table_client).advance(30)
     resp = await table_client.post("/v1/tokens/ephemeral", headers=headers)
     assert resp.status == 401
     assert (await resp.json())["detail"]["status"] == "invalid_api_key"

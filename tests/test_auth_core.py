@@ -234,8 +234,9 @@ async def test_full_key_hash_never_passes_as_a_token(auth):
 
 
 async def test_table_down_is_503_not_401(aws_endpoint):
-    auth = Authenticator(store=KeyStore("no-such-table"), clock=FakeClock())
-    await auth.store.open()
+    store = KeyStore("no-such-table")
+    auth = Authenticator(store=store, clock=FakeClock())
+    await store.open()
     try:
         with pytest.raises(AuthError) as err:
             await auth.verify("zsk_live_whatever")

@@ -235,7 +235,10 @@ async def test_control_errors_and_bad_offers(avatar) -> None:
         assert (await control.next("error"))["code"] == "invalid_message", bad[:20]
     await control.ws.send_json({"type": "dance"})
     assert (await control.next("error"))["code"] == "unknown_command"
-    refusals = [({"text": "  "}, "invalid_text"), ({"text": "x" * 100_000}, "text_too_long")]
+    refusals: list[tuple[dict[str, object], str]] = [
+        ({"text": "  "}, "invalid_text"),
+        ({"text": "x" * 100_000}, "text_too_long"),
+    ]
     refusals.append(({"text": "Hi.", "voice_id": 7}, "invalid_voice_id"))
     for n, (fields, code) in enumerate(refusals):
         await control.ws.send_json({"type": "speak", "id": f"cmd-{n}", **fields})

@@ -9,6 +9,7 @@ from av import VideoFrame
 from zsynth.auth import clamp_ttl
 from zsynth.avatar.media import Playout
 from zsynth.avatar.renderers import FrameCue, builtin_avatars
+from zsynth.avatar.renderers.cpu import CpuFaceStream
 from zsynth.avatar.session import ice_configuration
 from zsynth.avatar.speech import SAMPLES_PER_FRAME, AudioSlot, Framer, SpeechTask, mouth_cues
 from zsynth.avatar.visemes import VISEMES, openness, phoneme_viseme, timing_labels, viseme_index
@@ -81,6 +82,7 @@ def test_timeline_plays_in_order_and_peeks_ahead() -> None:
 def test_cpu_face_moves_its_mouth_blinks_and_differs_per_avatar() -> None:
     avatars = builtin_avatars()
     stream = avatars["ada"].open_stream(seed=7)
+    assert isinstance(stream, CpuFaceStream)  # the built-in avatars are drawn by the CPU renderer
     mouth = (slice(294, 371), slice(189, 323))
     shapes = {}
     for viseme in VISEMES:
@@ -113,6 +115,7 @@ def test_avatar_settings_parse_and_validate() -> None:
     )
     assert (settings.avatar_port, settings.avatar_max_sessions, settings.avatar_idle_timeout_s) == (9100, 3, 45.0)
     servers = ice_configuration(settings).iceServers
+    assert servers is not None
     assert [s.urls for s in servers] == ["stun:stun.example.org:3478", "turn:turn.example.org:3478"]
     assert servers[0].username is None and (servers[1].username, servers[1].credential) == ("u", "p")
     assert Settings().avatar_port == 8100 and ice_configuration(Settings()).iceServers == []

@@ -31,7 +31,16 @@ from zsynth.voices.bucket import VoiceBucket
 from zsynth.voices.library import VOICE_LIBRARY
 
 from .avatar_peer import Viewer
-from .helpers import RedisServer, WorkerProcess, assert_speech, decode_audio, front_process, make_settings, wait_for
+from .helpers import (
+    RedisServer,
+    WorkerProcess,
+    assert_speech,
+    decode_audio,
+    front_process,
+    make_settings,
+    redis_text,
+    wait_for,
+)
 from .s3_helpers import PREFIX, create_bucket, start_front, status_and_code
 from .voice_clips import flac_bomb, reference_file
 
@@ -283,9 +292,9 @@ async def test_a_worker_heartbeat_survives_redis_error_replies_and_its_restarts_
         sync.config_set("maxmemory", "1")
         time.sleep(1.5)  # several beats refused
         sync.config_set("maxmemory", "0")
-        first = json.loads(sync.get(key))["ts"]
+        first = json.loads(redis_text(sync.get(key)))["ts"]
         wait_for(lambda: json.loads(sync.get(key) or b"{}").get("ts", 0) > first, 5, "a fresh heartbeat")
-        beat = json.loads(sync.get(key))
+        beat = json.loads(redis_text(sync.get(key)))
         assert beat["restarts"] >= 1, beat
         front = await aiohttp_client(create_app(make_settings(server.url, tmp_path)))
         metrics = await (await front.get("/metrics")).text()

@@ -13,7 +13,7 @@ from redis.asyncio import Redis
 from zsynth import protocol
 from zsynth.app import create_app
 
-from .helpers import RedisServer, WorkerProcess, assert_speech, decode_audio, make_settings
+from .helpers import RedisServer, WorkerProcess, assert_speech, decode_audio, make_settings, redis_text
 
 LONG_TEXT = " ".join(f"This is sentence {n} of a long text that keeps the worker busy for a while." for n in range(30))
 
@@ -24,7 +24,7 @@ async def job_record(redis_url: str, job_id: str) -> dict[str, str]:
         raw = await client.hgetall(protocol.job_key(job_id))
     finally:
         await client.aclose()
-    return {k.decode(): v.decode() for k, v in raw.items()}
+    return {redis_text(k): redis_text(v) for k, v in raw.items()}
 
 
 async def test_unstarted_job_of_a_dead_worker_is_run_by_a_survivor(aiohttp_client, private_redis_url, tmp_path):

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, Phase, settings
+from schemathesis.checks import CheckFunction
 from schemathesis.specs.openapi.checks import positive_data_acceptance, response_schema_conformance
 
 from zsynth.config import Settings
@@ -74,7 +75,9 @@ def fuzz_front(redis_url: str, data_dir: Path, shared_workers, keys_table: str) 
 )
 def test_fuzz(case, fuzz_front):
     operation = (case.method.upper(), case.path)
-    excluded = [positive_data_acceptance] if operation in SEMANTIC_INPUTS or names_dictionaries(case) else []
+    excluded: list[CheckFunction] = (
+        [positive_data_acceptance] if operation in SEMANTIC_INPUTS or names_dictionaries(case) else []
+    )
     if operation in JSON_LINES:
         excluded.append(response_schema_conformance)
     case.call_and_validate(base_url=fuzz_front, headers={"xi-api-key": KEY}, timeout=60, excluded_checks=excluded)

@@ -169,8 +169,10 @@ async def test_a_live_socket_ends_within_the_cache_time_of_a_revocation(table_fr
 
 async def _revoke_only(auth: Authenticator, key_hash: str) -> None:
     """Mark one row revoked: what a token minted after `zsynth keys revoke` read the table looks like."""
-    await auth.store.client.update_item(
-        TableName=auth.store.table,
+    store = auth.store
+    assert store is not None
+    await store.client.update_item(
+        TableName=store.table,
         Key={HASH_ATTR: {"S": key_hash}},
         UpdateExpression="SET revoked_at = :now",
         ExpressionAttributeValues={":now": {"N": str(int(time.time()))}},

@@ -31,7 +31,7 @@ def decoded_seconds(name: str, data: bytes) -> float:
     if name == "pcm":
         return len(data) / 2 / RATE
     if name == "aac":
-        with av.open(io.BytesIO(data)) as container:
+        with av.open(io.BytesIO(data), "r") as container:
             return sum(frame.samples for frame in container.decode(audio=0)) / RATE
     samples, rate = sf.read(io.BytesIO(data), dtype="float32")
     assert rate == RATE

@@ -32,7 +32,7 @@ def decode(data: bytes, response_format: str) -> tuple[np.ndarray, int]:
     if response_format == "pcm":
         return np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768.0, 24000
     if response_format == "aac":
-        with av.open(io.BytesIO(data)) as container:
+        with av.open(io.BytesIO(data), "r") as container:
             stream = container.streams.audio[0]
             frames = [frame.to_ndarray().reshape(-1) for frame in container.decode(stream)]
             return np.concatenate(frames).astype(np.float32), stream.rate

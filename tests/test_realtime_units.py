@@ -125,8 +125,10 @@ def test_a_continuing_timeline_owes_the_space_before_its_first_word():
     spaced.add(CharAlignment(list(" x"), [0, 0], [0, 80]))
     fresh = Timeline()
     fresh.add(CharAlignment(list("x"), [0], [80]))
-    assert spaced.take(80, final=True)[0].chars == [" ", "x"]  # type: ignore[union-attr]
-    assert fresh.take(80, final=True)[0].chars == ["x"]  # type: ignore[union-attr]
+    spaced_span, _ = spaced.take(80, final=True)
+    fresh_span, _ = fresh.take(80, final=True)
+    assert spaced_span is not None and spaced_span.chars == [" ", "x"]
+    assert fresh_span is not None and fresh_span.chars == ["x"]
 
 
 def test_join_chunks_in_seconds():
@@ -144,7 +146,7 @@ def test_timeline_places_received_chunks_at_their_audio_offsets():
     rest, rest_ms = sender.take(100, final=True)
     assert first is not None and rest is not None and (first_ms, rest_ms) == (150, 150)
     receiver = Timeline()
-    meta = [
+    meta: list[dict[str, object]] = [
         {"span_ms": first_ms, "alignment": first.to_meta()},
         {"span_ms": 20.0},  # a chunk of audio without characters still moves the clock
         {"span_ms": rest_ms, "alignment": rest.to_meta()},

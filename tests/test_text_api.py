@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+from typing import Any
 
 import aioboto3
 import aiohttp
@@ -249,7 +250,7 @@ async def test_a_token_may_use_dictionaries_but_not_change_them(api_client):
 
 
 async def test_bad_locators_and_modes_get_clear_errors(api_client):
-    cases = [
+    cases: list[tuple[dict[str, object], int, str]] = [
         ({"apply_text_normalization": "always"}, 422, "invalid_parameters"),
         ({"pronunciation_dictionary_locators": [{"pronunciation_dictionary_id": "a"}] * 4}, 422, "invalid_parameters"),
         (
@@ -351,16 +352,17 @@ async def test_livekit_plugin_names_a_dictionary_per_context_and_gets_word_times
     text = "NASA paid $3.50 today."
     base_url = f"http://127.0.0.1:{api_client.server.port}/v1"
     seconds = {}
+    options: dict[str, dict[str, Any]] = {
+        "plain": {},
+        "dictionary": {
+            "pronunciation_dictionary_locators": [
+                livekit_elevenlabs.PronunciationDictionaryLocator(made.id, made.version_id)
+            ],
+            "apply_text_normalization": "on",
+        },
+    }
     async with aiohttp.ClientSession() as session:
-        for name, extra in {
-            "plain": {},
-            "dictionary": {
-                "pronunciation_dictionary_locators": [
-                    livekit_elevenlabs.PronunciationDictionaryLocator(made.id, made.version_id)
-                ],
-                "apply_text_normalization": "on",
-            },
-        }.items():
+        for name, extra in options.items():
             tts = livekit_elevenlabs.TTS(
                 api_key=KEY, voice_id="any-voice", base_url=base_url, http_session=session, **extra
             )

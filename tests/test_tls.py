@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 from urllib.parse import quote
 
 import httpx
@@ -68,7 +69,9 @@ def served_name(base: str) -> str:
     ):
         cert = tls.getpeercert()
     assert cert is not None
-    return next(value for rdn in cert["subject"] for key, value in rdn if key == "commonName")
+    # typeshed gives all the certificate's fields one union type; "subject" is a tuple of RDNs of (key, value) pairs
+    subject = cast("tuple[tuple[tuple[str, str], ...], ...]", cert["subject"])
+    return next(value for rdn in subject for key, value in rdn if key == "commonName")
 
 
 def test_plain_http_is_refused_and_https_verifies(front):

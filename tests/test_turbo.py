@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -69,8 +70,8 @@ def make_voice(voice_dir: Path, seconds: float, pitch_hz: float, seed: int) -> P
     return VoiceStore(voice_dir.parent).install(meta, buf.getvalue()).path
 
 
-def turbo_settings(ckpt: Path | None, data: Path, **overrides: object) -> Settings:
-    values: dict[str, object] = {
+def turbo_settings(ckpt: Path | None, data: Path, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {
         "engine": "turbo",
         "turbo_checkpoint": ckpt,
         "turbo_device": "cpu",
@@ -80,7 +81,7 @@ def turbo_settings(ckpt: Path | None, data: Path, **overrides: object) -> Settin
         "engine_threads": 1,  # as the worker processes here: same kernels, same sampled tokens
     }
     values.update(overrides)
-    return Settings(**values)  # type: ignore[arg-type]
+    return Settings(**values)
 
 
 @pytest.fixture(scope="session")
@@ -252,10 +253,11 @@ def test_prepared_gpu_run_pieces_on_the_cpu(engine: TurboEngine, tmp_path: Path)
     import json
 
     from scripts import gpu_run
+    from scripts.bench_turbo import LONG, SHORT
     from workers.engines.turbo_static import StaticT3
 
     dev = gpu_run.Device(torch, "cpu")
-    row = gpu_run.measure(engine, dev, gpu_run.SHORT, 1, 16, time.monotonic() + 600)
+    row = gpu_run.measure(engine, dev, SHORT, 1, 16, time.monotonic() + 600)
     assert row["requests"] == 1 and row["tokens_per_piece"] == 16
     assert row["audio_s"] == pytest.approx((16 + 3) / 25, abs=0.1)  # the piece ran to its cap
     assert 0 < row["ttfa_ms"]["p50"] <= 1000 * row["rtf"]["p50"] * row["audio_s"]
@@ -270,7 +272,7 @@ def test_prepared_gpu_run_pieces_on_the_cpu(engine: TurboEngine, tmp_path: Path)
     voice = gpu_run.cloned_voice(engine, dev, tmp_path)
     assert voice["clip_hashes"] >= 1 and voice["device_cache_ms"] < voice["build_ms"]
 
-    report = {
+    report: dict[str, Any] = {
         "meta": {
             "date": "now",
             "mode": "test",
@@ -294,7 +296,7 @@ def test_prepared_gpu_run_pieces_on_the_cpu(engine: TurboEngine, tmp_path: Path)
     assert "| float32 | short (52 chars, 16 tokens/piece) | 1 |" in page
     fast_t3 = "yes" if row["t3_ms_per_token"]["p50"] <= 4 else "no"
     assert [verdict["met"] for verdict in report["targets"]] == ["no", "no", fast_t3]
-    assert gpu_run.token_cap(gpu_run.LONG) == round(25 * 231.5 / 14)  # two pieces of 264 and 199 characters
+    assert gpu_run.token_cap(LONG) == round(25 * 231.5 / 14)  # two pieces of 264 and 199 characters
 
 
 def test_prepared_gpu_run_refuses_to_pass_cpu_figures_as_gpu_ones():

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -92,7 +92,8 @@ def test_sampler_keeps_upstream_processors_without_a_growing_history():
         logits = 3 * torch.randn(1, 6563, generator=gen)
         history = torch.randint(0, 6563, (1, 300), generator=gen)  # with repeats, as real histories have
         seen = torch.zeros(1, 6563, dtype=torch.bool).scatter_(1, history, True)
-        expected = procs(history, logits.clone())
+        # transformers asks for the legacy LongTensor/FloatTensor types, which tensors of those dtypes are at run time
+        expected = procs(cast(torch.LongTensor, history), cast(torch.FloatTensor, logits.clone()))
         got = processed_scores(
             logits, seen, torch.tensor(temperature), torch.tensor(top_p), torch.tensor(penalty), top_k
         )

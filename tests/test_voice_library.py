@@ -27,7 +27,16 @@ from zsynth.app import create_app
 from zsynth.dispatch import Dispatcher, JobFailed
 from zsynth.voices.library import VOICE_LIBRARY
 
-from .helpers import WorkerProcess, assert_speech, decode_audio, free_port, front_process, make_settings, redis_server
+from .helpers import (
+    WorkerProcess,
+    assert_speech,
+    decode_audio,
+    free_port,
+    front_process,
+    make_settings,
+    redis_server,
+    redis_text,
+)
 from .voice_clips import RATE, encode, piper_speech, pitch_of, reference_file, reference_pcm
 
 PREFIX = "library/"
@@ -183,7 +192,7 @@ async def run_jobs(
             except JobFailed as err:
                 failure = err
         worker = await redis.hget(protocol.job_key(job.job_id), "worker_id")
-        return chunks, failure, worker.decode() if worker else None
+        return chunks, failure, redis_text(worker) if worker else None
 
     try:
         return list(await asyncio.gather(*(one() for _ in range(count))))
@@ -290,7 +299,9 @@ async def test_b_that_was_down_during_a_clone_and_a_delete_catches_up(boxes, sha
     assert (box_b.voices / added / "reference.wav").is_file() and not (box_b.voices / doomed).exists()
     # B's cursor is the newest announcement: nothing is left to catch up on.
     redis = Redis.from_url(shared[0])
-    newest = (await redis.xrevrange(protocol.VOICES_LOG, count=1))[0][0].decode()
+    entries = await redis.xrevrange(protocol.VOICES_LOG, count=1)
+    assert entries
+    newest = redis_text(entries[0][0])
     await redis.aclose()
 
     async def cursor_current() -> bool:

@@ -23,7 +23,7 @@ def harmonic(f0: float, seconds: float = 3.0) -> np.ndarray:
     """A voiced-like tone: five harmonics with a slow vibrato, so the estimator has real periods to find."""
     t = np.arange(int(seconds * RATE)) / RATE
     phase = 2 * np.pi * np.cumsum(f0 * (1 + 0.01 * np.sin(2 * np.pi * 5 * t))) / RATE
-    return (0.2 * sum(np.sin(k * phase) / k for k in range(1, 6))).astype(np.float32)
+    return (0.2 * np.sum([np.sin(k * phase) / k for k in range(1, 6)], axis=0)).astype(np.float32)
 
 
 @pytest.mark.parametrize("f0", [80.0, 120.0, 210.0, 330.0])

@@ -76,7 +76,10 @@ class _BreaksAfterOneChunk:
     def warm_up(self) -> None:
         """Nothing to warm."""
 
-    def synthesize(self, text, voice, settings, should_stop, seed=None):  # type: ignore[no-untyped-def]
+    def forget_voice(self, voice_id: str) -> None:
+        """Nothing is cached per voice."""
+
+    def synthesize(self, text, voice, settings, should_stop, seed=None):
         import numpy as np
 
         from workers.engines.base import EngineChunk
@@ -97,7 +100,7 @@ async def test_engine_failure_mid_job_reaches_the_client_as_an_error(private_red
     dispatcher = Dispatcher(settings, redis)
     await dispatcher.start()
     chunk_redis = sync_redis.Redis.from_url(private_redis_url)
-    worker = Worker(settings, _BreaksAfterOneChunk(), redis, chunk_redis)  # type: ignore[arg-type]
+    worker = Worker(settings, _BreaksAfterOneChunk(), redis, chunk_redis)
     try:
         stream = await dispatcher.submit(protocol.Job("Two chunks, one of them broken.", "v", "pcm_16000"))
         await worker.run(burst=True)

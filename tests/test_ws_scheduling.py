@@ -15,7 +15,7 @@ from redis.asyncio import Redis
 from zsynth import protocol
 from zsynth.app import create_app
 
-from .helpers import WorkerProcess, assert_speech, decode_audio, make_settings
+from .helpers import WorkerProcess, assert_speech, decode_audio, make_settings, redis_text
 
 LONG_TEXT = " ".join(f"This is sentence {n} of a long text that keeps the worker busy for a while." for n in range(30))
 PATH = "/v1/text-to-speech/v/stream-input?output_format=pcm_16000"
@@ -37,7 +37,7 @@ async def _job_records(redis_url: str) -> list[dict[str, str]]:
         records = []
         async for key in redis.scan_iter(protocol.job_key("*")):
             raw = await redis.hgetall(key)
-            records.append({k.decode(): v.decode() for k, v in raw.items()})
+            records.append({redis_text(k): redis_text(v) for k, v in raw.items()})
         return records
     finally:
         await redis.aclose()
@@ -132,13 +132,19 @@ async def test_realtime_jobs_are_claimed_first_come_first_served(private_redis_u
     dispatcher = Dispatcher(Settings(redis_url=private_redis_url, data_dir=tmp_path), redis)
     await dispatcher.start()
     try:
-        names = [("b1", "batch"), ("r1", "realtime"), ("b2", "batch"), ("r2", "realtime"), ("r3", "realtime")]
+        names: list[tuple[str, protocol.Priority]] = [
+            ("b1", "batch"),
+            ("r1", "realtime"),
+            ("b2", "batch"),
+            ("r2", "realtime"),
+            ("r3", "realtime"),
+        ]
         for name, priority in names:
             stream = await dispatcher.submit(protocol.Job(name, "v", "pcm_16000", priority=priority))
             await dispatcher.release(stream.job.job_id)
         claimed = []
         while (raw := await redis.rpop(protocol.QUEUE)) is not None:
-            claimed.append(protocol.Job.from_json(raw).text)
+            claimed.append(protocol.Job.from_json(redis_text(raw)).text)
         assert claimed == ["r1", "r2", "r3", "b1", "b2"]
     finally:
         await dispatcher.close()
@@ -155,18 +161,19 @@ async def test_realtime_order_holds_while_workers_claim_between_pushes(private_r
     dispatcher = Dispatcher(Settings(redis_url=private_redis_url, data_dir=tmp_path), redis)
     await dispatcher.start()
 
-    async def push(name: str, priority: str) -> None:
-        stream = await dispatcher.submit(protocol.Job(name, "v", "pcm_16000", priority=priority))  # type: ignore[arg-type]
+    async def push(name: str, priority: protocol.Priority) -> None:
+        stream = await dispatcher.submit(protocol.Job(name, "v", "pcm_16000", priority=priority))
         await dispatcher.release(stream.job.job_id)
 
     async def claim() -> str:
         raw = await redis.rpop(protocol.QUEUE)
         assert raw is not None
-        return protocol.Job.from_json(raw).text
+        return protocol.Job.from_json(redis_text(raw)).text
 
     try:
-        for name, priority in [("b1", "batch"), ("r1", "realtime"), ("r2", "realtime")]:
-            await push(name, priority)
+        await push("b1", "batch")
+        await push("r1", "realtime")
+        await push("r2", "realtime")
         assert await claim() == "r1"
         await push("r3", "realtime")
         await push("b2", "batch")

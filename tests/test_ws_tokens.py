@@ -10,7 +10,7 @@ from zsynth.auth import AUTHENTICATOR
 
 from .fronts import clocked_app
 from .helpers import assert_speech, decode_audio, make_settings
-from .ws_helpers import collect, squash
+from .ws_helpers import Received, collect, squash
 
 FULL_KEY = "sk-ws-token-test"
 TEXT = "A browser holds only a short lived token, never the full key."
@@ -30,7 +30,7 @@ async def mint(client) -> str:
     return str(body["token"])
 
 
-async def speak(client, url: str) -> object:
+async def speak(client, url: str) -> Received:
     ws = await client.ws_connect(url)
     await ws.send_json({"text": " "})
     await ws.send_json({"text": TEXT + " ", "flush": True})

@@ -23,7 +23,7 @@ from zsynth import protocol
 from zsynth.app import create_app
 from zsynth.metrics import METRICS
 
-from .helpers import RedisServer, WorkerProcess, assert_speech, decode_audio, make_settings
+from .helpers import RedisServer, WorkerProcess, assert_speech, decode_audio, make_settings, redis_text
 from .ws_helpers import squash
 
 PIECE = 100
@@ -115,7 +115,7 @@ async def _read_timestamps(client, text: str) -> tuple[bytes, dict[str, list]]:
 async def _busy_workers(url: str) -> int:
     client = Redis.from_url(url)
     try:
-        ids = [m.decode() for m in await client.smembers(protocol.WORKERS)]
+        ids = [redis_text(m) for m in await client.smembers(protocol.WORKERS)]
         beats = await client.mget([protocol.heartbeat_key(i) for i in ids]) if ids else []
         return sum(1 for beat in beats if beat and json.loads(beat)["state"] == "busy")
     finally:
@@ -146,11 +146,10 @@ async def test_realtime_and_new_requests_get_a_slot_from_long_jobs_which_stay_wh
     idle_short = await _first_byte(client, SHORT)
 
     # Every worker inside a long batch job.
-    long_jobs = [
-        asyncio.create_task(_read_timestamps(client, LONG)),
-        # MP3 continues across a yield too: another worker's encoder appends whole frames.
-        *(asyncio.create_task(_read_stream(client, LONG, MP3_STREAM)) for _ in workers[1:]),
-    ]
+    timestamps = asyncio.create_task(_read_timestamps(client, LONG))
+    # MP3 continues across a yield too: another worker's encoder appends whole frames.
+    streams = [asyncio.create_task(_read_stream(client, LONG, MP3_STREAM)) for _ in workers[1:]]
+    long_jobs = [timestamps, *streams]
     await _wait_until(lambda: _busy_workers_all(url, len(workers)), 20, "every worker busy")
     await asyncio.sleep(0.3)
     loaded = max([await _flush_first_audio(client) for _ in range(2)])
@@ -160,7 +159,7 @@ async def test_realtime_and_new_requests_get_a_slot_from_long_jobs_which_stay_wh
     # A new request waits about one piece (PIECE characters, well under a second of Piper), not a whole long job.
     assert short <= idle_short + 2.0, f"short request first byte {short:.2f}s behind long jobs ({idle_short:.2f}s idle)"
 
-    (audio, alignment), *others = await asyncio.gather(*long_jobs)
+    (audio, alignment), others = await asyncio.gather(timestamps, asyncio.gather(*streams))
     assert _slot_waits(app, "resumed") >= 2, "the long jobs should have yielded and resumed"
     samples, rate = decode_audio(audio, "pcm_16000")
     duration = assert_speech(samples, rate, LONG)
@@ -261,8 +260,8 @@ def test_queue_order_realtime_then_new_batch_then_remainders(tmp_path):
         should_yield = client.register_script(protocol.SHOULD_YIELD_LUA)
         yield_slot = client.register_script(protocol.YIELD_LUA)
 
-        def submit(name: str, priority: str, max_queue: int = 100) -> int:
-            job = protocol.Job(text=name, voice_id="v", output_format="pcm_16000", job_id=name, priority=priority)  # type: ignore[arg-type]
+        def submit(name: str, priority: protocol.Priority, max_queue: int = 100) -> int:
+            job = protocol.Job(text=name, voice_id="v", output_format="pcm_16000", job_id=name, priority=priority)
             return int(
                 push(
                     keys=[protocol.QUEUE, protocol.REALTIME_TAIL, protocol.BATCH_TAIL],
@@ -273,13 +272,14 @@ def test_queue_order_realtime_then_new_batch_then_remainders(tmp_path):
         def claim_order() -> list[str]:
             names = []
             while (raw := client.rpop(protocol.QUEUE)) is not None:
-                names.append(protocol.Job.from_json(raw).job_id)
+                names.append(protocol.Job.from_json(redis_text(raw)).job_id)
             return names
 
         assert should_yield(keys=[protocol.QUEUE]) == 0  # nothing waits
         # A running job (claimed into an in-flight list) that yields while b1 waits: its remainder goes last.
         submit("running", "batch")
         running = client.rpoplpush(protocol.QUEUE, "inflight")
+        assert running is not None
         submit("b1", "batch")
         assert should_yield(keys=[protocol.QUEUE]) == 1
         remainder = protocol.Job(text="rest", voice_id="v", output_format="pcm_16000", job_id="running", part=1, seq=3)
