@@ -50,7 +50,7 @@ class WorkerVoices:
             role="worker",
             fetch_wait_s=settings.voices_fetch_wait_s,
             resync_s=settings.voices_resync_s,
-            on_change=getattr(engine, "forget_voice", None),  # test stand-in engines may lack it
+            on_change=engine.forget_voice,
             start_wait_s=settings.voices_start_wait_s,
         )
         self._loop: asyncio.AbstractEventLoop | None = None
