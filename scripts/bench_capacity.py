@@ -201,7 +201,7 @@ def main() -> None:
     print(header)
     for workers in (int(w) for w in args.workers.split(",")):
         row = run_one(args, workers)
-        ttfa = "/".join(str(v) for v in row["ttfa_ms"])  # type: ignore[attr-defined]
+        ttfa = "/".join(str(v) for v in row["ttfa_ms"])  # type: ignore[attr-defined]  # run_one's row: a list here
         print(
             f"{row['workers']:>7} {row['busy_pct']:>6} {row['jobs_per_s']:>7} {row['audio_s_per_s']:>8} {ttfa:>22} "
             f"{row['front_cpu_pct']:>7} {row['front_cpu_ms_per_audio_s']!s:>16} {row['front_cpu_ms_per_job']!s:>12} "

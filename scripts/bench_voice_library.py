@@ -20,10 +20,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import os
 import statistics
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
@@ -59,9 +61,9 @@ async def first_audio(http: aiohttp.ClientSession, url: str, voice_id: str, sinc
     return first
 
 
-async def until(check: object, since: float, interval: float = 0.01) -> float:
+async def until(check: Callable[[], Awaitable[bool]], since: float, interval: float = 0.01) -> float:
     deadline = since + STEP_LIMIT_S
-    while not await check():  # type: ignore[operator]
+    while not await check():
         if time.perf_counter() > deadline:
             raise AssertionError("step took longer than the limit")
         await asyncio.sleep(interval)
@@ -91,11 +93,11 @@ async def bench(url_a: str, url_b: str, runs: int) -> None:
                 assert resp.status == 200
             # The announcement alone: a fresh clone B has never been asked for, until B lists it.
             voice_id, done = await clone(http, url_a, clip)
-            listed.append(await until(lambda v=voice_id: lists(v), done))
+            listed.append(await until(functools.partial(lists, voice_id), done))
             async with http.delete(f"{url_a}/v1/voices/{voice_id}") as resp:
                 assert resp.status == 200
                 deleted = time.perf_counter()
-            gone.append(await until(lambda v=voice_id: is_404(v), deleted))
+            gone.append(await until(functools.partial(is_404, voice_id), deleted))
             print(
                 f"run {run}: built-in voice's first audio from B {builtin[-1] * 1000:.0f} ms; "
                 f"clone on A -> first audio from B {audio[-1] * 1000:.0f} ms, "

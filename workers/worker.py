@@ -25,13 +25,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.typing import EncodableT
 
 from zsynth import protocol
 from zsynth.audio import Encoder, OutputFormat, OutputFormatError, parse_output_format
@@ -48,7 +49,7 @@ CLAIM_BLOCK_S = 1.0  # BLMOVE timeout: how often an idle worker notices a stop r
 MAX_BACKOFF_S = 5.0
 
 
-class JobLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+class JobLog(logging.LoggerAdapter[logging.Logger]):
     """Prefixes every line with the job id and the worker id."""
 
     def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
@@ -136,12 +137,16 @@ class Worker:
         backoff = 0.1
         while not self._stopping.is_set():
             try:
-                raw: bytes | None = await self.redis.blmove(  # type: ignore[assignment]
-                    protocol.QUEUE,
-                    self.processing,
-                    0.01 if burst else CLAIM_BLOCK_S,  # type: ignore[arg-type]  # redis accepts float seconds
-                    "RIGHT",
-                    "LEFT",
+                # A bytes reply (the client decodes nothing); redis-py types it bytes or str.
+                raw = cast(
+                    bytes | None,
+                    await self.redis.blmove(
+                        protocol.QUEUE,
+                        self.processing,
+                        0.01 if burst else CLAIM_BLOCK_S,  # type: ignore[arg-type]  # redis accepts float seconds
+                        "RIGHT",
+                        "LEFT",
+                    ),
                 )
                 backoff = 0.1
             except (RedisError, OSError) as err:  # error replies too (OOM, READONLY): retried, never fatal
@@ -209,8 +214,7 @@ class Worker:
         A job whose audio had not started is queued again (once); one whose audio had started is failed with
         ``worker_died``, since speaking it again would repeat audio to its client.
         """
-        members: set[bytes] = await self.redis.smembers(protocol.WORKERS)  # type: ignore[assignment]
-        others = sorted(m.decode() for m in members if m.decode() != self.worker_id)
+        others = [w for w in protocol.worker_ids(await self.redis.smembers(protocol.WORKERS)) if w != self.worker_id]
         if not others:
             return 0
         beats = await self.redis.mget([protocol.heartbeat_key(w) for w in others])
@@ -259,7 +263,7 @@ class Worker:
             job = protocol.Job.from_json(raw)
         except (ValueError, TypeError) as err:
             logger.error("worker %s: dropping malformed job: %s", self.worker_id, err)
-            await self.redis.lrem(self.processing, 1, raw)  # type: ignore[arg-type]
+            await self.redis.lrem(self.processing, 1, raw)  # type: ignore[arg-type]  # redis-py types the value str
             return None
         log = JobLog(logger, {"job_id": job.job_id, "worker_id": self.worker_id})
         skip = await self._skip_reason(job)
@@ -298,7 +302,7 @@ class Worker:
         job: protocol.Job,
         raw: bytes,
         progress: _Progress,
-        log: logging.LoggerAdapter,  # type: ignore[type-arg]
+        log: logging.LoggerAdapter[logging.Logger],
     ) -> protocol.Event | None:
         """Run the engine in a thread that publishes each encoded chunk as it is made; return the terminal event,
         or None when the job yielded its slot (``progress.handed_to`` then holds the job claimed in its place).
@@ -425,12 +429,12 @@ class Worker:
         self, job: protocol.Job, terminal: protocol.Event, release: bytes | str | None = None
     ) -> None:
         """Publish the terminal event, record it, and (with ``release``) free the in-flight slot, atomically."""
-        state: dict[str | bytes, str] = {"state": terminal.kind, **{k: str(v) for k, v in terminal.meta.items()}}
+        state: dict[EncodableT, EncodableT] = {"state": terminal.kind, **{k: str(v) for k, v in terminal.meta.items()}}
         terminal.job_id = job.job_id
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.publish(job.reply_to, terminal.encode())
-            pipe.hset(protocol.job_key(job.job_id), mapping=state)  # type: ignore[arg-type]
+            pipe.hset(protocol.job_key(job.job_id), mapping=state)
             pipe.expire(protocol.job_key(job.job_id), self.settings.job_ttl_s)
             if release is not None:
-                pipe.lrem(self.processing, 1, release)  # type: ignore[arg-type]
+                pipe.lrem(self.processing, 1, release)  # type: ignore[arg-type]  # redis-py types the value str
             await pipe.execute()

@@ -255,7 +255,7 @@ def _as_int16(pcm: npt.NDArray[np.generic]) -> Int16Array:
         # No copy for the usual native, contiguous int16; soxr and the byte views below need contiguous data.
         return np.ascontiguousarray(pcm, dtype=np.int16)
     if pcm.dtype.kind == "f":
-        return float_to_int16(pcm)  # type: ignore[arg-type]
+        return float_to_int16(pcm)  # type: ignore[arg-type]  # numpy's types cannot narrow on dtype.kind
     raise TypeError(f"expected int16 or float samples, got {pcm.dtype}")
 
 

@@ -34,7 +34,7 @@ def setup_cors(
     origins = tuple(origins)
     if not origins:
         return
-    options = aiohttp_cors.ResourceOptions(  # type: ignore[no-untyped-call]
+    options = aiohttp_cors.ResourceOptions(  # type: ignore[no-untyped-call]  # aiohttp-cors ships no types
         allow_credentials=False,
         allow_headers=tuple(allow_headers),
         expose_headers=tuple(expose_headers),

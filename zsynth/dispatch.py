@@ -173,7 +173,7 @@ class Dispatcher:
         await self.supervisor.close()
         self._fail_all("shutting_down", "The server is shutting down.")
         if self._pubsub is not None:
-            await self._pubsub.aclose()  # type: ignore[no-untyped-call]
+            await self._pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
 
     @property
     def in_flight(self) -> int:

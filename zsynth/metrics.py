@@ -95,8 +95,7 @@ class Metrics:
         for priority in ("realtime", "batch"):
             self.queue_depth.labels(priority).set(by_priority.get(priority, 0))
         self.queue_resumed.set(resumed)
-        members: set[bytes] = await redis.smembers(protocol.WORKERS)  # type: ignore[assignment]
-        ids = sorted(m.decode() for m in members)
+        ids = protocol.worker_ids(await redis.smembers(protocol.WORKERS))
         beats = await redis.mget([protocol.heartbeat_key(i) for i in ids]) if ids else []
         live = [json.loads(b) for b in beats if b is not None]
         self.workers_live.set(len(live))

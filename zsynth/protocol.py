@@ -64,6 +64,12 @@ def processing_key(worker_id: str) -> str:
     return f"{PREFIX}processing:{worker_id}"
 
 
+def worker_ids(members: set[bytes] | set[str] | set[bytes | str]) -> list[str]:
+    """The worker ids of a reply of ``SMEMBERS WORKERS``, sorted (the clients here return bytes; redis-py types
+    replies as bytes or str)."""
+    return sorted(m.decode() if isinstance(m, bytes) else m for m in members)
+
+
 def heartbeat_key(worker_id: str) -> str:
     """A TTL'd key the worker refreshes while alive; its value is a small JSON status."""
     return f"{PREFIX}heartbeat:{worker_id}"

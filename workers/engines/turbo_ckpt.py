@@ -113,7 +113,7 @@ def _write_tokenizer(dest: Path) -> None:
     bpe = ByteLevelBPETokenizer()
     bpe.train_from_iterator(corpus, vocab_size=600, min_frequency=1, special_tokens=["<|endoftext|>"])
     bpe.save_model(str(dest))  # vocab.json and merges.txt, the names of the published checkpoint
-    tok = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
+    tok = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]  # transformers leaves it unannotated
         tokenizer_object=Tokenizer.from_str(bpe._tokenizer.to_str()),
         eos_token="<|endoftext|>",
         bos_token="<|endoftext|>",

@@ -199,7 +199,7 @@ class StaticT3:
             return 0
         buckets = sorted({self.bucket_for(p) for p in range(0, self.max_len, self.bucket)})
         self.pos.fill_(0)
-        side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+        side = torch.cuda.Stream()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):  # cuBLAS workspaces and kernels are set up outside capture
             for kv_len in buckets:

@@ -42,8 +42,7 @@ class Readiness(BaseModel):
 async def live_workers(app: web.Application) -> list[str]:
     """Ids of registered workers whose heartbeat key is still alive."""
     redis = app[REDIS]
-    members: set[bytes] = await redis.smembers(protocol.WORKERS)  # type: ignore[assignment]
-    ids = sorted(m.decode() for m in members)
+    ids = protocol.worker_ids(await redis.smembers(protocol.WORKERS))
     if not ids:
         return []
     beats = await redis.mget([protocol.heartbeat_key(i) for i in ids])

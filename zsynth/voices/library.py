@@ -39,6 +39,7 @@ from typing import Any, Final, Literal
 from aiohttp import web
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
+from redis.typing import EncodableT, FieldT
 
 from .. import protocol
 from ..supervise import Supervisor
@@ -306,11 +307,11 @@ class VoiceLibrary:
         await self._announce("settings", voice_id, rev)
 
     async def _announce(self, op: Op, voice_id: str, rev: int) -> None:
-        fields = {"op": op, "voice_id": voice_id, "revision": str(rev), "box": self.box_id}
+        fields: dict[FieldT, EncodableT] = {"op": op, "voice_id": voice_id, "revision": str(rev), "box": self.box_id}
         try:
             await self.redis.xadd(
                 protocol.VOICES_LOG,
-                fields,  # type: ignore[arg-type]
+                fields,
                 maxlen=protocol.VOICES_LOG_MAXLEN,
                 approximate=True,
             )
