@@ -256,8 +256,13 @@ async def test_cors_preflight_and_headers_on_errors(table_client):
     assert resp.status == 200
     assert resp.headers["Access-Control-Allow-Origin"] in ("*", "https://app.example")
     assert "AUTHORIZATION" in resp.headers["Access-Control-Allow-Headers"].upper()
+    for header in ("xi-api-key", "x-api-key"):  # every header the server reads a key from
+        asked = {**origin, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": header}
+        resp = await table_client.options("/v1/text-to-speech/v", headers=asked)
+        assert resp.status == 200 and header in resp.headers["Access-Control-Allow-Headers"].lower()
     resp = await table_client.post("/v1/text-to-speech/v", json={}, headers=origin)
     assert resp.status == 401  # a browser can read why
+    assert (await resp.json())["detail"]["code"] == "missing_api_key"
     assert resp.headers["Access-Control-Allow-Origin"] in ("*", "https://app.example")
     assert "request-id" in resp.headers["Access-Control-Expose-Headers"].lower()
     # Minting needs a full key, which never belongs in a browser: no CORS there.

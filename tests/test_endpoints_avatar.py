@@ -96,6 +96,14 @@ async def test_the_avatar_answers_any_origin_with_a_wildcard(aiohttp_client, red
     body = await resp.json()
     assert resp.status == 404 and body["code"] == "session_not_found"
     assert resp.headers["Access-Control-Allow-Origin"] == "*"
-    # A page may send the key headers, not others.
+    # A path no route matches: the page can read the JSON error.
+    resp = await client.get("/v1/no-such-thing", headers={**page, "X-Api-Key": KEY})
+    assert resp.status == 404 and resp.headers["Access-Control-Allow-Origin"] == "*"
+    assert (await resp.json())["code"] == "not_found"
+    # A page may send every credential header, not others.
+    for header in ("xi-api-key", "X-Api-Key", "Authorization"):
+        asked = {**page, "Access-Control-Request-Method": "GET", "Access-Control-Request-Headers": header}
+        resp = await client.options("/v1/avatars", headers=asked)
+        assert resp.status == 204 and header.lower() in resp.headers["Access-Control-Allow-Headers"].lower()
     refused = {**page, "Access-Control-Request-Method": "GET", "Access-Control-Request-Headers": "x-evil"}
     assert (await client.options("/v1/avatars", headers=refused)).status == 403

@@ -18,6 +18,7 @@ from . import cors
 from .auth import (
     AUTHENTICATOR,
     CREDENTIAL,
+    CREDENTIAL_HEADERS,
     Authenticator,
     AuthError,
     fingerprint,
@@ -30,7 +31,7 @@ from .metrics import METRICS
 
 logger = logging.getLogger(__name__)
 
-CORS_ALLOW_HEADERS: Final = ("Authorization", "xi-api-key", "Content-Type", "Accept")
+CORS_ALLOW_HEADERS: Final = (*CREDENTIAL_HEADERS, "Content-Type", "Accept")
 CORS_EXPOSE_HEADERS: Final = (
     "request-id",
     "character-cost",

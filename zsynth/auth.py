@@ -105,6 +105,8 @@ def clamp_ttl(value: object) -> int:
 #: browser cannot set headers on a WebSocket) one query parameter is read after them: :data:`QueryParameter`. A
 #: realtime socket's first message may carry one too (:func:`secret_from_message`).
 KEY_HEADERS: Final = ("xi-api-key", "X-Api-Key")
+#: Every header a credential may come in: what a server's CORS must let a page send.
+CREDENTIAL_HEADERS: Final = (*KEY_HEADERS, "Authorization")
 
 #: Query parameters that may carry a credential: ``authorization`` on the realtime socket (an Authorization value,
 #: the ``Bearer`` scheme optional), ``session_token`` on the avatar's stream routes (the token as is).

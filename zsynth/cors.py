@@ -49,8 +49,10 @@ def setup_cors(
 
 
 async def _wildcard_origin(request: web.Request, response: web.StreamResponse) -> None:
-    # Without credentials "*" answers any origin, and a cache may share the answer between origins.
-    if hdrs.ACCESS_CONTROL_ALLOW_ORIGIN in response.headers:
+    # Without credentials "*" answers any origin, and a cache may share the answer between origins. A request that
+    # matched no route (404, 405) gets it too, so a page can read the JSON error rather than an opaque CORS failure.
+    unmatched = request.match_info.http_exception is not None and hdrs.ORIGIN in request.headers
+    if unmatched or hdrs.ACCESS_CONTROL_ALLOW_ORIGIN in response.headers:
         response.headers[hdrs.ACCESS_CONTROL_ALLOW_ORIGIN] = "*"
 
 

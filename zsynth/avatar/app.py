@@ -9,7 +9,7 @@ from typing import Final
 from aiohttp import web
 
 from ..access import authenticator_ctx
-from ..auth import AUTHENTICATOR, Authenticator
+from ..auth import AUTHENTICATOR, CREDENTIAL_HEADERS, Authenticator
 from ..config import Settings
 from ..cors import any_origin, setup_cors
 from ..dispatch import DISPATCHER
@@ -30,7 +30,7 @@ from .sessions import AVATAR_SESSIONS, SessionRegistry
 logger = logging.getLogger(__name__)
 
 #: The request headers pages on other origins may send.
-ALLOW_HEADERS: Final = ("Authorization", "Content-Type", "X-Api-Key")
+ALLOW_HEADERS: Final = (*CREDENTIAL_HEADERS, "Content-Type")
 
 
 async def sessions(app: web.Application) -> AsyncIterator[None]:
