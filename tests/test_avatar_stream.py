@@ -233,9 +233,12 @@ async def test_control_errors_and_bad_offers(avatar) -> None:
     for bad in ("{not json", "[" * 100_000, '{"type": ' + "9" * 5000 + "}", '{"type": "speak", "text": NaN}'):
         await control.ws.send_str(bad)
         assert (await control.next("error"))["code"] == "invalid_message", bad[:20]
+    await control.ws.send_json({"text": "no type"})
+    assert (await control.next("error"))["code"] == "invalid_message"
     await control.ws.send_json({"type": "dance"})
     assert (await control.next("error"))["code"] == "unknown_command"
     refusals: list[tuple[dict[str, object], str]] = [
+        ({}, "invalid_text"),
         ({"text": "  "}, "invalid_text"),
         ({"text": "x" * 100_000}, "text_too_long"),
     ]

@@ -136,7 +136,8 @@ class ContextOpening(pydantic.BaseModel):
 class ControlMessage(pydantic.BaseModel):
     """Any command on the avatar's control socket: a JSON object with a string ``type``."""
 
-    type: str
+    # A missing field gets the socket's own refusal, not pydantic's "field required": its validator runs on the default.
+    type: str = pydantic.Field(default=None, validate_default=True)
 
     @pydantic.field_validator("type", mode="before")
     @classmethod
@@ -149,7 +150,9 @@ class ControlMessage(pydantic.BaseModel):
 class SpeakCommand(pydantic.BaseModel):
     """``{"type": "speak", "text": ..., "id"?: ..., "voice_id"?: ...}``: speak ``text`` (queued after earlier ones)."""
 
-    text: str = pydantic.Field(description="Non-empty, at most ZSYNTH_MAX_TEXT_CHARS characters.")
+    text: str = pydantic.Field(  # None (missing): refused by the validator
+        default=None, validate_default=True, description="Non-empty, at most ZSYNTH_MAX_TEXT_CHARS characters."
+    )
     voice_id: str | None = pydantic.Field(default=None, description="The voice (default: the session's).")
 
     @pydantic.field_validator("text", mode="before")
