@@ -38,7 +38,6 @@ from .keys import SETTINGS
 from .protocol import Job, Priority
 from .spoken import Spoken
 from .textprep import TextOptionError, TextOptions, prepare
-from .voice_settings import InvalidParameter
 from .voices.catalog import VOICES, VoiceCatalog
 
 FailureKind = Literal[
@@ -93,11 +92,13 @@ class SynthesisFailed(Exception):
         self.failure = failure
 
 
-def classify(err: JobFailed | TextOptionError | StorageUnavailable | InvalidParameter) -> Failure:
-    """The one mapping from what went wrong to what every transport shows."""
-    if isinstance(err, TextOptionError | InvalidParameter):
-        status = err.status if isinstance(err, TextOptionError) else 422
-        return Failure("invalid", status, err.code, err.code, err.message, param=err.param)
+def classify(err: JobFailed | TextOptionError | StorageUnavailable) -> Failure:
+    """The one mapping from what went wrong to what every transport shows.
+
+    Bad voice settings never get here: each transport's request model refuses them before a job is built.
+    """
+    if isinstance(err, TextOptionError):
+        return Failure("invalid", err.status, err.code, err.code, err.message, param=err.param)
     if isinstance(err, StorageUnavailable):
         message = f"Pronunciation dictionaries cannot be read ({err})."
         return Failure(
@@ -107,7 +108,7 @@ def classify(err: JobFailed | TextOptionError | StorageUnavailable | InvalidPara
     if code == "queue_full":
         return Failure("busy", 429, "system_busy", "system_busy", message, 1)
     if code in TRANSIENT_CODES:
-        return Failure("unavailable", 503, "system_busy", UNAVAILABLE_CODE, message, 1)
+        return unreachable(message)
     if code == "voice_not_found":  # the worker could not load the voice (it never speaks another one)
         return Failure("voice_not_found", 404, code, code, message)
     if code == "voice_storage_unavailable":
@@ -116,7 +117,7 @@ def classify(err: JobFailed | TextOptionError | StorageUnavailable | InvalidPara
 
 
 def unreachable(message: str = "The speech service is unavailable.") -> Failure:
-    """The failure for a queue that could not be reached by other means than a job failure (Redis, a socket)."""
+    """The "try again later" failure: a transient job failure, or a queue that could not be reached (Redis down)."""
     return Failure("unavailable", 503, "system_busy", UNAVAILABLE_CODE, message, 1)
 
 

@@ -58,7 +58,8 @@ class PieceDecoder:
         flow_dtype: torch.dtype | None = None,
     ) -> None:
         self.s3gen = s3gen
-        # bfloat16 runs the flow (token encoder and meanflow decoder) under autocast; the vocoder stays in fp32.
+        # bfloat16 runs the flow (token encoder and meanflow decoder) under autocast; the vocoder stays in fp32. The
+        # engine leaves it None (slower on an H100); scripts/gpu_run.py sets it to measure how far the mel moves.
         self.flow_dtype = flow_dtype
         self.gen_ref = gen_ref
         self.speed = speed
