@@ -197,8 +197,6 @@ class Timeline:
         self._bounds: list[float] = [0.0]  # len(chars) + 1 absolute boundaries, monotone
         self._next = 0  # first character not handed out yet
         self._sent_ms = 0.0  # audio handed out so far
-        #: The chunks placed so far, each at the offset (seconds) where its audio starts.
-        self.parts: list[tuple[float, CharAlignment]] = []
         #: Audio placed so far, in seconds (summed in seconds, as the offsets are).
         self.placed_s = 0.0
 
@@ -249,9 +247,7 @@ class Timeline:
         alignment = CharAlignment.from_meta(meta.get("alignment"))
         if alignment is None:
             return None
-        part = (offset, alignment)
-        self.parts.append(part)
-        return part
+        return offset, alignment
 
 
 def join_chunks(parts: Sequence[tuple[float, CharAlignment]]) -> tuple[list[str], list[float], list[float]]:

@@ -18,7 +18,7 @@ from typing import Annotated, Any, Final
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..alignment import Timeline, join_chunks
+from ..alignment import CharAlignment, Timeline, join_chunks
 from ..dispatch import JobFailed
 from ..endpoints import Endpoints
 from ..marks import CLOSE, OPEN
@@ -125,15 +125,18 @@ async def convert_with_timestamps(request: web.Request) -> web.Response:
     """The whole audio as base64 plus the alignment of the whole text, once synthesis is complete."""
     tts = await parse_tts_request(request, "convert")
     audio: list[bytes] = []
+    parts: list[tuple[float, CharAlignment]] = []
     timeline = Timeline()
     async with await submit(request, tts, alignment=True) as stream:
         try:
             async for event in stream.chunks():
                 audio.append(event.audio)
-                timeline.place(event.meta)
+                part = timeline.place(event.meta)
+                if part is not None:
+                    parts.append(part)
         except JobFailed as err:
             raise job_failure(err) from err
-        chars, starts, ends = join_chunks(timeline.parts)
+        chars, starts, ends = join_chunks(parts)
         if ends:
             # An encoder's final flush can carry a few ms after the last character starts: it is that character's.
             ends[-1] = max(ends[-1], round(timeline.placed_s, 3))
