@@ -23,6 +23,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
+from redis.exceptions import RedisError
+
 from ..alignment import CharAlignment, Timeline
 from ..dispatch import JobFailed, JobStream
 from ..keys import SETTINGS
@@ -214,8 +216,12 @@ class Speaker:
                 logger.info("socket %s: segment not queued: %s", self.conn.socket_id, err.failure.message)
                 await self._fail(err.failure)
                 return
-            except Exception as err:  # Redis unreachable or slow: the socket cannot be served
+            except (RedisError, OSError) as err:  # Redis unreachable or slow: the socket cannot be served
                 logger.warning("socket %s: could not queue a segment: %r", self.conn.socket_id, err)
+                await self._fail(unreachable())
+                return
+            except Exception:  # a defect (in text preparation, say): its traceback goes to the log
+                logger.exception("socket %s: could not build or queue a segment", self.conn.socket_id)
                 await self._fail(unreachable())
                 return
             finally:
