@@ -207,7 +207,9 @@ class Speaker:
             try:
                 prepared = await service.build(request)
                 # Past the key's share of the queue, wait for one of its own jobs to end, so other keys' jobs go
-                # first; bounded by the first-chunk deadline, and cut short by an interrupt.
+                # first; bounded by the first-chunk deadline, and cut short by an interrupt. The wait and the push
+                # are two calls on purpose: an interrupt may cut the wait but not the push (_submitting), and
+                # nothing may await between them, or the share just seen free could be taken again.
                 await service.wait_for_share(self._owner, self.params_wait_s)
                 self._submitting = True
                 stream = await service.submit(prepared.job, owner=self._owner)
