@@ -84,6 +84,8 @@ class MultiSession:
         own = "pronunciation_dictionary_locators" in message
         if own:
             options = await socket_text_options(self.conn, message)
+            if message is self.first:  # the first context's own options are the socket's: read them once
+                self._first_options = options
         else:
             if self._first_options is None:
                 self._first_options = await socket_text_options(self.conn, self.first)
