@@ -20,17 +20,17 @@ from __future__ import annotations
 
 import enum
 import typing
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol, TypeVar
 
 import pydantic
 import pydantic_core
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from .jsonbody import BadJson, loads
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 M = TypeVar("M", bound=pydantic.BaseModel)
 
 
@@ -76,9 +76,6 @@ class Endpoints:
     def __iter__(self) -> Iterator[Endpoint]:
         return iter(self._items)
 
-    def __len__(self) -> int:
-        return len(self._items)
-
     def route(
         self,
         method: str,
@@ -108,10 +105,6 @@ class Endpoints:
     def post(self, path: str, **kwargs: Any) -> Callable[[Handler], Handler]:
         """Declare a POST route."""
         return self.route("POST", path, **kwargs)
-
-    def put(self, path: str, **kwargs: Any) -> Callable[[Handler], Handler]:
-        """Declare a PUT route."""
-        return self.route("PUT", path, **kwargs)
 
     def patch(self, path: str, **kwargs: Any) -> Callable[[Handler], Handler]:
         """Declare a PATCH route."""
@@ -147,9 +140,9 @@ def add_endpoints(app: web.Application, *tables: Endpoints) -> None:
             if endpoint.method == "GET":
                 # add_get also registers HEAD, as plain aiohttp routes do.
                 route = app.router.add_get(endpoint.path, endpoint.handler)
-                head = [r for r in route.resource or () if r.method == "HEAD"] if route.resource else []
-                for other in head:
-                    registry[other] = endpoint
+                for other in route.resource or ():
+                    if other.method == "HEAD":
+                        registry[other] = endpoint
             else:
                 route = app.router.add_route(endpoint.method, endpoint.path, endpoint.handler)
             registry[route] = endpoint

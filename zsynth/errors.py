@@ -7,9 +7,9 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from aiohttp import web
+from aiohttp.typedefs import Handler as Handler  # re-exported: handlers and middlewares type with it
 
 from .keys import REQUEST_ID
-from .middleware import Handler as Handler  # re-exported: handlers and middlewares type with it
 from .middleware import error_middleware_for
 
 ERROR_TYPES: Final = {

@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from typing import Final, Protocol, TypeVar
 
 from aiohttp import web
-from aiohttp.typedefs import Middleware
+from aiohttp.typedefs import Handler, Middleware
 
 from .keys import REQUEST_ID
 
 logger = logging.getLogger(__name__)
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 #: The code an aiohttp HTTP error (unknown route, wrong method, body too large) gets in every envelope.
 HTTP_ERROR_CODES: Final = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}

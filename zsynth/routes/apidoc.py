@@ -87,8 +87,3 @@ def json_body(description: str, schema: Any, headers: Mapping[str, Schema] | Non
     if headers:
         response["headers"] = dict(headers)
     return response
-
-
-def path_params(**described: str) -> dict[str, dict[str, str]]:
-    """The ``path_params`` doc field: each path parameter's description."""
-    return {"path_params": dict(described)}
