@@ -88,6 +88,10 @@ def fingerprint(secret: str) -> str:
     return secret_hash(secret)[:12]
 
 
+#: The JSON schema of a token request's ``ttl_seconds``: an integer, or null for the default.
+TTL_SCHEMA: Final = {"anyOf": [{"type": "integer"}, {"type": "null"}]}
+
+
 def clamp_ttl(value: object) -> int:
     """A token lifetime from a request's ``ttl_seconds``: default 300, clamped to 30-600; ValueError if not whole."""
     if value is None:

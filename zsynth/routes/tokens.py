@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import logging
-from typing import Literal
+from typing import Annotated, Literal
 
 import pydantic
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..auth import AUTHENTICATOR, CREDENTIAL, TTL_DEFAULT, AuthError, clamp_ttl
+from ..auth import AUTHENTICATOR, CREDENTIAL, TTL_DEFAULT, TTL_SCHEMA, AuthError, clamp_ttl
 from ..endpoints import Access, Endpoints, parse_body, refusal
 from ..errors import ApiError
 from ..keys import REQUEST_ID
@@ -26,8 +26,10 @@ _BAD_BODY = "The request body must be a JSON object, optionally with an integer 
 class TokenRequest(BaseModel):
     """The body of ``POST /v1/tokens/ephemeral`` (optional: no body means the defaults)."""
 
-    ttl_seconds: int | None = Field(
+    # The validator runs on the default too, so a validated request always holds the clamped lifetime.
+    ttl_seconds: Annotated[int, pydantic.WithJsonSchema(TTL_SCHEMA)] = Field(
         default=None,
+        validate_default=True,
         description="Lifetime in seconds (default 300, clamped to 30-600).",
         json_schema_extra={"default": TTL_DEFAULT},
     )
@@ -39,11 +41,6 @@ class TokenRequest(BaseModel):
             return clamp_ttl(value)
         except ValueError as err:
             raise refusal("invalid_parameters", str(err)) from None
-
-    @property
-    def ttl(self) -> int:
-        """The token's lifetime in seconds."""
-        return clamp_ttl(self.ttl_seconds)
 
 
 class TokenResponse(BaseModel):
@@ -72,7 +69,7 @@ class TokenResponse(BaseModel):
 async def mint(request: web.Request) -> web.Response:
     """Mint a token valid for ``ttl_seconds`` (default 300, clamped to 30-600) for a browser to use."""
     body = await parse_body(request, TokenRequest, api_error, bad_json=_BAD_BODY, optional=True)
-    ttl = body.ttl
+    ttl = body.ttl_seconds
     try:
         token, expires_at = await request.app[AUTHENTICATOR].mint_token(ttl, parent=request[CREDENTIAL])
     except AuthError as err:

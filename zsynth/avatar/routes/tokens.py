@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import pydantic
 from aiohttp import web
 
-from ...auth import AUTHENTICATOR, CREDENTIAL, TTL_DEFAULT, AuthError, clamp_ttl
+from ...auth import AUTHENTICATOR, CREDENTIAL, TTL_DEFAULT, TTL_SCHEMA, AuthError, clamp_ttl
 from ...endpoints import Access, Endpoints, refusal
 from ..access import auth_error
 from .body import documented, read_body
@@ -18,7 +18,8 @@ routes = Endpoints()
 class SessionTokenRequest(pydantic.BaseModel):
     """The optional body of ``POST /v1/streaming.create_token``."""
 
-    ttl_seconds: int | None = pydantic.Field(
+    # Null is the default: the validator clamps it too, so a validated request always holds the lifetime.
+    ttl_seconds: Annotated[int, pydantic.WithJsonSchema(TTL_SCHEMA)] = pydantic.Field(
         default=TTL_DEFAULT, description="Lifetime in seconds (default 300, clamped to 30-600)."
     )
 
@@ -32,11 +33,6 @@ class SessionTokenRequest(pydantic.BaseModel):
             raise refusal(
                 "invalid_parameters", "Field 'ttl_seconds' must be an integer number of seconds.", 400
             ) from None
-
-    @property
-    def ttl(self) -> int:
-        """The token's lifetime in seconds."""
-        return TTL_DEFAULT if self.ttl_seconds is None else self.ttl_seconds
 
 
 class SessionToken(pydantic.BaseModel):
@@ -72,7 +68,7 @@ async def create_token(request: web.Request) -> web.Response:
     try:
         # The minting key is the token's parent, as on the speech API: audited, and a token cannot mint tokens.
         token, expires_at = await request.app[AUTHENTICATOR].mint_token(
-            body.ttl, scope="tts", parent=request[CREDENTIAL]
+            body.ttl_seconds, scope="tts", parent=request[CREDENTIAL]
         )
     except AuthError as err:
         raise auth_error(err) from err
