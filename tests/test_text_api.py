@@ -253,6 +253,7 @@ async def test_bad_locators_and_modes_get_clear_errors(api_client):
     cases: list[tuple[dict[str, object], int, str]] = [
         ({"apply_text_normalization": "always"}, 422, "invalid_parameters"),
         ({"pronunciation_dictionary_locators": [{"pronunciation_dictionary_id": "a"}] * 4}, 422, "invalid_parameters"),
+        ({"pronunciation_dictionary_locators": [{"pronunciation_dictionary_id": "  "}]}, 422, "invalid_parameters"),
         (
             {"pronunciation_dictionary_locators": [{"pronunciation_dictionary_id": "missing"}]},
             404,

@@ -150,6 +150,8 @@ def test_rule_checks() -> None:
         parse_rule({"type": "alias", "string_to_replace": "x"})
     with pytest.raises(TextOptionError):
         parse_locators([{"pronunciation_dictionary_id": "a"}] * 4)
+    with pytest.raises(TextOptionError, match="pronunciation_dictionary_id"):
+        parse_locators([{"pronunciation_dictionary_id": "  "}])
     with pytest.raises(TextOptionError):
         parse_normalization("sometimes")
 

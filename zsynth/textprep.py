@@ -73,7 +73,8 @@ def parse_locators(value: object) -> tuple[tuple[str, str | None], ...]:
     for index, item in enumerate(value):
         dictionary_id = item.get("pronunciation_dictionary_id") if isinstance(item, dict) else None
         version_id = item.get("version_id") if isinstance(item, dict) else None
-        if not isinstance(dictionary_id, str) or not dictionary_id or not isinstance(version_id, str | None):
+        # A blank id is refused here, for HTTP and the sockets alike (the HTTP model documents it as pattern \S).
+        if not isinstance(dictionary_id, str) or not dictionary_id.strip() or not isinstance(version_id, str | None):
             raise TextOptionError(
                 "invalid_parameters",
                 f"{param}[{index}] must be {{'pronunciation_dictionary_id': str, 'version_id': str (optional)}}.",
