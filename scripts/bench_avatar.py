@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 import aiohttp  # noqa: E402
 import numpy as np  # noqa: E402
 
+from scripts.loadgen import proc_stats  # noqa: E402
 from tests.avatar_peer import Viewer, patch_loopback_ice  # noqa: E402
 from tests.helpers import WorkerProcess, free_port, redis_server  # noqa: E402
 
@@ -35,13 +36,11 @@ SERVER = (
     "import aioice.ice; aioice.ice.get_host_addresses = lambda use_ipv4=True, use_ipv6=True: ['127.0.0.1'];"
     "from zsynth.config import Settings; from zsynth.avatar.app import run_avatar; run_avatar(Settings.from_env())"
 )
-TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process (all its threads)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
+    return proc_stats(pid)[0]
 
 
 def micro_bench(frames: int = 250) -> tuple[float, float]:

@@ -12,7 +12,7 @@ of ``--budget-s`` and its results written to ``--out`` as soon as it ends:
 3. times T3 alone three ways on the same seed (upstream's HF dynamic cache, the static cache run eagerly, the
    static cache as CUDA graphs) and checks that they sample the same tokens;
 4. compares bfloat16 with float32 (T3 logits on the same tokens, S3Gen's mel from the same tokens and noise), then
-   runs the requests again in bfloat16;
+   runs the requests again with T3 in bfloat16 and S3Gen in float32 (the engine's default on CUDA);
 5. builds a cloned voice's conditioning, then fetches it from the device cache and from the disk copy.
 
 Random weights never sample T3's stop token, so every text piece runs to a fixed token count standing for its real

@@ -228,6 +228,11 @@ def front_process(redis_url: str, data_dir: Path, **env: str) -> Iterator[tuple[
         yield started
 
 
+async def status_and_code(resp: Any) -> tuple[int, str]:
+    """An error answer's HTTP status and its envelope's ``detail.code``."""
+    return resp.status, (await resp.json())["detail"]["code"]
+
+
 def decode_audio(data: bytes, output_format: str) -> tuple[np.ndarray, int]:
     """Decode bytes in an ElevenLabs output format to float32 mono samples and their rate."""
     fmt = parse_output_format(output_format, route="convert")

@@ -34,8 +34,3 @@ async def start_front(aiohttp_client: Any, redis_url: str, data_dir: Path, bucke
     """A test client on a front whose voice library lives in ``bucket`` under PREFIX."""
     settings = make_settings(redis_url, data_dir, voices_bucket=bucket, voices_prefix=PREFIX, **overrides)
     return await aiohttp_client(create_app(settings))
-
-
-async def status_and_code(resp: Any) -> tuple[int, str]:
-    """An error answer's HTTP status and its envelope's ``detail.code``."""
-    return resp.status, (await resp.json())["detail"]["code"]

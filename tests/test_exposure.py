@@ -39,9 +39,10 @@ from .helpers import (
     front_process,
     make_settings,
     redis_text,
+    status_and_code,
     wait_for,
 )
-from .s3_helpers import PREFIX, create_bucket, start_front, status_and_code
+from .s3_helpers import PREFIX, create_bucket, start_front
 from .voice_clips import flac_bomb, reference_file
 
 TIMEOUT = aiohttp.ClientTimeout(total=60)

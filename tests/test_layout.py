@@ -54,3 +54,19 @@ def test_the_check_sees_every_form_of_such_an_import():
         assert forbidden_imports(source), source
     for source in ("from .helpers import make_settings", "from . import helpers", "import tests.helpers", "import os"):
         assert not forbidden_imports(source), source
+
+
+def test_the_packages_import_without_cycles():
+    """zsynth and workers stay free of import cycles, TYPE_CHECKING imports included (scripts/import_cycles.py)."""
+    from scripts.import_cycles import DEFAULT_PACKAGES, ROOT, cycles, edges, module_name
+
+    modules = {module_name(p): p for package in DEFAULT_PACKAGES for p in sorted((ROOT / package).rglob("*.py"))}
+    assert len(modules) > 100  # the walk found the tree
+    assert cycles(edges(modules, False)) == []
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    from scripts.import_cycles import cycles
+
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]

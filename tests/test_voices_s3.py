@@ -13,8 +13,8 @@ from zsynth.app import create_app
 from zsynth.config import Settings
 from zsynth.voices.library import VOICE_LIBRARY
 
-from .helpers import make_settings
-from .s3_helpers import PREFIX, bucket_keys, create_bucket, start_front, status_and_code
+from .helpers import make_settings, status_and_code
+from .s3_helpers import PREFIX, bucket_keys, create_bucket, start_front
 from .voice_clips import reference_file
 
 

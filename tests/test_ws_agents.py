@@ -62,9 +62,10 @@ async def heard(ws: aiohttp.ClientWebSocketResponse, context: str, text: str) ->
 
 
 async def close_socket(ws: aiohttp.ClientWebSocketResponse) -> None:
-    """``close_socket``: the server must close with 1000."""
+    """``close_socket``: the server must close with 1000, with no error frame before it."""
     await ws.send_json({"close_socket": True})
-    assert (await collect(ws)).close_code == 1000
+    got = await collect(ws)
+    assert got.close_code == 1000 and got.errors == [], got.frames
 
 
 def timeline(got: Received, context: object = ...) -> tuple[list[str], list[int], list[int]]:

@@ -87,7 +87,6 @@ class PiperEngine:
         self._base_noise_w = float(config.noise_w_scale)
         self.threads = threads
         self._base_f0: float | None = None
-        # (voice directory, reference file name) -> median pitch: an edit with a new clip writes a new name.
         # (voice directory, reference name, revision) -> pitch: an edited voice (new clip or revision) misses.
         self._reference_f0s: dict[tuple[str, str, int], float | None] = {}
 

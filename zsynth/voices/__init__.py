@@ -1,7 +1,8 @@
 """Voices: the on-disk store of clones, the catalog with built-in voices and the swap-out rule, and the voice library
 shared by several boxes (``.library``: the bucket in ``.bucket`` is the truth, Redis carries the announcements).
 
-Importing this package pulls in neither aiohttp nor aioboto3; import ``.library`` or ``.bucket`` for those.
+Importing this package pulls in aiohttp's web module (the catalog's app key) but not aioboto3; import ``.library`` or
+``.bucket`` for that.
 """
 
 from __future__ import annotations
