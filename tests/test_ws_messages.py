@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from zsynth.avatar.messages import ControlMessage, SpeakCommand
 from zsynth.ws.buffer import DEFAULT_SCHEDULE
 from zsynth.ws.connection import WsError
-from zsynth.ws.messages import ContextMessage, ContextOpening, ControlMessage, SpeakCommand, TextMessage, read
+from zsynth.ws.messages import ContextMessage, ContextOpening, TextMessage, read
 
 
 def refused(model, message, max_chars=None) -> tuple[str, str]:

@@ -173,6 +173,16 @@ class ErrorFactory(Protocol):
     def __call__(self, http_status: int, code: str, message: str, param: str | None) -> Exception: ...
 
 
+#: The validation context key of the longest text a request or message may carry (ZSYNTH_MAX_TEXT_CHARS).
+MAX_TEXT_CHARS: Final = "max_text_chars"
+
+
+def text_limit(info: pydantic.ValidationInfo) -> int | None:
+    """The text limit the caller passed in the validation context (None: no limit given)."""
+    limit = (info.context or {}).get(MAX_TEXT_CHARS)
+    return None if limit is None else int(limit)
+
+
 def refusal(
     code: str, message: str, status: int = 422, *, param: str | None = None
 ) -> pydantic_core.PydanticCustomError:

@@ -204,7 +204,8 @@ def _abbreviation(match: re.Match[str]) -> str:
 
 def _saint_or_street(match: re.Match[str]) -> str:
     """ "St." before a name with no capitalised word in front is Saint ("St. Louis"); otherwise Street."""
-    before = match.string[: match.start()].rsplit(maxsplit=2)  # the last two words are all it needs
+    # The last two words are all it needs: look back a bounded window, not the whole text before each "St.".
+    before = match.string[max(0, match.start() - 256) : match.start()].rsplit(maxsplit=2)
     # A capitalised word right before is a street's name ("Main St."), unless it starts a sentence itself.
     named = len(before) >= 2 and before[-1][:1].isupper() and before[-2][-1:] not in ".!?"
     if _CAPITAL_NEXT.match(match.string, match.end()) and not named:

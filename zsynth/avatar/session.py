@@ -54,7 +54,6 @@ class AvatarSession:
     ) -> None:
         self.session_id = session_id
         self.settings = settings
-        self.dispatcher = dispatcher
         # No voice catalog here: the avatar's voice ids go to the workers as given.
         self.synthesis = SynthesisService(settings, dispatcher)
         self.renderer = renderer

@@ -8,18 +8,17 @@ what no validator checks. Fields are declared in the order they are checked: the
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any, Final
+from typing import Annotated, Any
 
 import pydantic
 from pydantic import BaseModel, Field, ValidationInfo
 
+from .. import endpoints
+from ..endpoints import MAX_TEXT_CHARS as MAX_TEXT_CHARS  # re-exported: the routes pass it in their context
 from ..endpoints import refusal
 from ..errors import ApiError
 from ..textprep import MAX_LOCATORS, TextOptionError, TextOptions, parse_locators, parse_normalization
 from ..voice_settings import InvalidParameter, check_voice_settings
-
-#: Validation context key: this deployment's text limit (ZSYNTH_MAX_TEXT_CHARS).
-MAX_TEXT_CHARS: Final = "max_text_chars"
 
 
 def api_error(http_status: int, code: str, message: str, param: str | None) -> ApiError:
@@ -65,9 +64,10 @@ def checked_voice_settings(value: object) -> dict[str, Any]:
 
 
 def text_limit(info: ValidationInfo) -> int:
-    """The text limit the route passed in the validation context."""
-    context = info.context or {}
-    return int(context[MAX_TEXT_CHARS])
+    """The text limit the route passed in the validation context (every speech route passes one)."""
+    limit = endpoints.text_limit(info)
+    assert limit is not None, "the route passes ZSYNTH_MAX_TEXT_CHARS in the validation context"
+    return limit
 
 
 # ----- text options ------------------------------------------------------------------------------------------------

@@ -15,14 +15,11 @@ from typing import Annotated, Any, TypeVar
 
 import pydantic
 
-from ..endpoints import refusal, validate
+from ..endpoints import MAX_TEXT_CHARS, refusal, text_limit, validate
 from .buffer import DEFAULT_SCHEDULE, ScheduleError, parse_schedule
 from .connection import WsError
 
 M = TypeVar("M", bound=pydantic.BaseModel)
-
-#: The validation context key of the longest text one message may carry (ZSYNTH_MAX_TEXT_CHARS).
-MAX_TEXT_CHARS = "max_text_chars"
 
 
 def ws_error(http_status: int, code: str, message: str, param: str | None) -> WsError:
@@ -40,7 +37,7 @@ def _text(value: object, info: pydantic.ValidationInfo) -> str:
         return ""
     if not isinstance(value, str):
         raise refusal("invalid_message", "Field 'text' must be a string.")
-    limit = (info.context or {}).get(MAX_TEXT_CHARS)
+    limit = text_limit(info)
     if limit is not None and len(value) > limit:
         raise refusal("max_character_limit_exceeded", f"A message's text may hold at most {limit} characters.")
     return value
@@ -128,46 +125,3 @@ class ContextOpening(pydantic.BaseModel):
         if not isinstance(config, dict):
             raise refusal("invalid_message", "Field 'generation_config' must be an object.")
         return {"generation_config": config}
-
-
-# ----- the avatar's control socket ---------------------------------------------------------------------------------
-
-
-class ControlMessage(pydantic.BaseModel):
-    """Any command on the avatar's control socket: a JSON object with a string ``type``."""
-
-    # A missing field gets the socket's own refusal, not pydantic's "field required": its validator runs on the default.
-    type: str = pydantic.Field(default=None, validate_default=True)
-
-    @pydantic.field_validator("type", mode="before")
-    @classmethod
-    def _type(cls, value: object) -> object:
-        if not isinstance(value, str):
-            raise refusal("invalid_message", "Send JSON objects with a string 'type'.")
-        return value
-
-
-class SpeakCommand(pydantic.BaseModel):
-    """``{"type": "speak", "text": ..., "id"?: ..., "voice_id"?: ...}``: speak ``text`` (queued after earlier ones)."""
-
-    text: str = pydantic.Field(  # None (missing): refused by the validator
-        default=None, validate_default=True, description="Non-empty, at most ZSYNTH_MAX_TEXT_CHARS characters."
-    )
-    voice_id: str | None = pydantic.Field(default=None, description="The voice (default: the session's).")
-
-    @pydantic.field_validator("text", mode="before")
-    @classmethod
-    def _text(cls, value: object, info: pydantic.ValidationInfo) -> object:
-        if not isinstance(value, str) or not value.strip():
-            raise refusal("invalid_text", "'text' must be a non-empty string.")
-        limit = (info.context or {}).get(MAX_TEXT_CHARS)
-        if limit is not None and len(value) > limit:
-            raise refusal("text_too_long", f"'text' exceeds {limit} characters.")
-        return value
-
-    @pydantic.field_validator("voice_id", mode="before")
-    @classmethod
-    def _voice_id(cls, value: object) -> object:
-        if value is not None and (not isinstance(value, str) or not value.strip()):
-            raise refusal("invalid_voice_id", "'voice_id' must be a non-empty string.")
-        return value

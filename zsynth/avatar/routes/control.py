@@ -17,11 +17,11 @@ from aiohttp import WSMsgType, web
 
 from ... import jsonbody
 from ...auth import CREDENTIAL
-from ...endpoints import Access, Endpoints, validate
+from ...endpoints import MAX_TEXT_CHARS, Access, Endpoints, validate
 from ...keys import SETTINGS
-from ...ws.messages import MAX_TEXT_CHARS, ControlMessage, SpeakCommand
 from ..access import watch_session
 from ..errors import AvatarError
+from ..messages import ControlMessage, SpeakCommand
 from ..session import AvatarSession
 from ..sessions import AVATAR_SESSIONS
 from .body import avatar_error
