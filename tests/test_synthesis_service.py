@@ -186,3 +186,31 @@ async def test_bad_voice_settings_are_refused_alike_on_http_and_both_sockets(
         assert await redis.llen(protocol.QUEUE) == 0, "a refused request queued a job"
     finally:
         await redis.aclose()
+
+
+async def test_a_full_queue_is_system_busy_on_http_and_the_socket(aiohttp_client, private_redis_url, tmp_path) -> None:
+    """No worker, a queue of one: a waiting job fills it, then HTTP answers 429 and the socket an error frame."""
+    settings = make_settings(private_redis_url, tmp_path, max_queue=1, first_chunk_timeout_s=3)
+    client = await aiohttp_client(create_app(settings))
+    waiting = asyncio.ensure_future(client.post("/v1/text-to-speech/v", json={"text": "Waiting in the queue."}))
+    redis = Redis.from_url(private_redis_url)
+    try:
+        for _ in range(100):
+            if await redis.llen(protocol.QUEUE) == 1:
+                break
+            await asyncio.sleep(0.02)
+        assert await redis.llen(protocol.QUEUE) == 1
+    finally:
+        await redis.aclose()
+
+    resp = await client.post("/v1/text-to-speech/v", json={"text": "One too many."})
+    detail = (await resp.json())["detail"]
+    assert (resp.status, resp.headers["Retry-After"], detail["code"]) == (429, "1", "system_busy")
+
+    ws = await client.ws_connect("/v1/text-to-speech/v/stream-input?output_format=pcm_16000")
+    await ws.send_json({"text": " "})
+    await ws.send_json({"text": "One too many on a socket.", "flush": True})
+    got = await collect(ws, timeout=20)
+    assert got.close_code == 1008 and got.audio() == b"", got.frames
+    assert [(e["error"], e["code"]) for e in got.errors] == [("system_busy", 1008)], got.frames
+    assert (await waiting).status == 503  # nobody served it within the deadline
