@@ -228,6 +228,10 @@ def front_process(redis_url: str, data_dir: Path, **env: str) -> Iterator[tuple[
         yield started
 
 
+#: About 30 sentences: keeps a worker busy for a while (a job to kill, to wait behind, to yield).
+LONG_TEXT = " ".join(f"This is sentence {n} of a long text that keeps the worker busy for a while." for n in range(30))
+
+
 async def status_and_code(resp: Any) -> tuple[int, str]:
     """An error answer's HTTP status and its envelope's ``detail.code``."""
     return resp.status, (await resp.json())["detail"]["code"]

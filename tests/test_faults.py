@@ -13,9 +13,7 @@ from redis.asyncio import Redis
 from zsynth import protocol
 from zsynth.app import create_app
 
-from .helpers import RedisServer, WorkerProcess, assert_speech, decode_audio, make_settings, redis_text
-
-LONG_TEXT = " ".join(f"This is sentence {n} of a long text that keeps the worker busy for a while." for n in range(30))
+from .helpers import LONG_TEXT, RedisServer, WorkerProcess, assert_speech, decode_audio, make_settings, redis_text
 
 
 async def job_record(redis_url: str, job_id: str) -> dict[str, str]:

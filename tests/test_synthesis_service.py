@@ -19,11 +19,10 @@ from zsynth.dispatch import JobFailed
 from zsynth.synthesis import classify
 
 from .avatar_peer import Viewer
-from .helpers import WorkerProcess, make_settings
+from .helpers import LONG_TEXT, WorkerProcess, make_settings
 from .ws_helpers import collect
 
 KEY = "synthesis-service-key"
-LONG_TEXT = " ".join(f"This is sentence {n} of a long text that keeps the worker busy for a while." for n in range(30))
 DIED = "The worker died while speaking."
 
 

@@ -12,9 +12,7 @@ from redis.asyncio import Redis
 from zsynth import protocol
 from zsynth.app import create_app
 
-from .helpers import assert_speech, decode_audio, make_settings
-
-LONG_TEXT = " ".join(f"This is sentence {n} of a long text that keeps the worker busy for a while." for n in range(30))
+from .helpers import LONG_TEXT, assert_speech, decode_audio, make_settings
 
 
 async def test_killed_worker_mid_stream_ends_the_response(aiohttp_client, private_redis_url, private_worker, tmp_path):

@@ -15,9 +15,8 @@ from redis.asyncio import Redis
 from zsynth import protocol
 from zsynth.app import create_app
 
-from .helpers import WorkerProcess, assert_speech, decode_audio, make_settings, redis_text
+from .helpers import LONG_TEXT, WorkerProcess, assert_speech, decode_audio, make_settings, redis_text
 
-LONG_TEXT = " ".join(f"This is sentence {n} of a long text that keeps the worker busy for a while." for n in range(30))
 PATH = "/v1/text-to-speech/v/stream-input?output_format=pcm_16000"
 
 
