@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 
 import aiohttp
 import pytest
@@ -140,7 +141,11 @@ async def test_real_answers_match_the_document(client):
     sse = {"model": "m", "voice": {"id": "joe"}, "input": text, "response_format": "aac", "stream_format": "sse"}
     status, events = await c.call(client, "POST", speech, json=sse)
     assert status == 200
-    assert b'"speech.audio.done"' in events, events[-500:]
+    parsed = [json.loads(line[len(b"data: ") :]) for line in events.split(b"\n") if line.startswith(b"data: ")]
+    assert parsed and parsed[-1]["type"] == "speech.audio.done", events[-500:]
+    aac = b"".join(base64.b64decode(e["audio"]) for e in parsed if e["type"] == "speech.audio.delta")
+    # The audio itself is decoded and heard in test_openai_speech.py::test_sse_deltas_then_done; here, the shape.
+    assert len(aac) > 1000 and parsed[-1]["usage"]["input_tokens"] == len(text)
     assert (await c.call(client, "POST", speech, json={"model": "m", "voice": "alloy", "input": " "}))[0] == 422
     bad_format = {"model": "m", "voice": "alloy", "input": "x", "response_format": "ogg"}
     assert (await c.call(client, "POST", speech, json=bad_format))[0] == 400
