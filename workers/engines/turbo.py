@@ -116,6 +116,8 @@ class TurboEngine:
         if self.device == "cpu":
             torch.set_num_threads(settings.engine_threads)
         self.settings = settings
+        #: Speech tokens per streamed chunk of a piece (the settings never change while the engine lives).
+        self.schedule = chunk_schedule(settings.turbo_first_chunk_tokens, settings.turbo_chunk_tokens)
         self.random_weights = is_random(ckpt)
         started = time.monotonic()
         with backbone(backbone_config(ckpt / "t3_turbo_v1.safetensors")), warnings.catch_warnings():
@@ -226,7 +228,7 @@ class TurboEngine:
         sampling = Sampling(temperature=1.2 - 0.8 * stability)
         speed = clamp_setting(settings.get("speed"), 0.7, 1.2, 1.0)
         cap = max_tokens or self.settings.turbo_max_tokens
-        schedule = chunk_schedule(self.settings.turbo_first_chunk_tokens, self.settings.turbo_chunk_tokens)
+        schedule = self.schedule
         if seed is not None:
             torch.manual_seed(seed % (2**63))  # the global RNG: meaningful because jobs never overlap here
         for index, piece in enumerate(text_pieces(text)):
@@ -236,8 +238,7 @@ class TurboEngine:
             # S3Gen's flow stays float32 (no flow_dtype): on an H100 autocast made it slower (its kernels are small,
             # so the casts cost more than the narrower math saves: docs/gpu-figures.md), and its mel moved by 0.8 %.
             decoder = PieceDecoder(self.model.s3gen, conds.gen, cap, speed)
-            first = True
-            chunk_no = 0
+            chunk_no = 0  # chunks of this piece sent so far: the first carries the piece's text
             # Tokens come back from the GPU once per chunk: the first chunk's worth plus the flow's lookahead, then
             # a chunk's worth at a time.
             tokens = self.t3.generate(
@@ -256,14 +257,13 @@ class TurboEngine:
                 if decoder.ready(schedule[min(chunk_no, len(schedule) - 1)]):
                     with timer.decoding():
                         pcm = decoder.flush(final=False)
-                    yield self._chunk(pcm, piece if first else "", index, False, timer.take())
-                    first = False
+                    yield self._chunk(pcm, piece if chunk_no == 0 else "", index, False, timer.take())
                     chunk_no += 1
             if should_stop():
                 return
             with timer.decoding():
                 pcm = decoder.flush(final=True)
-            end = self._chunk(pcm, piece if first else "", index, True, timer.take())
+            end = self._chunk(pcm, piece if chunk_no == 0 else "", index, True, timer.take())
             end.extra["tokens"] = len(decoder.tokens)
             yield end
 
