@@ -14,6 +14,7 @@ from ..config import Settings
 from ..endpoints import Access
 from ..routes import TABLES
 from ..routes.apidoc import Error
+from ..routes.bodies import TEXT_LIMIT_MARKER
 from .generate import ErrorDocs, paths_and_schemas
 
 SECURITY_SCHEMES: Final[dict[str, dict[str, str]]] = {
@@ -69,17 +70,16 @@ ERROR_TEXT: Final = {
 #: route declares its own envelope (``error_envelope``).
 ERRORS: Final = ErrorDocs(Error, ERROR_TEXT, auth_errors=(401, 403, 503))
 
-#: The request models whose text field this deployment limits (model, field).
-_TEXT_FIELDS: Final = (("TextToSpeechRequest", "text"), ("OpenAISpeechRequest", "input"))
-
 
 def build(settings: Settings | None = None) -> dict[str, Any]:
     """A fresh document of the speech API, with the limits of ``settings`` when given."""
     endpoints = [endpoint for table in TABLES for endpoint in table]
     paths, schemas = paths_and_schemas(endpoints, SECURITY, ERRORS)
-    if settings is not None:
-        for model, field in _TEXT_FIELDS:
-            schemas[model]["properties"][field]["maxLength"] = settings.max_text_chars
+    for schema in schemas.values():
+        for prop in schema.get("properties", {}).values():
+            # A spoken-text field (routes.bodies.spoken_text) carries this deployment's limit, when there is one.
+            if prop.pop(TEXT_LIMIT_MARKER, False) and settings is not None:
+                prop["maxLength"] = settings.max_text_chars
     return {
         "openapi": "3.1.0",
         "info": {**INFO, "version": __version__},

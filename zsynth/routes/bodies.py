@@ -8,7 +8,7 @@ what no validator checks. Fields are declared in the order they are checked: the
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 import pydantic
 from pydantic import BaseModel, Field, ValidationInfo
@@ -61,6 +61,45 @@ def checked_voice_settings(value: object) -> dict[str, Any]:
         return check_voice_settings(value)
     except InvalidParameter as err:
         raise refusal(err.code, err.message, param=err.param) from None
+
+
+#: The schema key that marks a spoken-text field; the speech document's builder turns it into this deployment's
+#: ``maxLength`` (:mod:`zsynth.openapi.speech`), so no model or field is named there.
+TEXT_LIMIT_MARKER: Final = "x-zsynth-text-limit"
+
+
+def spoken_text(name: str, too_long: str) -> Any:
+    """The metadata of the spoken-text field ``name`` (``Annotated[str, spoken_text(...)]``): required, not blank,
+    at most the deployment's limit. ``too_long`` is the refusal's message, formatted with ``length`` and ``limit``."""
+
+    def check(value: object, info: ValidationInfo) -> object:
+        if not isinstance(value, str) or not value.strip():
+            raise refusal("invalid_parameters", f"Field '{name}' is required and must be a non-empty string.")
+        limit = text_limit(info)
+        if len(value) > limit:
+            raise refusal("max_character_limit_exceeded", too_long.format(length=len(value), limit=limit), 400)
+        return value
+
+    return pydantic.BeforeValidator(check)
+
+
+def optional_string(name: str, value: object) -> object:
+    """A before-validator's check of an optional string field ``name``: None, or a string."""
+    if value is not None and not isinstance(value, str):
+        raise refusal("invalid_parameters", f"Field '{name}' must be a string.")
+    return value
+
+
+def spoken_text_field() -> Any:
+    """The field of every spoken-text field (with :func:`spoken_text`): its schema, and the check run on a missing
+    value too, so a missing text gets the API's message."""
+    return Field(
+        default=None,
+        validate_default=True,
+        pattern=r"\S",
+        description="The text to speak: not blank, at most ZSYNTH_MAX_TEXT_CHARS characters.",
+        json_schema_extra={TEXT_LIMIT_MARKER: True},
+    )
 
 
 def text_limit(info: ValidationInfo) -> int:

@@ -35,7 +35,18 @@ from ..endpoints import Access, Endpoints, parse_body, refusal
 from ..keys import SETTINGS
 from ..openai_audio import MAX_SPEED, MIN_SPEED, RESPONSE_FORMATS, STREAM_FORMATS, ResponseFormat
 from .apidoc import AUDIO_HEADERS, OpenAIError
-from .bodies import MAX_TEXT_CHARS, Locators, Normalization, api_error, one_of, require, text_limit, text_options
+from .bodies import (
+    MAX_TEXT_CHARS,
+    Locators,
+    Normalization,
+    api_error,
+    one_of,
+    optional_string,
+    require,
+    spoken_text,
+    spoken_text_field,
+    text_options,
+)
 from .tts import TtsRequest, audio_headers, finish_stream, first_chunk, submit
 
 routes = Endpoints()
@@ -72,15 +83,6 @@ class VoiceId(BaseModel):
     id: str = Field(pattern=r"\S")
 
 
-def _string(name: str, value: object, *, required: bool = False) -> object:
-    if value is None and not required:
-        return None
-    if not isinstance(value, str) or (required and not value.strip()):
-        need = "is required and must be a non-empty string" if required else "must be a string"
-        raise refusal("invalid_parameters", f"Field '{name}' {need}.")
-    return value
-
-
 def _choice(name: str, value: object, allowed: tuple[str, ...]) -> object:
     if value is not None and value not in allowed:
         raise refusal(f"invalid_{name}", f"Unsupported {name} {value!r}: use one of {', '.join(allowed)}.", 400)
@@ -92,12 +94,10 @@ class OpenAISpeechRequest(BaseModel):
 
     model_config = ConfigDict(json_schema_extra=require("input", "voice"))
 
-    input: str = Field(
-        default=None,
-        validate_default=True,
-        pattern=r"\S",
-        description="The text to speak: not blank, at most ZSYNTH_MAX_TEXT_CHARS characters.",
-    )
+    input: Annotated[
+        str,
+        spoken_text("input", "'input' has {length} characters and exceeds the limit of {limit} characters."),
+    ] = spoken_text_field()
     model: str | None = Field(default=None, description="Any model name; accepted and echoed in x-model-id.")
     instructions: str | None = Field(default=None, description="Accepted; the engines take no style prompts.")
     response_format: Annotated[str | None, one_of(*RESPONSE_FORMATS)] = Field(
@@ -122,24 +122,10 @@ class OpenAISpeechRequest(BaseModel):
     apply_text_normalization: Normalization
     pronunciation_dictionary_locators: Locators
 
-    @pydantic.field_validator("input", mode="before")
-    @classmethod
-    def _input(cls, value: object, info: ValidationInfo) -> object:
-        _string("input", value, required=True)
-        assert isinstance(value, str)
-        limit = text_limit(info)
-        if len(value) > limit:
-            raise refusal(
-                "max_character_limit_exceeded",
-                f"'input' has {len(value)} characters and exceeds the limit of {limit} characters.",
-                400,
-            )
-        return value
-
     @pydantic.field_validator("model", "instructions", mode="before")
     @classmethod
     def _optional_string(cls, value: object, info: ValidationInfo) -> object:
-        return _string(str(info.field_name), value)
+        return optional_string(str(info.field_name), value)
 
     @pydantic.field_validator("response_format", mode="before")
     @classmethod

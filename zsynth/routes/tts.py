@@ -11,7 +11,7 @@ from typing import Annotated, Any, ClassVar, Final
 import pydantic
 from aiohttp import web
 from aiohttp.client_exceptions import ClientConnectionResetError
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..audio import ALLOWED_OUTPUT_FORMATS, DEFAULT_OUTPUT_FORMAT, OutputFormat, OutputFormatError, parse_output_format
 from ..auth import CREDENTIAL
@@ -31,8 +31,10 @@ from .bodies import (
     Normalization,
     api_error,
     checked_voice_settings,
+    optional_string,
     require,
-    text_limit,
+    spoken_text,
+    spoken_text_field,
     text_options,
 )
 
@@ -85,39 +87,22 @@ class TextToSpeechRequest(BaseModel):
 
     model_config = ConfigDict(json_schema_extra=require("text"))
 
-    text: str = Field(
-        default=None,
-        validate_default=True,
-        pattern=r"\S",
-        description="The text to speak: not blank, at most ZSYNTH_MAX_TEXT_CHARS characters.",
-    )
+    text: Annotated[
+        str,
+        spoken_text(
+            "text", "This request's text has {length} characters and exceeds the character limit of {limit} characters."
+        ),
+    ] = spoken_text_field()
     model_id: str | None = Field(default=None, description="Accepted and echoed; the engine is fixed.")
     voice_settings: Annotated[VoiceSettingsInput | None, pydantic.BeforeValidator(_voice_settings)] = None
     seed: int | None = Field(default=None, ge=0, le=MAX_SEED)
     apply_text_normalization: Normalization
     pronunciation_dictionary_locators: Locators
 
-    @pydantic.field_validator("text", mode="before")
-    @classmethod
-    def _text(cls, value: object, info: ValidationInfo) -> object:
-        if not isinstance(value, str) or not value.strip():
-            raise refusal("invalid_parameters", "Field 'text' is required and must be a non-empty string.")
-        limit = text_limit(info)
-        if len(value) > limit:
-            raise refusal(
-                "max_character_limit_exceeded",
-                f"This request's text has {len(value)} characters and exceeds the character limit of {limit} "
-                "characters.",
-                400,
-            )
-        return value
-
     @pydantic.field_validator("model_id", mode="before")
     @classmethod
     def _model_id(cls, value: object) -> object:
-        if value is not None and not isinstance(value, str):
-            raise refusal("invalid_parameters", "Field 'model_id' must be a string.")
-        return value
+        return optional_string("model_id", value)
 
     @pydantic.field_validator("seed", mode="before")
     @classmethod
