@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
+import aiohttp
 import aioice.ice
 import av
 import numpy as np
@@ -119,3 +122,46 @@ class Viewer:
         for task in self.readers:
             task.cancel()
         await asyncio.gather(*self.readers, return_exceptions=True)
+
+
+class Control:
+    """The control socket, with the events it received and when."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        self.ws = ws
+        self.events: list[tuple[float, dict[str, Any]]] = []
+
+    async def next(self, kind: str, timeout: float = 60.0) -> dict[str, Any]:
+        """Read until an event of ``kind`` (events read on the way are kept)."""
+        for _, event in self.events:
+            if event["type"] == kind and not event.get("_seen"):
+                event["_seen"] = True
+                return event
+        deadline = time.monotonic() + timeout
+        while True:
+            msg = await self.ws.receive(timeout=max(0.1, deadline - time.monotonic()))
+            assert msg.type == aiohttp.WSMsgType.TEXT, f"socket ended ({msg.type}) waiting for {kind}: {self.events}"
+            event = msg.json()
+            self.events.append((time.monotonic(), event))
+            if event["type"] == kind:
+                event["_seen"] = True
+                return event
+
+    def arrival(self, kind: str) -> float:
+        return next(t for t, e in self.events if e["type"] == kind)
+
+
+async def open_session(client: Any, viewer: Viewer, headers: Mapping[str, str], **body: Any) -> tuple[str, Control]:
+    """Signal through /connect with ``client`` (aiohttp's test client of the avatar server), attach the control
+    socket and wait for session.ready; (session id, its control socket)."""
+    resp = await client.post("/connect", json={**(await viewer.offer()), **body}, headers=headers)
+    assert resp.status == 200, await resp.text()
+    answer = await resp.json()
+    assert answer["type"] == "answer" and answer["control_url"] == f"/control/{answer['session_id']}"
+    await viewer.accept(answer)
+    ws = await client.ws_connect(answer["control_url"], headers=headers)
+    control = Control(ws)
+    await viewer.wait_connected()
+    ready = await control.next("session.ready")
+    assert ready["session_id"] == answer["session_id"]
+    return answer["session_id"], control

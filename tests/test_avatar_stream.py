@@ -13,7 +13,8 @@ import pytest
 from zsynth.avatar.app import create_avatar_app
 from zsynth.avatar.sessions import AVATAR_SESSIONS
 
-from .avatar_peer import Viewer
+from . import avatar_peer
+from .avatar_peer import Control, Viewer
 from .helpers import assert_speech, make_settings
 
 KEY = "avatar-full-key"
@@ -36,46 +37,9 @@ async def avatar(aiohttp_client, redis_url, data_dir, shared_workers):
     return await aiohttp_client(create_avatar_app(avatar_settings(redis_url, data_dir)))
 
 
-class Control:
-    """The control socket, with the events it received and when."""
-
-    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
-        self.ws = ws
-        self.events: list[tuple[float, dict]] = []
-
-    async def next(self, kind: str, timeout: float = 60.0) -> dict:
-        """Read until an event of ``kind`` (events read on the way are kept)."""
-        for _, event in self.events:
-            if event["type"] == kind and not event.get("_seen"):
-                event["_seen"] = True
-                return event
-        deadline = time.monotonic() + timeout
-        while True:
-            msg = await self.ws.receive(timeout=max(0.1, deadline - time.monotonic()))
-            assert msg.type == aiohttp.WSMsgType.TEXT, f"socket ended ({msg.type}) waiting for {kind}: {self.events}"
-            event = msg.json()
-            self.events.append((time.monotonic(), event))
-            if event["type"] == kind:
-                event["_seen"] = True
-                return event
-
-    def arrival(self, kind: str) -> float:
-        return next(t for t, e in self.events if e["type"] == kind)
-
-
 async def open_session(client, viewer: Viewer, headers=HEADERS, **body) -> tuple[str, Control]:
-    """Signal through /connect, attach the control socket and wait for session.ready."""
-    resp = await client.post("/connect", json={**(await viewer.offer()), **body}, headers=headers)
-    assert resp.status == 200, await resp.text()
-    answer = await resp.json()
-    assert answer["type"] == "answer" and answer["control_url"] == f"/control/{answer['session_id']}"
-    await viewer.accept(answer)
-    ws = await client.ws_connect(answer["control_url"], headers=headers)
-    control = Control(ws)
-    await viewer.wait_connected()
-    ready = await control.next("session.ready")
-    assert ready["session_id"] == answer["session_id"]
-    return answer["session_id"], control
+    """:func:`avatar_peer.open_session` with this module's key by default."""
+    return await avatar_peer.open_session(client, viewer, headers, **body)
 
 
 async def wait_until(predicate, timeout: float, what: str) -> None:

@@ -18,23 +18,12 @@ from zsynth.avatar.app import create_avatar_app
 from zsynth.dispatch import JobFailed
 from zsynth.synthesis import classify
 
-from .avatar_peer import Viewer
+from .avatar_peer import Viewer, open_session
 from .helpers import LONG_TEXT, WorkerProcess, make_settings
 from .ws_helpers import collect
 
 KEY = "synthesis-service-key"
 DIED = "The worker died while speaking."
-
-
-async def _next_event(ws: aiohttp.ClientWebSocketResponse, kind: str, timeout: float = 60.0) -> dict:
-    """The avatar control socket's next event of ``kind`` (others are skipped)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        msg = await ws.receive(timeout=max(0.1, deadline - time.monotonic()))
-        assert msg.type is aiohttp.WSMsgType.TEXT, f"control socket ended ({msg.type}) waiting for {kind}"
-        event = msg.json()
-        if event["type"] == kind:
-            return event
 
 
 async def _started_jobs(redis_url: str, workers: list[WorkerProcess]) -> int:
@@ -85,11 +74,7 @@ async def test_a_dead_worker_is_the_same_classified_error_on_every_transport(
         headers = {"X-Api-Key": KEY}
 
         # The avatar session first (WebRTC takes a moment), then one job per transport, one per victim.
-        answer = await (await avatar.post("/connect", json=await viewer.offer(), headers=headers)).json()
-        await viewer.accept(answer)
-        control = await avatar.ws_connect(answer["control_url"], headers=headers)
-        await viewer.wait_connected()
-        await _next_event(control, "session.ready")
+        _, control = await open_session(avatar, viewer, headers)
 
         convert = asyncio.ensure_future(
             front.post("/v1/text-to-speech/v?output_format=pcm_16000", json={"text": LONG_TEXT})
@@ -103,8 +88,8 @@ async def test_a_dead_worker_is_the_same_classified_error_on_every_transport(
         first_frame = json.loads((await socket.receive(timeout=60)).data)
         assert first_frame.get("audio"), first_frame
         socket_got = asyncio.ensure_future(collect(socket, timeout=60))  # read on, so its close is answered
-        await control.send_json({"type": "speak", "text": LONG_TEXT, "id": "doomed"})
-        await _next_event(control, "speak.accepted")
+        await control.ws.send_json({"type": "speak", "text": LONG_TEXT, "id": "doomed"})
+        await control.next("speak.accepted")
 
         deadline = time.monotonic() + 60
         while await _started_jobs(private_redis_url, victims) < 4:
@@ -132,9 +117,9 @@ async def test_a_dead_worker_is_the_same_classified_error_on_every_transport(
         assert got.close_code == 1008
         assert got.errors == [{"message": DIED, "error": failure.realtime_code, "code": 1008}]
 
-        error = await _next_event(control, "error")
+        error = await control.next("error")
         assert (error["code"], error["message"], error["id"]) == (failure.realtime_code, DIED, "doomed")
-        await control.close()
+        await control.ws.close()
     finally:
         await viewer.close()
         for victim in victims:
