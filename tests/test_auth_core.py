@@ -99,6 +99,11 @@ def test_read_credential_one_header_set_and_the_routes_query_parameter():
     for headers in ({"xi-api-key": "k"}, {"X-Api-Key": "k"}, {"x-api-key": " k "}, {"Authorization": "Bearer k"}):
         presented = read_credential(make_mocked_request("GET", "/x", headers=headers))
         assert (presented.secret, presented.in_query) == ("k", False)
+    # All three at once: the order above decides (docs/auth.md).
+    every = {"Authorization": "Bearer third", "X-Api-Key": "second", "xi-api-key": "first"}
+    assert read_credential(make_mocked_request("GET", "/x", headers=every)).secret == "first"
+    del every["xi-api-key"]
+    assert read_credential(make_mocked_request("GET", "/x", headers=every)).secret == "second"
     # The query string only where the route names a parameter, and the header wins over it.
     assert read_credential(make_mocked_request("GET", "/connect?session_token=t")).secret is None
     presented = read_credential(make_mocked_request("GET", "/connect?session_token=%20t%20"), "session_token")
