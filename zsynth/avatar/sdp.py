@@ -107,14 +107,14 @@ def _check_size(sdp: str, max_bytes: int) -> None:
 
 
 def _check_media(lines: list[str]) -> None:
-    kinds = sorted(match.group(1) for line in lines if (match := _MEDIA.match(line)))
-    if kinds != ["audio", "video"]:
+    kinds = {match.group(1) for line in lines if (match := _MEDIA.match(line))}
+    if kinds != {"audio", "video"}:
         raise AvatarError(400, "invalid_sdp", "The offer must receive one audio and one video track.")
 
 
 def check_offer(sdp: str, limits: OfferLimits) -> CheckedOffer:
     """The offer as aiortc should see it: at most ``limits.max_bytes`` bytes (else 413 ``sdp_too_large``), one
-    audio and one video section (else 400 ``invalid_sdp``), at most ``limits.max_candidates`` distinct candidates
+    audio and one video track (else 400 ``invalid_sdp``), at most ``limits.max_candidates`` distinct candidates
     (else 400 ``too_many_candidates``), and without the candidates the server may not contact.
 
     When a candidate is removed, so is ``a=end-of-candidates``: ICE then waits for the peer's own checks (bounded by
