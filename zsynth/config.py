@@ -300,6 +300,13 @@ class Settings:
     avatar_ice_credential: str | None = _env("AVATAR_ICE_CREDENTIAL", _optional_str, default=None)
     avatar_voice_id: str = _env("AVATAR_VOICE_ID", default="21m00Tcm4TlvDq8ikWAM")
     avatar_size: int = _env("AVATAR_SIZE", _video_size, default=512)
+    # /connect offers: the largest SDP taken (a browser's is 4-8 KiB; larger gets 413 before any parsing), the most
+    # distinct ICE candidates it may list (more get 400), and whether the server may send connectivity checks to
+    # loopback, private, link-local and mDNS (.local) candidates (off: they are dropped; such peers still connect
+    # through their own checks).
+    avatar_max_sdp_bytes: int = _env("AVATAR_MAX_SDP_BYTES", _positive_int, default=32 * 1024)
+    avatar_max_remote_candidates: int = _env("AVATAR_MAX_REMOTE_CANDIDATES", _positive_int, default=16)
+    avatar_allow_private_candidates: bool = _env("AVATAR_ALLOW_PRIVATE_CANDIDATES", _parse_bool, default=False)
     # The demo page (``zsynth demo``): its port, and the base URLs of the speech API and the avatar server it uses
     # (unset: this box's ZSYNTH_PORT / ZSYNTH_AVATAR_PORT, reached on the host name the page was opened with).
     demo_port: int = _env("DEMO_PORT", _parse_port, default=8200)

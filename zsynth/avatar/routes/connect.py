@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import re
 from typing import Any, Literal
 
 import pydantic
@@ -15,6 +14,7 @@ from ...keys import SETTINGS
 from ..access import watch_session
 from ..errors import AvatarError
 from ..renderers.base import AVATARS
+from ..sdp import OfferLimits, check_offer
 from ..sessions import AVATAR_SESSIONS
 from .body import documented, read_body
 
@@ -22,13 +22,16 @@ logger = logging.getLogger(__name__)
 
 routes = Endpoints()
 
-_MEDIA = re.compile(r"^m=(audio|video) ", re.MULTILINE)
-
 
 class ConnectRequest(pydantic.BaseModel):
     """The browser's SDP offer, and what the new session streams."""
 
-    sdp: str = pydantic.Field(description="The browser's offer: it must receive one audio and one video.")
+    sdp: str = pydantic.Field(
+        description=(
+            "The browser's offer: it must receive one audio and one video, be at most ZSYNTH_AVATAR_MAX_SDP_BYTES "
+            "(32 KiB) and list at most ZSYNTH_AVATAR_MAX_REMOTE_CANDIDATES (16) ICE candidates."
+        )
+    )
     type: Literal["offer"] = "offer"
     avatar_id: str | None = pydantic.Field(
         default=None, pattern=r"\S", description="The avatar to stream (default: the first of GET /v1/avatars)."
@@ -43,9 +46,7 @@ class ConnectRequest(pydantic.BaseModel):
         sdp, kind = data.get("sdp"), data.get("type", "offer")
         if not isinstance(sdp, str) or kind != "offer":
             raise refusal("invalid_sdp", 'Send {"sdp": <offer SDP>, "type": "offer"}.', 400)
-        if set(_MEDIA.findall(sdp)) != {"audio", "video"}:
-            raise refusal("invalid_sdp", "The offer must receive one audio and one video track.", 400)
-        return data
+        return data  # its size, media and candidates are checked by sdp.check_offer, in that order
 
     @pydantic.field_validator("avatar_id", "voice_id", mode="before")
     @classmethod
@@ -86,17 +87,27 @@ async def connect(request: web.Request) -> web.Response:
     """Answer an SDP offer with a new session streaming the chosen avatar."""
     credential = request[CREDENTIAL]
     offer = await read_body(request, ConnectRequest, required=True)
+    settings = request.app[SETTINGS]
+    # Before anything else: aiortc's cost grows with the square of the candidates listed.
+    checked = check_offer(offer.sdp, OfferLimits.from_settings(settings))
     avatars = request.app[AVATARS]
     avatar_id = offer.avatar_id or next(iter(avatars))
     renderer = avatars.get(avatar_id)
     if renderer is None:
         raise AvatarError(404, "avatar_not_found", f"No avatar '{avatar_id}'; GET /v1/avatars lists them.")
-    voice_id = offer.voice_id or request.app[SETTINGS].avatar_voice_id
+    voice_id = offer.voice_id or settings.avatar_voice_id
     registry = request.app[AVATAR_SESSIONS]
     session = registry.create(renderer, voice_id, credential.fingerprint, per_owner=not credential.is_full)
     watch_session(request, credential, session)
+    if checked.dropped:
+        logger.info(
+            "session %s: %d offered ICE candidates dropped (not public), %d kept",
+            session.session_id,
+            checked.dropped,
+            checked.kept,
+        )
     try:
-        sdp = await session.answer(offer.sdp)
+        sdp = await session.answer(checked.sdp)
     except BaseException:
         await session.close("signalling_failed")
         raise
