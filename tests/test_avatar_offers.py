@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import socket
 import struct
 import time
@@ -135,6 +136,16 @@ async def test_a_malformed_candidate_line_is_400(avatar_url) -> None:
     async with aiohttp.ClientSession() as http:
         async with http.post(avatar_url + "/connect", json={"sdp": sdp}, headers=HEADERS) as resp:
             assert resp.status == 400
+            assert (await resp.json())["code"] == "invalid_sdp"
+
+
+async def test_an_offer_that_trips_aiortcs_own_checks_is_400(avatar_url) -> None:
+    # aiortc asserts that an RTP payload type fits in 0..255: a 500 with a traceback before.
+    sdp = (await browser_like_offer()).replace("a=rtpmap:", "a=rtpmap:300 opus/48000/2\r\na=rtpmap:", 1)
+    sdp = re.sub(r"(m=audio \d+ UDP/TLS/RTP/SAVPF) ", r"\1 300 ", sdp, count=1)
+    async with aiohttp.ClientSession() as http:
+        async with http.post(avatar_url + "/connect", json={"sdp": sdp}, headers=HEADERS) as resp:
+            assert resp.status == 400, await resp.text()
             assert (await resp.json())["code"] == "invalid_sdp"
 
 

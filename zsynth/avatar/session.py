@@ -93,7 +93,9 @@ class AvatarSession:
             self.pc.addTrack(self.audio)
             self.pc.addTrack(self.video)
             await self.pc.setLocalDescription(await self.pc.createAnswer())
-        except (ValueError, TypeError, AttributeError, KeyError, IndexError) as err:
+        # aiortc checks some SDP fields with assert (a payload type over 255, an m= line it cannot read): those are
+        # the caller's bad offer too, not a server error.
+        except (ValueError, TypeError, AttributeError, KeyError, IndexError, AssertionError) as err:
             logger.info("session %s: unusable offer: %r", self.session_id, err)
             raise AvatarError(400, "invalid_sdp", f"The SDP offer could not be used: {err}") from err
         self._tasks.append(asyncio.create_task(self._feeder(), name=f"avatar-feeder-{self.session_id}"))
