@@ -102,7 +102,9 @@ async def probe(base: str, minter: str, keys: list[str], rate: float, warmup: fl
     refused_tokens = sum(status != 200 for status in token_statuses)
     refused_keys = sum(status != 200 for status in key_statuses)
     sent = sum(flooded.values())
-    print(f"one address floods made-up zsk_ keys at ~{rate:g}/s for {flood_s:.1f} s ({sent} sent, {sent / flood_s:.1f}/s)")
+    print(
+        f"one address floods made-up zsk_ keys at ~{rate:g}/s for {flood_s:.1f} s ({sent} sent, {sent / flood_s:.1f}/s)"
+    )
     when = f"after {throttled_after:.1f} s" if throttled_after is not None else f"never within {warmup:g} s"
     print(f"  the flooder was first throttled (429) {when}; its answers: {dict(sorted(flooded.items()))}")
     print(f"  {'probe':<62}{'refused':>10}")
