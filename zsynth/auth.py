@@ -13,7 +13,7 @@ yet seen its key's revocation stops working within the same time; a token minted
 that key is still configured. Unknown and revoked secrets are cached apart from the known ones, so a flood of made-up
 keys cannot evict real entries. Minting reads its key afresh, and puts the new token in the minting front's cache.
 
-Only failures are throttled: a client address that made ``max_failures_per_min`` failed attempts in the last minute
+Only failures are throttled: a client address that made ``max_failures_per_min`` failed look-ups in the last minute
 gets 429 for the next ones, but a key or token that is found always passes, whoever else failed from that address.
 What a flood of made-up keys can cost is bounded instead by ``max_concurrent_lookups`` table reads at once, and an
 address over its failure limit never waits for one (429 when none is free).
@@ -246,7 +246,7 @@ class Authenticator:
         # Unknown and revoked secrets: their own LRU, so made-up keys never push real ones out of the cache.
         self._negative: OrderedDict[str, _Cached] = OrderedDict()
         self._inflight: dict[str, asyncio.Task[_Cached]] = {}
-        # Per client address: failed attempts with table-shaped secrets.
+        # Per client address: failed look-ups of zsk_ secrets.
         self.max_failures_per_min = max_failures_per_min
         self._failures = FailureLimiter(max_failures_per_min, cache_size)
         # Table reads at once, on this front, whoever asks.
@@ -299,9 +299,10 @@ class Authenticator:
 
         ``max_age``: use a cached table look-up only when it was read at most that many seconds ago (the periodic
         re-check of live sockets passes half the cache time, so they end within the cache time of a revocation).
-        ``client``: the caller's address (:meth:`client_of`); once it made ``max_failures_per_min`` failed attempts
-        in the last minute its next failures get 429 ``rate_limit_exceeded`` instead of 401, and it waits for no
-        table look-up slot. A key or token that is found passes whatever the address did.
+        ``client``: the caller's address (:meth:`client_of`); once it made ``max_failures_per_min`` failed look-ups
+        (``zsk_`` secrets the table does not hold, cached or not) in the last minute its next ones get 429
+        ``rate_limit_exceeded`` instead of 401, and it waits for no table look-up slot. A key or token that is found
+        passes whatever the address did.
         """
         if self.is_open:
             return OPEN
@@ -310,16 +311,17 @@ class Authenticator:
         try:
             presented = secret.encode()
         except UnicodeEncodeError:  # a header with bytes that are not UTF-8: no key of ours looks like that
-            raise self._failed(client, _invalid()) from None
+            raise _invalid() from None
         # Compare against every key without an early exit, in constant time per key.
         matched = False
         for key in self._static:
             matched |= hmac.compare_digest(presented, key)
         if matched:
             return Credential("full", fingerprint(secret))
-        # Only our own prefixes can be in the table: anything else is refused without a look-up.
+        # Only our own prefixes can be in the table: anything else is refused without a look-up (and costs nothing,
+        # so it is not counted against its address either).
         if self.store is None or not secret.startswith((LIVE_PREFIX, TEMP_PREFIX)) or len(secret) > _MAX_SECRET_LEN:
-            raise self._failed(client, _invalid())
+            raise _invalid()
         credential = await self._lookup(secret_hash(secret), secret, max_age, client)
         if credential is None:
             raise self._failed(client, _invalid())
@@ -334,7 +336,7 @@ class Authenticator:
         return credential
 
     def _failed(self, client: str | None, err: AuthError) -> AuthError:
-        """Count a failed attempt of ``client``: ``err`` while it is within its limit, 429 once it is over."""
+        """Count a failed look-up of ``client``: ``err`` while it is within its limit, 429 once it is over."""
         if client is None or self._failures.fail(client):
             return err
         return _throttled()

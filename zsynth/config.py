@@ -288,7 +288,8 @@ class Settings:
     ws_max_unauthenticated: int = _env("WS_MAX_UNAUTHENTICATED", _positive_int, default=256)
     # Largest first message of a socket that authenticates in it (read before the credential is known).
     ws_first_message_max_bytes: int = _env("WS_FIRST_MESSAGE_MAX_BYTES", _positive_int, default=16 * 1024)
-    # Look-ups of unknown keys one client address may cause per minute (cached keys are not counted); then 429.
+    # Failed look-ups (zsk_ secrets the keys table does not hold) one client address may make per minute; its next
+    # ones get 429. A key or token that is found always passes.
     auth_max_failures_per_min: int = _env("AUTH_MAX_FAILURES_PER_MIN", _positive_int, default=60)
     # Keys-table look-ups one front runs at once (cached answers need none); more wait up to 5 s, then 503. Bounds
     # what a flood of made-up keys costs DynamoDB and the front (botocore's connection pool holds 10).
