@@ -135,8 +135,13 @@ async def table_front(aiohttp_client, redis_url, data_dir, shared_workers, keys_
 
 
 async def _open_socket(client, secret: str) -> aiohttp.ClientWebSocketResponse:
-    url = f"{PATH}?inactivity_timeout=60&authorization=" + quote(f"Bearer {secret}")
-    ws = await client.ws_connect(url)
+    url = f"{PATH}?inactivity_timeout=60"
+    headers = {}
+    if secret.startswith("zsk_temp_"):  # only tokens belong in a URL
+        url += "&authorization=" + quote(f"Bearer {secret}")
+    else:
+        headers["xi-api-key"] = secret
+    ws = await client.ws_connect(url, headers=headers)
     await ws.send_json({"text": " "})
     return ws
 

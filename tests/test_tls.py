@@ -132,8 +132,8 @@ def test_sighup_serves_a_renewed_certificate_and_keeps_open_sockets(front, pki):
     ca, cert, key = pki
     assert served_name(base) == "first"
     wss = base.replace("https://", "wss://")
-    url = f"{wss}/v1/text-to-speech/joe/stream-input?output_format=pcm_16000&authorization={quote('Bearer ' + KEY)}"
-    with ws_connect(url, open_timeout=10) as ws:
+    url = f"{wss}/v1/text-to-speech/joe/stream-input?output_format=pcm_16000"
+    with ws_connect(url, additional_headers={"xi-api-key": KEY}, open_timeout=10) as ws:
         ws.send(json.dumps({"text": " "}))
         ca.issue(cert, key, common_name="renewed")
         proc.send_signal(signal.SIGHUP)

@@ -91,19 +91,20 @@ async def test_sdk_sees_auth_failure_as_1008(keyed):
 @pytest.mark.parametrize(
     ("how", "output_format"),
     [
-        ("query", "pcm_16000"),
+        ("authorization_header", "pcm_16000"),
         ("header", "pcm_22050"),
         ("bos_authorization", "pcm_24000"),
         ("bos_xi_api_key", "pcm_8000"),
     ],
 )
 async def test_raw_client_auth_audio_and_alignment(keyed, how, output_format):
-    """Browser-style query auth, header auth and in-band auth all speak; alignment spells the text in order."""
+    """Header auth (either header) and in-band auth all speak; alignment spells the text in order. (A token in the
+    query: test_ws_tokens; a full key there is refused: test_auth_limits.)"""
     url = f"{PATH}?output_format={output_format}"
     headers = {}
     bos: dict = {"text": " "}
-    if how == "query":
-        url += "&authorization=Bearer%20" + KEY
+    if how == "authorization_header":
+        headers["Authorization"] = f"Bearer {KEY}"
     elif how == "header":
         headers["xi-api-key"] = KEY
     elif how == "bos_authorization":

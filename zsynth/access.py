@@ -163,7 +163,8 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
         return await handler(request)
     secret = read_credential(request).secret
     try:
-        credential = await request.app[AUTHENTICATOR].verify(secret, client=request.remote)
+        authenticator = request.app[AUTHENTICATOR]
+        credential = await authenticator.verify(secret, client=authenticator.client_of(request))
         if not credential.is_full and access is Access.FULL:
             raise AuthError("insufficient_scope", "Ephemeral tokens may only synthesize speech and read voices.")
     except AuthError as err:

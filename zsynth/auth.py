@@ -9,8 +9,14 @@ declared access (:class:`zsynth.endpoints.Access`) whether a credential kind may
 Table look-ups are cached in memory for at most ``cache_ttl_s`` (30 s by default and at most), and never past a
 token's expiry, so a revoked key stops working within that time and an expired token at once. A token is checked
 against the key that minted it on every use (that look-up is cached too), so a token minted on a front that had not
-yet seen its key's revocation stops working within the same time. Unknown and revoked secrets are cached apart from
-the known ones, so a flood of made-up keys cannot evict real entries. Minting reads its key afresh.
+yet seen its key's revocation stops working within the same time; a token minted by a static key works only where
+that key is still configured. Unknown and revoked secrets are cached apart from the known ones, so a flood of made-up
+keys cannot evict real entries. Minting reads its key afresh, and puts the new token in the minting front's cache.
+
+Only failures are throttled: a client address that made ``max_failures_per_min`` failed look-ups in the last minute
+gets 429 for the next ones, but a key or token that is found always passes, whoever else failed from that address.
+What a flood of made-up keys can cost is bounded instead by ``max_concurrent_lookups`` table reads at once, and an
+address over its failure limit never waits for one (429 when none is free).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from aiohttp import web
 
 from .aws import client_config
 from .keystore import KeyRecord, KeyStore, KeyStoreError
+from .ratelimit import FailureLimiter, IPNetwork, client_address
 
 if TYPE_CHECKING:
     from .config import Settings
@@ -46,6 +53,8 @@ TTL_MAX: Final = 600
 MAX_CACHE_TTL_S: Final = 30.0
 # Longer values are not ours: refuse them before hashing or looking anything up.
 _MAX_SECRET_LEN: Final = 512
+# Longest wait for a free table look-up slot before the answer is 503 (a table this slow is as good as down).
+LOOKUP_WAIT_S: Final = 5.0
 
 
 class AuthError(Exception):
@@ -67,12 +76,18 @@ class Credential:
     expires_at: float | None = None
     scope: str = "all"
     key_hash: str | None = field(default=None, repr=False)  # the table row, for keys from the table
-    parent_hash: str | None = field(default=None, repr=False)  # a token's minting key's row
+    parent_hash: str | None = field(default=None, repr=False)  # a token's minting key's row (table keys only)
+    parent: str | None = None  # the fingerprint of the key that minted a token (static or table)
 
     @property
     def is_full(self) -> bool:
         """Full keys (and an open server) may call every route."""
         return self.kind in ("open", "full")
+
+    @property
+    def owner(self) -> str:
+        """Whose limits this credential counts against: a token's minting key, else its own fingerprint."""
+        return self.parent or self.fingerprint
 
 
 OPEN: Final = Credential("open", fingerprint="open")
@@ -80,7 +95,8 @@ OPEN: Final = Credential("open", fingerprint="open")
 
 def secret_hash(secret: str) -> str:
     """The SHA-256 hex digest under which the keys table stores a secret."""
-    return hashlib.sha256(secret.encode()).hexdigest()
+    # surrogateescape: a header with bytes that are not UTF-8 still gets a fingerprint for the log line.
+    return hashlib.sha256(secret.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def fingerprint(secret: str) -> str:
@@ -187,6 +203,16 @@ def _invalid(message: str = "Invalid API key.") -> AuthError:
     return AuthError("invalid_api_key", message)
 
 
+def _unavailable() -> AuthError:
+    return AuthError("service_unavailable", "The keys table cannot be reached; try again shortly.", http_status=503)
+
+
+def _throttled() -> AuthError:
+    return AuthError(
+        "rate_limit_exceeded", "Too many invalid keys from this address; try again shortly.", http_status=429
+    )
+
+
 @dataclass(slots=True)
 class _Cached:
     credential: Credential | None  # None: unknown or revoked
@@ -206,8 +232,12 @@ class Authenticator:
         cache_ttl_s: float = MAX_CACHE_TTL_S,
         cache_size: int = 10_000,
         max_failures_per_min: int = 60,
+        max_concurrent_lookups: int = 10,
+        trusted_proxies: tuple[IPNetwork, ...] = (),
     ) -> None:
         self._static = tuple(key.encode() for key in static_keys)
+        # The fingerprints a token minted by a static key names as its parent: it works while its key is configured.
+        self._static_ids = frozenset(fingerprint(key) for key in static_keys)
         self.store = store
         self.clock = clock
         self.cache_ttl_s = max(0.0, min(cache_ttl_s, MAX_CACHE_TTL_S))
@@ -216,9 +246,12 @@ class Authenticator:
         # Unknown and revoked secrets: their own LRU, so made-up keys never push real ones out of the cache.
         self._negative: OrderedDict[str, _Cached] = OrderedDict()
         self._inflight: dict[str, asyncio.Task[_Cached]] = {}
-        # Per client address: table look-ups that found nothing, as a token bucket (tokens, last refill).
+        # Per client address: failed look-ups of zsk_ secrets.
         self.max_failures_per_min = max_failures_per_min
-        self._failures: OrderedDict[str, tuple[float, float]] = OrderedDict()
+        self._failures = FailureLimiter(max_failures_per_min, cache_size)
+        # Table reads at once, on this front, whoever asks.
+        self._lookup_slots = asyncio.Semaphore(max_concurrent_lookups)
+        self.trusted_proxies = trusted_proxies
 
     @classmethod
     def from_settings(cls, settings: Settings, **kwargs: Any) -> Authenticator:
@@ -226,7 +259,13 @@ class Authenticator:
         store = KeyStore(settings.api_keys_table, config=client_config(settings)) if settings.api_keys_table else None
         kwargs.setdefault("cache_ttl_s", settings.auth_cache_ttl_s)
         kwargs.setdefault("max_failures_per_min", settings.auth_max_failures_per_min)
+        kwargs.setdefault("max_concurrent_lookups", settings.auth_max_concurrent_lookups)
+        kwargs.setdefault("trusted_proxies", settings.trusted_proxies)
         return cls(settings.static_keys, store, **kwargs)
+
+    def client_of(self, request: web.Request) -> str | None:
+        """The address ``request``'s failures count against (``X-Forwarded-For`` only from trusted proxies)."""
+        return client_address(request.remote, request.headers.getall("X-Forwarded-For", []), self.trusted_proxies)
 
     @property
     def is_open(self) -> bool:
@@ -260,36 +299,47 @@ class Authenticator:
 
         ``max_age``: use a cached table look-up only when it was read at most that many seconds ago (the periodic
         re-check of live sockets passes half the cache time, so they end within the cache time of a revocation).
-        ``client``: the caller's address; one that made ``max_failures_per_min`` look-ups of unknown keys in the
-        last minute gets 429 ``rate_limit_exceeded`` instead of more table reads (cached keys still pass).
+        ``client``: the caller's address (:meth:`client_of`); once it made ``max_failures_per_min`` failed look-ups
+        (``zsk_`` secrets the table does not hold, cached or not) in the last minute its next ones get 429
+        ``rate_limit_exceeded`` instead of 401, and it waits for no table look-up slot. A key or token that is found
+        passes whatever the address did.
         """
         if self.is_open:
             return OPEN
         if not secret:
             raise _missing()
-        presented = secret.encode()
+        try:
+            presented = secret.encode()
+        except UnicodeEncodeError:  # a header with bytes that are not UTF-8: no key of ours looks like that
+            raise _invalid() from None
         # Compare against every key without an early exit, in constant time per key.
         matched = False
         for key in self._static:
             matched |= hmac.compare_digest(presented, key)
         if matched:
             return Credential("full", fingerprint(secret))
-        # Only our own prefixes can be in the table: anything else is refused without a look-up.
+        # Only our own prefixes can be in the table: anything else is refused without a look-up (and costs nothing,
+        # so it is not counted against its address either).
         if self.store is None or not secret.startswith((LIVE_PREFIX, TEMP_PREFIX)) or len(secret) > _MAX_SECRET_LEN:
             raise _invalid()
-        key_hash = secret_hash(secret)
-        if client is not None and self._fresh(key_hash, max_age) is None:
-            self._check_failures(client)
-        credential = await self._lookup(key_hash, secret, max_age)
+        credential = await self._lookup(secret_hash(secret), secret, max_age, client)
         if credential is None:
-            if client is not None:
-                self._count_failure(client)
-            raise _invalid()
+            raise self._failed(client, _invalid())
         if credential.expires_at is not None and credential.expires_at <= self.clock():
             raise _invalid("This token has expired.")
-        if credential.parent_hash is not None and await self._lookup(credential.parent_hash, None, max_age) is None:
-            raise _invalid("The key that minted this token has been revoked.")
+        if credential.parent_hash is not None:
+            if await self._lookup(credential.parent_hash, None, max_age) is None:
+                raise _invalid("The key that minted this token has been revoked.")
+        elif credential.parent is not None and credential.parent not in self._static_ids:
+            # Minted by a static key (it has no row): the token lives only as long as that key is configured here.
+            raise _invalid("The key that minted this token is no longer configured on this server.")
         return credential
+
+    def _failed(self, client: str | None, err: AuthError) -> AuthError:
+        """Count a failed look-up of ``client``: ``err`` while it is within its limit, 429 once it is over."""
+        if client is None or self._failures.fail(client):
+            return err
+        return _throttled()
 
     def _fresh(self, key_hash: str, max_age: float | None) -> _Cached | None:
         """The cached answer for ``key_hash`` (positive or negative) while it is still good, else None."""
@@ -299,27 +349,9 @@ class Authenticator:
             return None
         return cached
 
-    def _bucket(self, client: str) -> float:
-        """The look-ups of unknown keys ``client`` may still make now (refilled at the per-minute rate)."""
-        now = time.monotonic()
-        tokens, last = self._failures.get(client, (float(self.max_failures_per_min), now))
-        tokens = min(float(self.max_failures_per_min), tokens + (now - last) * self.max_failures_per_min / 60.0)
-        self._failures[client] = (tokens, now)
-        self._failures.move_to_end(client)
-        while len(self._failures) > self._cache_size:
-            self._failures.popitem(last=False)
-        return tokens
-
-    def _check_failures(self, client: str) -> None:
-        if self._bucket(client) < 1.0:
-            raise AuthError(
-                "rate_limit_exceeded", "Too many unknown keys from this address; try again shortly.", http_status=429
-            )
-
-    def _count_failure(self, client: str) -> None:
-        self._failures[client] = (self._bucket(client) - 1.0, time.monotonic())
-
-    async def _lookup(self, key_hash: str, secret: str | None, max_age: float | None = None) -> Credential | None:
+    async def _lookup(
+        self, key_hash: str, secret: str | None, max_age: float | None = None, client: str | None = None
+    ) -> Credential | None:
         """The credential stored under ``key_hash``; ``secret`` None means a token's parent (a full key)."""
         cached = self._fresh(key_hash, max_age)
         if cached is not None:
@@ -327,6 +359,10 @@ class Authenticator:
         # One table read per hash at a time, however many requests wait for it.
         task = self._inflight.get(key_hash)
         if task is None:
+            # An address over its failure limit may still be sending a real key, so it is looked up, but only when a
+            # slot is free now: it never queues ahead of, or instead of, anyone else's look-up.
+            if client is not None and self._lookup_slots.locked() and self._failures.exhausted(client):
+                raise _throttled()
             task = asyncio.ensure_future(self._load(key_hash, secret))
             self._inflight[key_hash] = task
             task.add_done_callback(lambda done: self._loaded(key_hash, done))
@@ -350,12 +386,18 @@ class Authenticator:
     async def _load(self, key_hash: str, secret: str | None) -> _Cached:
         assert self.store is not None
         try:
+            async with asyncio.timeout(LOOKUP_WAIT_S):
+                await self._lookup_slots.acquire()
+        except TimeoutError:
+            logger.warning("keys table look-up for key %s: no free slot within %g s", key_hash[:12], LOOKUP_WAIT_S)
+            raise _unavailable() from None
+        try:
             record = await self.store.get(key_hash)
         except KeyStoreError as err:
             logger.warning("keys table look-up for key %s failed: %s", key_hash[:12], err)
-            raise AuthError(
-                "service_unavailable", "The keys table cannot be reached; try again shortly.", http_status=503
-            ) from err
+            raise _unavailable() from err
+        finally:
+            self._lookup_slots.release()
         now = self.clock()
         credential = self._credential(secret, key_hash, record)
         until = now + self.cache_ttl_s
@@ -378,7 +420,9 @@ class Authenticator:
         if record.kind == "full" and secret.startswith(LIVE_PREFIX):
             return Credential("full", record.key_id, record.expires_at, record.scope, key_hash)
         if record.kind == "ephemeral" and secret.startswith(TEMP_PREFIX) and record.expires_at is not None:
-            return Credential("ephemeral", record.key_id, record.expires_at, record.scope, key_hash, record.parent_hash)
+            return Credential(
+                "ephemeral", record.key_id, record.expires_at, record.scope, key_hash, record.parent_hash, record.parent
+            )
         return None
 
     async def mint_token(
@@ -414,9 +458,11 @@ class Authenticator:
             await self.store.put(key_hash, record)
         except KeyStoreError as err:
             logger.warning("minting a token failed: %s", err)
-            raise AuthError(
-                "service_unavailable", "The keys table cannot be reached; try again shortly.", http_status=503
-            ) from err
+            raise _unavailable() from err
+        # Its first use on this front (a page calls at once) then needs no look-up.
+        self._remember(
+            key_hash, _Cached(self._credential(token, key_hash, record), min(now + self.cache_ttl_s, expires_at), now)
+        )
         logger.info("minted token %s (scope %s, expires %d) by key %s", record.key_id, scope, expires_at, record.parent)
         return token, expires_at
 

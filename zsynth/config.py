@@ -6,6 +6,7 @@ import time. A malformed value raises :class:`SettingsError`, whose message name
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import socket
 from collections.abc import Callable, Mapping
@@ -91,6 +92,16 @@ def _cache_ttl(raw: str) -> float:
     if not 0 <= value <= 30:
         raise ValueError("expected seconds between 0 and 30")
     return value
+
+
+def _networks(raw: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    nets = []
+    for item in _parse_list(raw):
+        try:
+            nets.append(ipaddress.ip_network(item, strict=False))
+        except ValueError as err:
+            raise ValueError(f"{item!r} is not an IP address or CIDR network") from err
+    return tuple(nets)
 
 
 def _ice_servers(raw: str) -> tuple[str, ...]:
@@ -277,8 +288,17 @@ class Settings:
     ws_max_unauthenticated: int = _env("WS_MAX_UNAUTHENTICATED", _positive_int, default=256)
     # Largest first message of a socket that authenticates in it (read before the credential is known).
     ws_first_message_max_bytes: int = _env("WS_FIRST_MESSAGE_MAX_BYTES", _positive_int, default=16 * 1024)
-    # Look-ups of unknown keys one client address may cause per minute (cached keys are not counted); then 429.
+    # Failed look-ups (zsk_ secrets the keys table does not hold) one client address may make per minute; its next
+    # ones get 429. A key or token that is found always passes.
     auth_max_failures_per_min: int = _env("AUTH_MAX_FAILURES_PER_MIN", _positive_int, default=60)
+    # Keys-table look-ups one front runs at once (cached answers need none); more wait up to 5 s, then 503. Bounds
+    # what a flood of made-up keys costs DynamoDB and the front (botocore's connection pool holds 10).
+    auth_max_concurrent_lookups: int = _env("AUTH_MAX_CONCURRENT_LOOKUPS", _positive_int, default=10)
+    # Reverse proxies (addresses or CIDRs, comma-separated) whose X-Forwarded-For names the client; empty: the header
+    # is ignored and the peer address is the client. Limits per address apply to that client (IPv6: its /64).
+    trusted_proxies: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = _env(
+        "TRUSTED_PROXIES", _networks, default=()
+    )
     # Jobs one credential may have queued or running from one front, as a share of MAX_QUEUE (0.5: 128 of 256).
     credential_queue_share: float = _env("CREDENTIAL_QUEUE_SHARE", _positive_float, default=0.5)
     # Avatar server (``zsynth avatar``): port, live sessions per box, timeouts, ICE and the default voice.

@@ -21,7 +21,8 @@ SETTINGS: Final = web.AppKey("settings", Settings)
 REDIS: Final = web.AppKey("redis", Redis)
 # Open realtime sockets, closed with GOING_AWAY when the front shuts down.
 WS_REGISTRY: Final = web.AppKey("ws_registry", weakref.WeakSet[web.WebSocketResponse])
-# Open realtime sockets per credential fingerprint on this front (ZSYNTH_WS_MAX_SOCKETS_PER_CREDENTIAL).
+# Open realtime sockets per credential owner on this front, a token counting as the key that minted it
+# (ZSYNTH_WS_MAX_SOCKETS_PER_CREDENTIAL).
 WS_PER_CREDENTIAL: Final = web.AppKey("ws_per_credential", collections.Counter[str])
 # Realtime sockets on this front that have not authenticated yet, under the key "" (ZSYNTH_WS_MAX_UNAUTHENTICATED).
 WS_UNAUTHENTICATED: Final = web.AppKey("ws_unauthenticated", collections.Counter[str])

@@ -122,8 +122,9 @@ def unreachable(message: str = "The speech service is unavailable.") -> Failure:
 
 
 def queue_owner(credential: Credential | None) -> str | None:
-    """Whose share of the queue a job counts against: the credential's fingerprint (none for an open server)."""
-    return credential.fingerprint if credential is not None and credential.kind != "open" else None
+    """Whose share of the queue a job counts against: the credential's owner, a token's minting key (none for an
+    open server), so the tokens of one key share that key's share."""
+    return credential.owner if credential is not None and credential.kind != "open" else None
 
 
 @dataclass(frozen=True, slots=True)

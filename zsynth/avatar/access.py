@@ -50,7 +50,7 @@ async def authorize(request: web.Request, access: Access) -> Credential:
     authenticator = request.app[AUTHENTICATOR]
     presented = read_credential(request, "session_token")
     try:
-        credential = await authenticator.verify(presented.secret, client=request.remote)
+        credential = await authenticator.verify(presented.secret, client=authenticator.client_of(request))
     except AuthError as err:
         if err.status == "missing_api_key":
             raise AvatarError(401, "missing_api_key", _MISSING_KEY) from err

@@ -15,7 +15,15 @@ from aiohttp import WSMsgType, web
 
 from .. import jsonbody
 from ..audio import OutputFormat, OutputFormatError, parse_output_format
-from ..auth import AUTHENTICATOR, AuthError, Credential, secret_from_message, secret_from_request, watch_credential
+from ..auth import (
+    AUTHENTICATOR,
+    AuthError,
+    Credential,
+    read_credential,
+    secret_from_message,
+    secret_from_request,
+    watch_credential,
+)
 from ..keys import REQUEST_ID, SETTINGS, WS_PER_CREDENTIAL
 from ..ratelimit import TokenBucket
 from ..voice_settings import InvalidParameter, check_seed, check_voice_settings
@@ -285,23 +293,38 @@ class Connection:
             raise WsError("invalid_message", "The first message must carry a 'text' field (a single space).")
 
     async def authenticate(self, first: dict[str, Any]) -> Credential:
-        """Verify the credential from the upgrade request or the first message; WsError when refused."""
-        secret = secret_from_request(self.request) or secret_from_message(first)
+        """Verify the credential from the upgrade request or the first message; WsError when refused.
+
+        A full key in the ``?authorization=`` query is refused: a URL ends up in proxy and browser logs, so only
+        short-lived tokens belong there.
+        """
+        presented = read_credential(self.request, "authorization")
+        secret = presented.secret or secret_from_message(first)
+        authenticator = self.request.app[AUTHENTICATOR]
         try:
-            self.credential = await self.request.app[AUTHENTICATOR].verify(secret, client=self.request.remote)
+            self.credential = await authenticator.verify(secret, client=authenticator.client_of(self.request))
         except AuthError as err:
             raise WsError(err.status, err.message) from err
+        if presented.in_query and self.credential.kind == "full":
+            raise WsError(
+                "invalid_api_key",
+                "Query parameter 'authorization' takes an ephemeral token only; send full keys in the xi-api-key "
+                "header or the first message.",
+            )
         self.on_authenticated()
         if self.credential.kind != "open":
+            # A token counts against the key that minted it: two tokens of one key hold no more than the key.
+            owner = self.credential.owner
             counts = self.request.app[WS_PER_CREDENTIAL]
             limit = self.request.app[SETTINGS].ws_max_sockets_per_credential
-            if counts[self.credential.fingerprint] >= limit:
+            if counts[owner] >= limit:
                 raise WsError(
                     "too_many_concurrent_requests",
-                    f"This key already holds {limit} open realtime sockets on this server; close one first.",
+                    f"This key (its tokens included) already holds {limit} open realtime sockets on this server; "
+                    "close one first.",
                 )
-            counts[self.credential.fingerprint] += 1
-            self._counted = self.credential.fingerprint
+            counts[owner] += 1
+            self._counted = owner
         if secret is not None and self.credential.key_hash is not None and self._watcher is None:
             # Expiry and revocation are enforced for the socket's whole life, not only at connect.
             self._watcher = asyncio.create_task(self._watch(secret), name=f"ws-auth-{self.socket_id}")
