@@ -196,6 +196,9 @@ class Settings:
     max_text_chars: int = _env("MAX_TEXT_CHARS", _positive_int, default=10000)
     # Largest request body the front reads (bytes); cloning uploads are the big ones.
     max_body_bytes: int = _env("MAX_BODY_BYTES", _positive_int, default=25 * 1024 * 1024)
+    # Largest JSON request body (bytes), on the speech API and the avatar server; MAX_BODY_BYTES is for multipart
+    # uploads only. Past it: 413 request_too_large, unparsed.
+    max_json_body_bytes: int = _env("MAX_JSON_BODY_BYTES", _positive_int, default=256 * 1024)
     # Full keys: one in ZSYNTH_API_KEY and/or a comma-separated list in ZSYNTH_API_KEYS; none = open API.
     api_key: str | None = _env("API_KEY", _optional_str, default=None)
     api_keys: tuple[str, ...] = _env("API_KEYS", _parse_list, default=())
