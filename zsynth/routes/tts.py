@@ -66,10 +66,13 @@ class TtsRequest:
 
 
 class VoiceSettingsInput(BaseModel):
-    """Per-request voice settings; unknown fields are ignored, out-of-range values are clamped."""
+    """Per-request voice settings; out-of-range values are clamped by the engine.
 
-    # Unknown fields travel to the worker as they came.
-    model_config = ConfigDict(extra="allow")
+    Unknown fields are dropped, as ElevenLabs ignores them (not refused: clients send newer fields), so they never
+    reach the job on Redis (:func:`zsynth.voice_settings.check_voice_settings`).
+    """
+
+    model_config = ConfigDict(extra="ignore")
 
     stability: float | None = None
     similarity_boost: float | None = None
@@ -113,7 +116,7 @@ class TextToSpeechRequest(BaseModel):
             raise refusal(err.code, err.message) from None
 
     def voice_settings_dict(self) -> dict[str, Any]:
-        """The voice settings as the worker takes them (unknown fields kept, nulls as sent)."""
+        """The voice settings as the worker takes them (the known fields sent, nulls as sent)."""
         return {} if self.voice_settings is None else self.voice_settings.model_dump(exclude_unset=True)
 
 
