@@ -19,6 +19,7 @@ from ..dispatch import JobFailed, JobStream
 from ..endpoints import Access, Endpoints, parse_body, parse_query, refusal
 from ..errors import ApiError
 from ..keys import REQUEST_ID, SETTINGS
+from ..logs import quoted
 from ..protocol import Event, Job
 from ..spoken import Spoken
 from ..synthesis import Failure, SynthesisFailed, SynthesisRequest, SynthesisService, classify, queue_owner
@@ -261,9 +262,9 @@ async def submit(request: web.Request, tts: TtsRequest, *, alignment: bool = Fal
             job.request_id,
             job.job_id,
             job.voice_id,
-            tts.voice_id,
+            quoted(tts.voice_id),
             tts.fmt.name,
-            tts.model_id or "-",
+            quoted(tts.model_id) if tts.model_id else "-",
             len(tts.text),
             extra={"request_id": job.request_id, "job_id": job.job_id},
         )
