@@ -236,6 +236,10 @@ class Settings:
     voices_resync_s: float = _env("VOICES_RESYNC", _positive_float, default=300.0)
     # How long a start waits for the comparison with the bucket before serving anyway (it goes on in the background).
     voices_start_wait_s: float = _env("VOICES_START_WAIT", _positive_float, default=10.0)
+    # A cloned-voice id the bucket does not have is remembered as missing for this long, in a list of at most this
+    # many ids (the oldest leave first), so repeated made-up ids do not each cost bucket reads.
+    voices_missing_ttl_s: float = _env("VOICES_MISSING_TTL", _positive_float, default=30.0)
+    voices_missing_max: int = _env("VOICES_MISSING_MAX", _positive_int, default=4096)
     # Every DynamoDB and S3 call (zsynth/aws.py): seconds to connect, seconds a read may wait for bytes, and attempts
     # in all (the first one included) before the call fails.
     aws_connect_timeout_s: float = _env("AWS_CONNECT_TIMEOUT", _positive_float, default=AWS_CONNECT_TIMEOUT_S)

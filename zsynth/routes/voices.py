@@ -234,6 +234,8 @@ async def voices_context(app: web.Application) -> AsyncIterator[None]:
         on_failure=count_failure,
         start_wait_s=settings.voices_start_wait_s,
         supervisor=Supervisor(on_restart=app[METRICS].count_restart),
+        missing_ttl_s=settings.voices_missing_ttl_s,
+        missing_max=settings.voices_missing_max,
     )
     await library.start()
     try:
