@@ -31,8 +31,9 @@ from .bodies import (
     Locators,
     Normalization,
     api_error,
+    checked_model_id,
     checked_voice_settings,
-    optional_string,
+    model_id_field,
     require,
     spoken_text,
     spoken_text_field,
@@ -97,7 +98,7 @@ class TextToSpeechRequest(BaseModel):
             "text", "This request's text has {length} characters and exceeds the character limit of {limit} characters."
         ),
     ] = spoken_text_field()
-    model_id: str | None = Field(default=None, description="Accepted and echoed; the engine is fixed.")
+    model_id: str | None = model_id_field("Accepted and echoed; the engine is fixed.")
     voice_settings: Annotated[VoiceSettingsInput | None, pydantic.BeforeValidator(_voice_settings)] = None
     seed: int | None = Field(default=None, ge=0, le=MAX_SEED)
     apply_text_normalization: Normalization
@@ -106,7 +107,7 @@ class TextToSpeechRequest(BaseModel):
     @pydantic.field_validator("model_id", mode="before")
     @classmethod
     def _model_id(cls, value: object) -> object:
-        return optional_string("model_id", value)
+        return checked_model_id("model_id", value)
 
     @pydantic.field_validator("seed", mode="before")
     @classmethod
