@@ -52,6 +52,8 @@ class WorkerVoices:
             resync_s=settings.voices_resync_s,
             on_change=engine.forget_voice,
             start_wait_s=settings.voices_start_wait_s,
+            missing_ttl_s=settings.voices_missing_ttl_s,
+            missing_max=settings.voices_missing_max,
         )
         self._loop: asyncio.AbstractEventLoop | None = None
 

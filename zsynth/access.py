@@ -27,6 +27,7 @@ from .auth import (
 from .endpoints import ENDPOINTS, Access, endpoint_of
 from .errors import ApiError, Handler
 from .keys import REQUEST_ID, SETTINGS
+from .logs import quoted
 from .metrics import METRICS
 
 logger = logging.getLogger(__name__)
@@ -112,11 +113,11 @@ async def open_cors_middleware(request: web.Request, handler: Handler) -> web.St
     ZSYNTH_CORS_OPEN_WRITES is set: any page a visitor opens could otherwise drive a server on their loopback."""
     if refuses_open_write(request, any_origin_only=True):
         logger.warning(
-            "request %s: %s %s from the page origin %r refused: open server, cross-origin write",
+            "request %s: %s %s from the page origin %s refused: open server, cross-origin write",
             request.get(REQUEST_ID, "-"),
             request.method,
-            request.path,
-            request.headers[hdrs.ORIGIN][:200],
+            quoted(request.path),
+            quoted(request.headers[hdrs.ORIGIN]),
         )
         raise ApiError(
             403,
@@ -173,7 +174,7 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
             "request %s: %s %s refused: %s (key %s)",
             request.get(REQUEST_ID, "-"),
             request.method,
-            request.path,
+            quoted(request.path),
             err.status,
             fingerprint(secret) if secret else "-",
         )

@@ -207,6 +207,9 @@ class Settings:
     max_text_chars: int = _env("MAX_TEXT_CHARS", _positive_int, default=10000)
     # Largest request body the front reads (bytes); cloning uploads are the big ones.
     max_body_bytes: int = _env("MAX_BODY_BYTES", _positive_int, default=25 * 1024 * 1024)
+    # Largest JSON request body (bytes), on the speech API and the avatar server; MAX_BODY_BYTES is for multipart
+    # uploads only. Past it: 413 request_too_large, unparsed.
+    max_json_body_bytes: int = _env("MAX_JSON_BODY_BYTES", _positive_int, default=256 * 1024)
     # Full keys: one in ZSYNTH_API_KEY and/or a comma-separated list in ZSYNTH_API_KEYS; none = open API.
     api_key: str | None = _env("API_KEY", _optional_str, default=None)
     api_keys: tuple[str, ...] = _env("API_KEYS", _parse_list, default=())
@@ -244,6 +247,10 @@ class Settings:
     voices_resync_s: float = _env("VOICES_RESYNC", _positive_float, default=300.0)
     # How long a start waits for the comparison with the bucket before serving anyway (it goes on in the background).
     voices_start_wait_s: float = _env("VOICES_START_WAIT", _positive_float, default=10.0)
+    # A cloned-voice id the bucket does not have is remembered as missing for this long, in a list of at most this
+    # many ids (the oldest leave first), so repeated made-up ids do not each cost bucket reads.
+    voices_missing_ttl_s: float = _env("VOICES_MISSING_TTL", _positive_float, default=30.0)
+    voices_missing_max: int = _env("VOICES_MISSING_MAX", _positive_int, default=4096)
     # Every DynamoDB and S3 call (zsynth/aws.py): seconds to connect, seconds a read may wait for bytes, and attempts
     # in all (the first one included) before the call fails.
     aws_connect_timeout_s: float = _env("AWS_CONNECT_TIMEOUT", _positive_float, default=AWS_CONNECT_TIMEOUT_S)

@@ -29,7 +29,8 @@ import pydantic_core
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from .jsonbody import BadJson, loads
+from .jsonbody import BadJson, BodyTooLarge, loads, read_limited
+from .keys import SETTINGS
 
 M = TypeVar("M", bound=pydantic.BaseModel)
 
@@ -229,6 +230,16 @@ def validate(model: type[M], data: object, error: ErrorFactory, context: Mapping
         raise error(*first_error(err)) from None
 
 
+async def json_body_bytes(request: web.Request, error: ErrorFactory) -> bytes:
+    """The raw bytes of a JSON body, at most the app's ZSYNTH_MAX_JSON_BODY_BYTES; past it, the transport's 413
+    ``request_too_large``, before anything is parsed (ZSYNTH_MAX_BODY_BYTES is for multipart uploads only)."""
+    limit = request.app[SETTINGS].max_json_body_bytes
+    try:
+        return await read_limited(request, limit)
+    except BodyTooLarge as err:
+        raise error(413, "request_too_large", f"The JSON body exceeds the limit of {err.limit} bytes.", None) from None
+
+
 async def parse_body(
     request: web.Request,
     model: type[M],
@@ -241,15 +252,16 @@ async def parse_body(
 ) -> M:
     """The JSON body as ``model``.
 
-    A body that is not strict JSON gets 400 ``invalid_json`` with the message ``bad_json`` (or what it makes of the
-    parser's complaint); an empty one, or one that is not an object, gets ``not_object`` (by default the same
-    message). ``optional`` takes a missing or blank body as ``{}``.
+    A body over ZSYNTH_MAX_JSON_BODY_BYTES gets 413 ``request_too_large`` (:func:`json_body_bytes`). A body that is
+    not strict JSON gets 400 ``invalid_json`` with the message ``bad_json`` (or what it makes of the parser's
+    complaint); an empty one, or one that is not an object, gets ``not_object`` (by default the same message).
+    ``optional`` takes a missing or blank body as ``{}``.
     """
 
     def complaint(err: BadJson) -> str:
         return bad_json if isinstance(bad_json, str) else bad_json(err)
 
-    raw = await request.read()
+    raw = await json_body_bytes(request, error)
     data: object = {}
     if raw.strip():
         try:

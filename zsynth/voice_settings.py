@@ -13,6 +13,8 @@ from typing import Any, Final
 MAX_SEED: Final = 4294967295
 # voice_settings fields that must be numbers when present.
 NUMERIC_SETTINGS: Final = ("stability", "similarity_boost", "style", "speed")
+#: Every voice_settings field a job carries (ElevenLabs' VoiceSettings); any other field is dropped.
+KNOWN_SETTINGS: Final = (*NUMERIC_SETTINGS, "use_speaker_boost")
 
 
 class InvalidParameter(ValueError):
@@ -27,10 +29,12 @@ class InvalidParameter(ValueError):
 
 
 def check_voice_settings(raw: object) -> dict[str, Any]:
-    """The request's voice settings; known fields must have their documented types (null means "default").
+    """The request's known voice settings; each must have its documented type (null means "default").
 
-    Unknown fields pass through to the engine, which ignores what it does not use. A number the engine's float()
-    cannot hold (a 400-digit integer) or a non-finite one is refused here, before any job exists.
+    Unknown fields are dropped, not refused: ElevenLabs accepts fields it does not know silently (clients send newer
+    ones, such as ``clone_strength``), and no engine reads them, so only the five known fields, each a number, a
+    boolean or null, reach the job put on Redis. A number the engine's float() cannot hold (a 400-digit integer) or
+    a non-finite one is refused here, before any job exists.
     """
     if raw is None:
         return {}
@@ -47,7 +51,7 @@ def check_voice_settings(raw: object) -> dict[str, Any]:
         raise InvalidParameter(
             "voice_settings.use_speaker_boost must be true or false.", "voice_settings.use_speaker_boost"
         )
-    return raw
+    return {name: raw[name] for name in KNOWN_SETTINGS if name in raw}
 
 
 def check_seed(value: object) -> int | None:

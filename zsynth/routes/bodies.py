@@ -90,6 +90,27 @@ def optional_string(name: str, value: object) -> object:
     return value
 
 
+#: The longest model id a request may name (ElevenLabs' ``model_id``, OpenAI's ``model``): it is echoed in the
+#: ``x-model-id`` header and logged, so a longer one is refused rather than carried.
+MAX_MODEL_ID_CHARS: Final = 128
+
+
+def checked_model_id(name: str, value: object) -> object:
+    """A before-validator's check of the model id field ``name``: None, or a string of at most
+    :data:`MAX_MODEL_ID_CHARS` characters (any such name is served by this deployment's engine)."""
+    optional_string(name, value)
+    if isinstance(value, str) and len(value) > MAX_MODEL_ID_CHARS:
+        raise refusal(
+            "invalid_parameters", f"Field '{name}' must be a model id of at most {MAX_MODEL_ID_CHARS} characters."
+        )
+    return value
+
+
+def model_id_field(description: str) -> Any:
+    """The field of a model id (:func:`checked_model_id` is its before-validator): optional, its length documented."""
+    return Field(default=None, max_length=MAX_MODEL_ID_CHARS, description=description)
+
+
 def spoken_text_field() -> Any:
     """The field of every spoken-text field (with :func:`spoken_text`): its schema, and the check run on a missing
     value too, so a missing text gets the API's message."""

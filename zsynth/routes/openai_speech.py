@@ -9,7 +9,7 @@ ElevenLabs routes.
   ``{"id": ...}``; anything else gets the swap-out voice.
 * ``speed`` (0.25-4.0) is mapped onto the engine's 0.7-1.2 by :func:`engine_speed`.
 * ``instructions`` is accepted and ignored: neither engine takes style prompts.
-* ``model`` is any string, echoed in ``x-model-id``.
+* ``model`` is any string of at most 128 characters, echoed in ``x-model-id``.
 * ``apply_text_normalization`` and ``pronunciation_dictionary_locators`` (ElevenLabs' fields, an extension here)
   work as on the ElevenLabs routes; break tags too.
 * ``stream_format: "sse"`` sends ``speech.audio.delta`` events (base64 audio in ``response_format``), then
@@ -28,7 +28,7 @@ from typing import Annotated, Any, Final
 
 import pydantic
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..audio import parse_output_format
 from ..endpoints import Access, Endpoints, parse_body, refusal
@@ -40,6 +40,8 @@ from .bodies import (
     Locators,
     Normalization,
     api_error,
+    checked_model_id,
+    model_id_field,
     one_of,
     optional_string,
     require,
@@ -98,7 +100,7 @@ class OpenAISpeechRequest(BaseModel):
         str,
         spoken_text("input", "'input' has {length} characters and exceeds the limit of {limit} characters."),
     ] = spoken_text_field()
-    model: str | None = Field(default=None, description="Any model name; accepted and echoed in x-model-id.")
+    model: str | None = model_id_field("Any model name; accepted and echoed in x-model-id.")
     instructions: str | None = Field(default=None, description="Accepted; the engines take no style prompts.")
     response_format: Annotated[str | None, one_of(*RESPONSE_FORMATS)] = Field(
         default=None, json_schema_extra={"default": "mp3"}
@@ -122,10 +124,15 @@ class OpenAISpeechRequest(BaseModel):
     apply_text_normalization: Normalization
     pronunciation_dictionary_locators: Locators
 
-    @pydantic.field_validator("model", "instructions", mode="before")
+    @pydantic.field_validator("model", mode="before")
     @classmethod
-    def _optional_string(cls, value: object, info: ValidationInfo) -> object:
-        return optional_string(str(info.field_name), value)
+    def _model(cls, value: object) -> object:
+        return checked_model_id("model", value)
+
+    @pydantic.field_validator("instructions", mode="before")
+    @classmethod
+    def _instructions(cls, value: object) -> object:
+        return optional_string("instructions", value)
 
     @pydantic.field_validator("response_format", mode="before")
     @classmethod

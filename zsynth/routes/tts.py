@@ -19,6 +19,7 @@ from ..dispatch import JobFailed, JobStream
 from ..endpoints import Access, Endpoints, parse_body, parse_query, refusal
 from ..errors import ApiError
 from ..keys import REQUEST_ID, SETTINGS
+from ..logs import quoted
 from ..protocol import Event, Job
 from ..spoken import Spoken
 from ..synthesis import Failure, SynthesisFailed, SynthesisRequest, SynthesisService, classify, queue_owner
@@ -30,8 +31,9 @@ from .bodies import (
     Locators,
     Normalization,
     api_error,
+    checked_model_id,
     checked_voice_settings,
-    optional_string,
+    model_id_field,
     require,
     spoken_text,
     spoken_text_field,
@@ -66,10 +68,13 @@ class TtsRequest:
 
 
 class VoiceSettingsInput(BaseModel):
-    """Per-request voice settings; unknown fields are ignored, out-of-range values are clamped."""
+    """Per-request voice settings; out-of-range values are clamped by the engine.
 
-    # Unknown fields travel to the worker as they came.
-    model_config = ConfigDict(extra="allow")
+    Unknown fields are dropped, as ElevenLabs ignores them (not refused: clients send newer fields), so they never
+    reach the job on Redis (:func:`zsynth.voice_settings.check_voice_settings`).
+    """
+
+    model_config = ConfigDict(extra="ignore")
 
     stability: float | None = None
     similarity_boost: float | None = None
@@ -93,7 +98,7 @@ class TextToSpeechRequest(BaseModel):
             "text", "This request's text has {length} characters and exceeds the character limit of {limit} characters."
         ),
     ] = spoken_text_field()
-    model_id: str | None = Field(default=None, description="Accepted and echoed; the engine is fixed.")
+    model_id: str | None = model_id_field("Accepted and echoed; the engine is fixed.")
     voice_settings: Annotated[VoiceSettingsInput | None, pydantic.BeforeValidator(_voice_settings)] = None
     seed: int | None = Field(default=None, ge=0, le=MAX_SEED)
     apply_text_normalization: Normalization
@@ -102,7 +107,7 @@ class TextToSpeechRequest(BaseModel):
     @pydantic.field_validator("model_id", mode="before")
     @classmethod
     def _model_id(cls, value: object) -> object:
-        return optional_string("model_id", value)
+        return checked_model_id("model_id", value)
 
     @pydantic.field_validator("seed", mode="before")
     @classmethod
@@ -113,7 +118,7 @@ class TextToSpeechRequest(BaseModel):
             raise refusal(err.code, err.message) from None
 
     def voice_settings_dict(self) -> dict[str, Any]:
-        """The voice settings as the worker takes them (unknown fields kept, nulls as sent)."""
+        """The voice settings as the worker takes them (the known fields sent, nulls as sent)."""
         return {} if self.voice_settings is None else self.voice_settings.model_dump(exclude_unset=True)
 
 
@@ -258,9 +263,9 @@ async def submit(request: web.Request, tts: TtsRequest, *, alignment: bool = Fal
             job.request_id,
             job.job_id,
             job.voice_id,
-            tts.voice_id,
+            quoted(tts.voice_id),
             tts.fmt.name,
-            tts.model_id or "-",
+            quoted(tts.model_id) if tts.model_id else "-",
             len(tts.text),
             extra={"request_id": job.request_id, "job_id": job.job_id},
         )

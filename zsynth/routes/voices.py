@@ -26,7 +26,7 @@ from pydantic import BaseModel, Field
 
 from .. import protocol
 from ..aws import client_config
-from ..endpoints import Access, Endpoints, parse_query, refusal, validate
+from ..endpoints import Access, Endpoints, json_body_bytes, parse_query, refusal, validate
 from ..errors import ApiError
 from ..jsonbody import BadJson, loads
 from ..keys import REDIS, REQUEST_ID, SETTINGS
@@ -234,6 +234,8 @@ async def voices_context(app: web.Application) -> AsyncIterator[None]:
         on_failure=count_failure,
         start_wait_s=settings.voices_start_wait_s,
         supervisor=Supervisor(on_restart=app[METRICS].count_restart),
+        missing_ttl_s=settings.voices_missing_ttl_s,
+        missing_max=settings.voices_missing_max,
     )
     await library.start()
     try:
@@ -789,7 +791,7 @@ async def edit_settings(request: web.Request) -> web.Response:
     voice = _voice_or_404(catalog, voice_id)
     try:
         # The message quotes the parser's complaint, so this body is read here rather than by parse_body.
-        raw = loads(await request.read())
+        raw = loads(await json_body_bytes(request, api_error))
     except BadJson as err:
         raise ApiError(400, "invalid_json", f"The body is not valid JSON: {err}") from err
     sent = validate(VoiceSettingsEdit, raw, api_error).model_dump(exclude_none=True)

@@ -32,6 +32,7 @@ import contextlib
 import json
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -62,6 +63,43 @@ class StorageUnavailable(RuntimeError):
 
 class VoiceGone(LookupError):
     """The voice is not in the library (never was, or was removed)."""
+
+
+class MissingIds:
+    """Clone ids the bucket lately answered it does not have: each for ``ttl_s`` seconds, at most ``size`` of them
+    (the oldest leave first), so made-up ids neither cost bucket reads each time nor grow memory without bound."""
+
+    def __init__(self, ttl_s: float, size: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl_s = ttl_s
+        self.size = size
+        self.clock = clock
+        self._until: OrderedDict[str, float] = OrderedDict()  # in insertion order, which is expiry order
+
+    def __len__(self) -> int:
+        return len(self._until)
+
+    def __contains__(self, voice_id: object) -> bool:
+        if not isinstance(voice_id, str):
+            return False
+        until = self._until.get(voice_id)
+        if until is None:
+            return False
+        if until <= self.clock():
+            del self._until[voice_id]
+            return False
+        return True
+
+    def add(self, voice_id: str) -> None:
+        """Remember ``voice_id`` as missing from now on."""
+        now = self.clock()
+        self._until.pop(voice_id, None)
+        self._until[voice_id] = now + self.ttl_s
+        while self._until and (len(self._until) > self.size or next(iter(self._until.values())) <= now):
+            self._until.popitem(last=False)
+
+    def discard(self, voice_id: str) -> None:
+        """Forget ``voice_id`` (it was announced or added)."""
+        self._until.pop(voice_id, None)
 
 
 @dataclass(slots=True)
@@ -104,6 +142,8 @@ class VoiceLibrary:
         on_failure: Callable[[], Awaitable[Any]] | None = None,
         start_wait_s: float = 10.0,
         supervisor: Supervisor | None = None,
+        missing_ttl_s: float = 30.0,
+        missing_max: int = 4096,
     ) -> None:
         self.store = store
         self.bucket = bucket
@@ -124,6 +164,7 @@ class VoiceLibrary:
         self.applied = 0  # announcements applied since start
         self._cursor = "0-0"
         self._fetches: dict[str, asyncio.Task[bool]] = {}
+        self.missing = MissingIds(missing_ttl_s, missing_max)  # ZSYNTH_VOICES_MISSING_TTL / _MAX
         self._tasks: list[asyncio.Task[None]] = []
         self._startup: asyncio.Task[None] | None = None
         # Loops end on this as well as on cancellation: a redis-py command interrupted by a cancel may swallow it.
@@ -326,7 +367,9 @@ class VoiceLibrary:
         ``fetch_wait_s``. False when it is in neither place; StorageUnavailable when the bucket did not answer."""
         if await asyncio.to_thread(self.store.get, voice_id) is not None:
             return True
-        if self.bucket is None or not is_clone_id(voice_id) or voice_id in self.store.tombstones():
+        if self.bucket is None or not is_clone_id(voice_id) or voice_id in self.missing:
+            return False
+        if voice_id in self.store.tombstones():
             return False
         task = self._fetches.get(voice_id)
         if task is None:
@@ -348,6 +391,7 @@ class VoiceLibrary:
             await self._failed(f"fetching {voice_id} from the bucket failed", err)
             raise StorageUnavailable(str(err)) from err
         if remote is None:
+            self.missing.add(voice_id)
             return False
         with contextlib.suppress(FileExistsError):
             await asyncio.to_thread(self.store.install, remote.meta, remote.reference)
@@ -410,6 +454,7 @@ class VoiceLibrary:
         if op == "delete" and is_clone_id(voice_id):
             await self._drop_local(voice_id)
         elif op == "put" and is_clone_id(voice_id):
+            self.missing.discard(voice_id)
             await self._refresh(voice_id, rev)
         elif op == "settings" and self.bucket is not None:
             local_rev = (await asyncio.to_thread(self.store.builtin_settings, voice_id))[0]

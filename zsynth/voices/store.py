@@ -47,7 +47,7 @@ _SETTINGS_ID_RE: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 def is_clone_id(voice_id: str) -> bool:
     """True when ``voice_id`` has the shape of a cloned voice's id (and so is safe as a directory name)."""
-    return bool(_ID_RE.match(voice_id))
+    return _ID_RE.fullmatch(voice_id) is not None  # match() with $ would take a trailing newline
 
 
 def new_voice_id() -> str:

@@ -15,6 +15,7 @@ from aiohttp import WSCloseCode, web
 from ..auth import AUTHENTICATOR, secret_from_request
 from ..errors import ApiError
 from ..keys import SETTINGS, WS_PER_CREDENTIAL, WS_REGISTRY, WS_UNAUTHENTICATED
+from ..logs import quoted
 from ..metrics import METRICS
 from .connection import Connection, WsError
 from .speaker import Speaker, cancel_all
@@ -64,7 +65,7 @@ async def run_socket(request: web.Request, kind: str, body: Body) -> web.WebSock
     registry.add(ws)
     conn = Connection(request, ws, kind, on_authenticated=authenticated)
     speakers: list[Speaker] = []
-    logger.info("socket %s: %s open for voice %s", conn.socket_id, kind, request.match_info.get("voice_id"))
+    logger.info("socket %s: %s open for voice %s", conn.socket_id, kind, quoted(request.match_info.get("voice_id")))
     try:
         await body(conn, speakers)
     except WsError as err:
