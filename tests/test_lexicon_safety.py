@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import aioboto3
 import aiohttp
 import pytest
 from elevenlabs import AsyncElevenLabs
@@ -22,7 +25,16 @@ from elevenlabs.pronunciation_dictionaries import (
 from zsynth.app import create_app
 from zsynth.dictionaries.cache import ByteBudgetCache
 from zsynth.dictionaries.rules import MAX_STRING_CHARS, Rule
-from zsynth.dictionaries.store import METAS_BUDGET, MISSES_BUDGET, DictionaryStore, DirectoryBackend, rules_bytes
+from zsynth.dictionaries.store import (
+    MAX_VERSION_BYTES,
+    METAS_BUDGET,
+    MISSES_BUDGET,
+    BucketBackend,
+    DictionaryStore,
+    DictionaryUnreadable,
+    DirectoryBackend,
+    rules_bytes,
+)
 
 from .helpers import front_process, make_settings
 from .s3_helpers import bucket_keys, create_bucket
@@ -148,11 +160,11 @@ def write_dictionary(data: Path, dictionary_id: str, version: bytes) -> None:
 )
 async def test_stored_rules_that_cannot_be_used_are_a_4xx_and_can_be_mended(front, version):
     _, base, data = front
-    dictionary_id = f"old{abs(hash(version)) % 10**8}"
+    dictionary_id = f"old{secrets.token_hex(6)}"
     write_dictionary(data, dictionary_id, version)
     locator = {"pronunciation_dictionary_locators": [{"pronunciation_dictionary_id": dictionary_id}]}
     async with aiohttp.ClientSession(timeout=TIMEOUT) as session:
-        calls = [
+        calls: list[tuple[str, str, dict[str, Any] | None]] = [
             ("GET", f"{BASE}/{dictionary_id}", None),
             ("GET", f"{BASE}/{dictionary_id}/v1/download", None),
             ("POST", f"{BASE}/{dictionary_id}/add-rules", {"rules": []}),
@@ -285,3 +297,27 @@ async def test_unknown_ids_cost_one_read_per_ttl_and_bounded_memory(tmp_path):
     assert store._latest.nbytes <= METAS_BUDGET and len(store._latest) <= METAS_BUDGET // 1024
     assert store._misses.nbytes <= MISSES_BUDGET and len(store._misses) <= MISSES_BUDGET // 1024
     assert await store.rules(made.id, made.version_id) == made.rules  # the real one still there
+
+
+async def test_a_version_past_its_largest_legal_size_is_not_downloaded(tmp_path, aws_endpoint):
+    oversize = b'{"rules": [' + b" " * MAX_VERSION_BYTES + b"]}"
+    bucket = await create_bucket()
+    async with aioboto3.Session().client("s3") as s3:
+        await s3.put_object(Bucket=bucket, Key="d/big/v1.json", Body=oversize)
+    write_dictionary(tmp_path, "big", oversize)
+    meta = (tmp_path / "dictionaries" / "big" / "meta.json").read_bytes()
+    async with aioboto3.Session().client("s3") as s3:
+        await s3.put_object(Bucket=bucket, Key="d/big/meta.json", Body=meta)
+    s3_backend = BucketBackend(bucket, "d/")
+    await s3_backend.open()
+    try:
+        counting = CountingBackend(tmp_path / "dictionaries")
+        for backend in (counting, s3_backend):
+            store = DictionaryStore(backend)
+            for _ in range(3):  # then from memory: the refusal is remembered, not downloaded again
+                with pytest.raises(DictionaryUnreadable, match="too large"):
+                    await store.rules("big", "v1")
+            assert store._versions.nbytes == 0
+        assert counting.reads == 2  # meta.json and one attempt at the version
+    finally:
+        await s3_backend.close()
