@@ -23,8 +23,8 @@ from aiohttp.http_exceptions import HttpProcessingError
 from .errors import ApiError
 
 #: Parts parsed between two turns given to the event loop.
-YIELD_EVERY: Final = 8
-CHUNK_BYTES: Final = 256 * 1024
+YIELD_EVERY: Final = 4
+CHUNK_BYTES: Final = 32 * 1024
 
 
 class BoundedMultipart:
