@@ -39,6 +39,7 @@ SEMANTIC_INPUTS = {
     ("GET", "/v1/pronunciation-dictionaries"),
     ("GET", "/v1/pronunciation-dictionaries/{dictionary_id}"),
     ("PATCH", "/v1/pronunciation-dictionaries/{dictionary_id}"),
+    ("DELETE", "/v1/pronunciation-dictionaries/{dictionary_id}"),
     ("POST", "/v1/pronunciation-dictionaries/{dictionary_id}/add-rules"),
     ("POST", "/v1/pronunciation-dictionaries/{dictionary_id}/set-rules"),
     ("POST", "/v1/pronunciation-dictionaries/{dictionary_id}/remove-rules"),

@@ -202,6 +202,8 @@ async def test_real_answers_match_the_document(client):
     assert status == 200
     assert b"NASA" in pls_body, pls_body  # the first version holds the rule it was made from
     assert (await c.call(client, "GET", version, dictionary_id=made["id"], version_id="nope"))[0] == 404
+    assert (await c.call(client, "DELETE", one, dictionary_id=made["id"]))[0] == 200
+    assert (await c.call(client, "DELETE", one, dictionary_id=made["id"]))[0] == 404
 
     assert c.seen == documented(), f"not exercised: {documented() - c.seen}"
 

@@ -233,12 +233,17 @@ class Settings:
     swapout_default_voice: str | None = _env("SWAPOUT_DEFAULT_VOICE", _optional_str, default=None)
     # Largest reference clip accepted by cloning (bytes of one uploaded file).
     voice_clip_max_bytes: int = _env("VOICE_CLIP_MAX_BYTES", _positive_int, default=20 * 1024 * 1024)
+    # Most parts one multipart upload (cloning, editing, a PLS lexicon, the demo's clone) may hold; beyond it 413
+    # too_many_parts, before the rest is parsed (each part costs the event loop, however small it is).
+    max_multipart_parts: int = _env("MAX_MULTIPART_PARTS", _positive_int, default=64)
     # The bucket that holds the voice library shared by every box (off when unset: voices stay on this box's disk);
     # objects live under <prefix><voice_id>/ (see zsynth/voices/bucket.py).
     voices_bucket: str | None = _env("VOICES_BUCKET", _optional_str, default=None)
     voices_prefix: str = _env("VOICES_PREFIX", _s3_prefix, default="voices/")
     # Pronunciation dictionaries live in the same bucket under this prefix (in <data_dir>/dictionaries without one).
     dictionaries_prefix: str = _env("DICTIONARIES_PREFIX", _s3_prefix, default="pronunciation-dictionaries/")
+    # Memory a front gives to the dictionary versions it has read (bytes, least recently used dropped first).
+    dictionary_cache_bytes: int = _env("DICTIONARY_CACHE_BYTES", _positive_int, default=32 * 1024 * 1024)
     # How long a request (front) or a job (worker) for a cloned voice this box lacks waits while it is fetched from
     # the bucket before the answer is 404 voice_not_found.
     voices_fetch_wait_s: float = _env("VOICES_FETCH_WAIT", _positive_float, default=5.0)

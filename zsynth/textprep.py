@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from . import marks
 from .dictionaries.rules import apply_rules
-from .dictionaries.store import DictionaryStore
+from .dictionaries.store import DictionaryStore, DictionaryUnreadable
 from .normalize import MODES, normalize, wants_normalization
 from .spoken import Spoken
 
@@ -103,11 +103,16 @@ async def prepare(text: str, options: TextOptions, engine: str, store: Dictionar
     for dictionary_id, version_id in options.locators:
         rules = None
         if store is not None:
-            if version_id is None:
-                meta = await store.meta(dictionary_id)
-                version_id = str(meta["latest_version_id"]) if meta else None
-            if version_id is not None:
-                rules = await store.rules(dictionary_id, version_id)
+            try:
+                if version_id is None:
+                    meta = await store.meta(dictionary_id)
+                    version_id = str(meta["latest_version_id"]) if meta else None
+                if version_id is not None:
+                    rules = await store.rules(dictionary_id, version_id)
+            except DictionaryUnreadable as err:  # stored by another program: the caller's to mend, not ours
+                raise TextOptionError(
+                    "pronunciation_dictionary_unreadable", str(err), "pronunciation_dictionary_locators"
+                ) from err
         if rules is None:
             raise TextOptionError(
                 "pronunciation_dictionary_not_found",

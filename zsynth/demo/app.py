@@ -16,7 +16,7 @@ from ..errors import ApiError, error_middleware
 from ..keys import REQUEST_ID, SETTINGS
 from ..middleware import request_id_middleware
 from ..server import run_server
-from .backend import DEMO_BACKEND, DemoBackend, UpstreamError, same_origin
+from .backend import DEMO_BACKEND, DemoBackend, UpstreamError, read_clone_form, same_origin
 
 logger = logging.getLogger(__name__)
 
@@ -57,11 +57,9 @@ async def clone(request: web.Request) -> web.Response:
         raise ApiError(403, "cross_origin_refused", "Clone uploads are accepted from the demo page only.")
     if not request.content_type.startswith("multipart/form-data"):
         raise ApiError(400, "invalid_content_type", "Send the clip as multipart/form-data with 'name' and 'files'.")
-    if request.content_length is not None and request.content_length > settings.max_body_bytes:
-        raise ApiError(413, "request_too_large", f"The upload exceeds {settings.max_body_bytes} bytes.")
-    content_type = request.headers["Content-Type"]
+    form = await read_clone_form(request, settings)
     try:
-        status, body = await request.app[DEMO_BACKEND].clone(request.content.iter_chunked(64 * 1024), content_type)
+        status, body = await request.app[DEMO_BACKEND].clone(form)
     except UpstreamError as err:
         raise ApiError(502, "upstream_unavailable", str(err)) from err
     try:

@@ -2,21 +2,23 @@
 
 The page never receives the full key. Per page load it gets a speech token (``POST /v1/tokens/ephemeral`` on the
 speech API) and an avatar session token (``POST /v1/streaming.create_token`` on the avatar server), minted here
-with the key. Cloning needs a full key, so uploads go through :meth:`DemoBackend.clone`.
+with the key. Cloning needs a full key, so uploads go through :meth:`DemoBackend.clone`, read here first within
+the speech API's own multipart limits (:mod:`zsynth.multipart`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterable, Awaitable
+from collections.abc import Awaitable
 from typing import Any, Final
 
 import aiohttp
-from aiohttp import web
+from aiohttp import hdrs, web
 from yarl import URL
 
 from ..config import Settings
+from ..multipart import BoundedMultipart
 
 logger = logging.getLogger(__name__)
 
@@ -169,15 +171,31 @@ class DemoBackend:
         session.update(speech=speech, avatar=avatar, avatars=avatars)
         return session
 
-    async def clone(self, body: AsyncIterable[bytes], content_type: str) -> tuple[int, bytes]:
-        """Forward a multipart clone upload to the speech API with the full key; its status and JSON body."""
+    async def clone(self, form: aiohttp.FormData) -> tuple[int, bytes]:
+        """Forward a clone upload (read by :func:`read_clone_form`) to the speech API with the full key; its status
+        and JSON body."""
         url = f"{self.api_url}/v1/voices/add"
-        headers = {**self._headers(), "Content-Type": content_type}
         try:
-            async with self.http.post(url, data=body, headers=headers, timeout=_CLONE_TIMEOUT) as resp:
+            async with self.http.post(url, data=form, headers=self._headers(), timeout=_CLONE_TIMEOUT) as resp:
                 return resp.status, await resp.read()
         except (aiohttp.ClientError, TimeoutError) as err:
             raise UpstreamError(f"{url} cannot be reached ({type(err).__name__})") from err
+
+
+async def read_clone_form(request: web.Request, settings: Settings) -> aiohttp.FormData:
+    """The page's clone upload, read here within the body and part limits before the full key forwards it."""
+    body = BoundedMultipart(request, max_bytes=settings.max_body_bytes, max_parts=settings.max_multipart_parts)
+    form = aiohttp.FormData(default_to_multipart=True)
+    while (part := await body.next()) is not None:
+        data = await body.read(part, settings.max_body_bytes, body.too_large())
+        if not part.name:
+            continue  # a nameless part is no field of the form
+        if part.filename is None:
+            form.add_field(part.name, data.decode("utf-8", "replace"))
+        else:
+            content_type = part.headers.get(hdrs.CONTENT_TYPE, "application/octet-stream")
+            form.add_field(part.name, data, filename=part.filename, content_type=content_type)
+    return form
 
 
 # The demo server's backend, which holds the full key and mints the page's tokens.

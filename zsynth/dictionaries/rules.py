@@ -19,6 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
+from defusedxml import DTDForbidden, EntitiesForbidden, ExternalReferenceForbidden
+from defusedxml import ElementTree as defused
+
 from .. import marks
 from ..spoken import Spoken
 
@@ -135,38 +138,64 @@ def _local(tag: str) -> str:
     return tag.rsplit("}", 1)[-1]
 
 
-def parse_pls(data: bytes) -> list[Rule]:
-    """The rules of a PLS lexicon: each grapheme of a lexeme gets its alias, or else its phoneme.
-
-    The lexicon's ``alphabet`` names the phoneme alphabet (``ipa``, or ``x-cmu``/``cmu-arpabet`` for ARPAbet).
-    PLS matching is case-sensitive on whole words, so the rules are too.
-    """
+def _lexicon_root(data: bytes) -> ET.Element:
     try:
-        root = ET.fromstring(data)  # noqa: S314 - the standard parser refuses entity expansion bombs since 3.7.1
+        # No DTD at all: entities declared in one are how a lexicon under 1 MiB becomes gigabytes (expat limits
+        # amplification only past 8 MiB of output), and external ones reach files and URLs.
+        root: ET.Element = defused.fromstring(data, forbid_dtd=True, forbid_entities=True, forbid_external=True)
+    except DTDForbidden as err:
+        raise RuleError("The PLS lexicon declares a DTD (<!DOCTYPE ...>); lexicons with a DTD are refused.") from err
+    except (EntitiesForbidden, ExternalReferenceForbidden) as err:
+        raise RuleError("The PLS lexicon declares entities; lexicons with entity declarations are refused.") from err
     except ET.ParseError as err:
         raise RuleError(f"The file is not a PLS lexicon: {err}.") from err
     if _local(root.tag) != "lexicon":
         raise RuleError("The file is not a PLS lexicon: its root element must be <lexicon>.")
-    declared = (root.get("alphabet") or "ipa").lower()
-    alphabet = "cmu-arpabet" if "cmu" in declared or "arpabet" in declared else "ipa"
+    return root
+
+
+def _lexeme_rules(lexeme: ET.Element, alphabet: str) -> list[dict[str, Any]]:
+    """A lexeme's rules in their JSON form: each grapheme gets the first alias, or else the first phoneme."""
+    graphemes = [(el.text or "").strip() for el in lexeme if _local(el.tag) == "grapheme"]
+    aliases = [(el.text or "").strip() for el in lexeme if _local(el.tag) == "alias"]
+    phonemes = [el for el in lexeme if _local(el.tag) == "phoneme" and (el.text or "").strip()]
+    found: list[dict[str, Any]] = []
+    for grapheme in filter(None, graphemes):
+        if aliases and aliases[0]:
+            found.append({"type": "alias", "string_to_replace": grapheme, "alias": aliases[0]})
+        elif phonemes:
+            own = (phonemes[0].get("alphabet") or "").lower()
+            kind = _alphabet(own) if own else alphabet
+            phoneme = str(phonemes[0].text).strip()
+            found.append({"type": "phoneme", "string_to_replace": grapheme, "phoneme": phoneme, "alphabet": kind})
+    return found
+
+
+def _alphabet(declared: str) -> str:
+    return "cmu-arpabet" if "cmu" in declared or "arpabet" in declared else "ipa"
+
+
+def parse_pls(data: bytes) -> list[Rule]:
+    """The rules of a PLS lexicon: each grapheme of a lexeme gets its alias, or else its phoneme.
+
+    The lexicon's ``alphabet`` names the phoneme alphabet (``ipa``, or ``x-cmu``/``cmu-arpabet`` for ARPAbet).
+    PLS matching is case-sensitive on whole words, so the rules are too. Each rule passes the checks of a rule sent
+    as JSON (:func:`parse_rule`); a lexicon with a DTD is refused.
+    """
+    root = _lexicon_root(data)
+    alphabet = _alphabet((root.get("alphabet") or "ipa").lower())
     rules: list[Rule] = []
-    for lexeme in root:
-        if _local(lexeme.tag) != "lexeme":
-            continue
-        graphemes = [(el.text or "").strip() for el in lexeme if _local(el.tag) == "grapheme"]
-        aliases = [(el.text or "").strip() for el in lexeme if _local(el.tag) == "alias"]
-        phonemes = [el for el in lexeme if _local(el.tag) == "phoneme" and (el.text or "").strip()]
-        for grapheme in filter(None, graphemes):
-            if aliases and aliases[0]:
-                rules.append(Rule(grapheme, "alias", alias=aliases[0]))
-            elif phonemes:
-                own = (phonemes[0].get("alphabet") or "").lower()
-                kind = ("cmu-arpabet" if "cmu" in own or "arpabet" in own else "ipa") if own else alphabet
-                rules.append(Rule(grapheme, "phoneme", phoneme=str(phonemes[0].text).strip(), alphabet=kind))
+    lexemes = (el for el in root if _local(el.tag) == "lexeme")
+    for number, lexeme in enumerate(lexemes, start=1):
+        for raw in _lexeme_rules(lexeme, alphabet):
+            if len(rules) >= MAX_RULES:
+                raise RuleError(f"A dictionary holds at most {MAX_RULES} rules.")
+            try:
+                rules.append(parse_rule(raw, len(rules)))
+            except RuleError as err:
+                raise RuleError(f"Lexeme {number} of the PLS lexicon: {err}") from err
     if not rules:
         raise RuleError("The PLS lexicon holds no lexeme with a grapheme and an alias or a phoneme.")
-    if len(rules) > MAX_RULES:
-        raise RuleError(f"A dictionary holds at most {MAX_RULES} rules.")
     return rules
 
 

@@ -3,11 +3,14 @@
 ``POST /v1/pronunciation-dictionaries/add-from-file`` (multipart: ``name``, ``file`` = a PLS lexicon,
 ``description``), ``POST .../add-from-rules`` (JSON), ``GET /v1/pronunciation-dictionaries`` (paged),
 ``GET .../{id}``, ``PATCH .../{id}`` (``name``, ``archived``), ``POST .../{id}/add-rules``, ``.../remove-rules`` and
-``.../set-rules`` (each makes a new version), and ``GET .../{id}/{version_id}/download`` (the version as PLS).
+``.../set-rules`` (each makes a new version), ``GET .../{id}/{version_id}/download`` (the version as PLS) and
+``DELETE .../{id}`` (the dictionary and its versions, for every front).
 
 Managing needs a full key: ephemeral tokens are refused by the auth middleware on every path here (they may still
 name dictionaries in ``pronunciation_dictionary_locators`` when they synthesize). Archiving only hides a
-dictionary from the list: requests that name it keep working, as upstream.
+dictionary from the list: requests that name it keep working, as upstream. A dictionary stored in a form this
+front cannot use (rules these checks refuse, written by another program) is 422
+``pronunciation_dictionary_unreadable``; ``set-rules`` replaces its rules and ``DELETE`` removes it.
 """
 
 from __future__ import annotations
@@ -19,8 +22,7 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any, Final, Literal
 
 import pydantic
-from aiohttp import BodyPartReader, web
-from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, RootModel, WithJsonSchema
 
 from ..aws import client_config
@@ -30,12 +32,14 @@ from ..dictionaries.store import (
     BucketBackend,
     Dictionary,
     DictionaryStore,
+    DictionaryUnreadable,
     DirectoryBackend,
     StorageUnavailable,
 )
 from ..endpoints import Access, Endpoints, parse_body, parse_query, refusal
 from ..errors import ApiError
-from ..keys import SETTINGS
+from ..keys import REQUEST_ID, SETTINGS
+from ..multipart import BoundedMultipart
 from .apidoc import json_body, optional
 from .bodies import api_error, one_of, refusing, require
 
@@ -45,6 +49,7 @@ routes = Endpoints()
 
 BASE: Final = "/v1/pronunciation-dictionaries"
 MAX_LEXICON_BYTES: Final = 1024 * 1024
+MAX_LEXICON_BODY_BYTES: Final = 2 * MAX_LEXICON_BYTES
 MAX_NAME_CHARS: Final = 200
 PERMISSION: Final = "admin"
 CREATED_BY: Final = "zsynth"
@@ -62,7 +67,7 @@ async def dictionaries_context(app: web.Application) -> AsyncIterator[None]:
         await backend.open()
     else:
         backend = DirectoryBackend(settings.data_dir / "dictionaries")
-    app[DICTIONARIES] = DictionaryStore(backend)
+    app[DICTIONARIES] = DictionaryStore(backend, settings.dictionary_cache_bytes)
     yield
     await app[DICTIONARIES].close()
 
@@ -309,16 +314,23 @@ def _rules_doc(operation_id: str, summary: str, body: type[BaseModel]) -> dict[s
     }
 
 
+def unreadable(err: DictionaryUnreadable) -> ApiError:
+    """The answer for a dictionary stored in a form this front cannot use (written by another program or version)."""
+    return ApiError(422, "pronunciation_dictionary_unreadable", str(err), param="pronunciation_dictionary_id")
+
+
 async def _store_call(coro: Any) -> Any:
     try:
         return await coro
     except StorageUnavailable as err:
         raise _unavailable(err) from err
+    except DictionaryUnreadable as err:
+        raise unreadable(err) from err
 
 
-async def _dictionary(request: web.Request) -> Dictionary:
+async def _dictionary(request: web.Request, *, with_rules: bool = True) -> Dictionary:
     dictionary_id = request.match_info["dictionary_id"]
-    dictionary = await _store_call(request.app[DICTIONARIES].get(dictionary_id))
+    dictionary = await _store_call(request.app[DICTIONARIES].get(dictionary_id, with_rules=with_rules))
     if dictionary is None:
         raise _not_found(dictionary_id)
     assert isinstance(dictionary, Dictionary)
@@ -347,28 +359,19 @@ async def add_from_rules(request: web.Request) -> web.Response:
 async def _read_lexicon(request: web.Request) -> tuple[dict[str, str], bytes | None]:
     if not request.content_type.startswith("multipart/"):
         raise ApiError(400, "invalid_content_type", "Send multipart/form-data with 'name' and a PLS 'file'.")
+    settings = request.app[SETTINGS]
+    # The whole body (boundaries and part headers too) is bounded: a lexicon and a few short fields.
+    limit = min(settings.max_body_bytes, MAX_LEXICON_BODY_BYTES)
+    body = BoundedMultipart(request, max_bytes=limit, max_parts=settings.max_multipart_parts)
+    too_large = ApiError(413, "request_too_large", f"A PLS upload is limited to {MAX_LEXICON_BYTES} bytes.")
     fields: dict[str, str] = {}
     lexicon: bytes | None = None
-    total = 0  # the whole body is bounded too: aiohttp's client_max_size does not apply to multipart reads
-    try:
-        reader = await request.multipart()
-        while (part := await reader.next()) is not None:
-            if not isinstance(part, BodyPartReader):
-                continue
-            data = bytearray()
-            while chunk := await part.read_chunk(64 * 1024):
-                data.extend(chunk)
-                total += len(chunk)
-                if len(data) > MAX_LEXICON_BYTES or total > 2 * MAX_LEXICON_BYTES:
-                    raise ApiError(413, "request_too_large", f"A PLS upload is limited to {MAX_LEXICON_BYTES} bytes.")
-            if part.name == "file":
-                lexicon = bytes(data)
-            elif part.name:
-                fields[part.name] = data.decode("utf-8", "replace")
-    except (ValueError, HttpProcessingError) as err:
-        # A part header aiohttp rejects (a control character in a field name) is the client's error, not ours.
-        message = getattr(err, "message", None) or str(err)
-        raise ApiError(400, "invalid_multipart", f"The multipart body could not be read: {message}") from err
+    while (part := await body.next()) is not None:
+        data = await body.read(part, MAX_LEXICON_BYTES, too_large)
+        if part.name == "file":
+            lexicon = data
+        elif part.name:
+            fields[part.name] = data.decode("utf-8", "replace")
     return fields, lexicon
 
 
@@ -504,7 +507,7 @@ async def list_dictionaries(request: web.Request) -> web.Response:
     summary="A dictionary with its latest rules.",
     path_params=_ID,
     responses={200: _WITH_RULES},
-    errors=(404,),
+    errors=(404, 422),
 )
 async def get_dictionary(request: web.Request) -> web.Response:
     """The dictionary with its latest version's rules."""
@@ -537,6 +540,31 @@ async def update_dictionary(request: web.Request) -> web.Response:
         meta["archived_time_unix"] = int(time.time()) if body.archived else None
     await _store_call(store.backend_put_meta(dictionary.id, meta))
     return web.json_response(_metadata(meta) | {"rules": [rule.to_json() for rule in dictionary.rules]})
+
+
+class DictionaryDeleted(BaseModel):
+    """The dictionary is gone."""
+
+    status: Literal["ok"]
+
+
+@routes.delete(
+    BASE + "/{dictionary_id}",
+    access=Access.FULL,
+    operationId="delete_dictionary",
+    tags=[TAG],
+    summary="Delete a dictionary and every version of it, for every front (within 2 s on the others).",
+    path_params=_ID,
+    responses={200: json_body("The dictionary and its versions are gone.", DictionaryDeleted)},
+    errors=(404,),
+)
+async def delete_dictionary(request: web.Request) -> web.Response:
+    """Delete a dictionary and its versions; requests that name it get 404 from then on, on every front."""
+    dictionary_id = request.match_info["dictionary_id"]
+    if not await _store_call(request.app[DICTIONARIES].delete(dictionary_id)):
+        raise _not_found(dictionary_id)
+    logger.info("request %s: dictionary %s deleted", request[REQUEST_ID], dictionary_id)
+    return web.json_response({"status": "ok"})
 
 
 async def _new_version(request: web.Request, dictionary: Dictionary, rules: list[Rule]) -> web.Response:
@@ -578,8 +606,9 @@ async def remove_rules(request: web.Request) -> web.Response:
     **_rules_doc("set_dictionary_rules", "A new version holding exactly these rules.", RulesRequest),
 )
 async def set_rules(request: web.Request) -> web.Response:
-    """A new version holding exactly the given rules."""
-    dictionary = await _dictionary(request)
+    """A new version holding exactly the given rules (the latest ones are not read: this mends a version that
+    cannot be read)."""
+    dictionary = await _dictionary(request, with_rules=False)
     rules = (await parse_body(request, RulesRequest, api_error, bad_json=_BAD_BODY)).parsed()
     return await _new_version(request, dictionary, rules)
 
@@ -597,7 +626,7 @@ async def set_rules(request: web.Request) -> web.Response:
             "content": {"application/pls+xml": {"schema": {"type": "string"}}},
         }
     },
-    errors=(404,),
+    errors=(404, 422),
 )
 async def download(request: web.Request) -> web.Response:
     """One version as a PLS lexicon."""

@@ -18,9 +18,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Final, Literal
 
 import pydantic
-from aiohttp import BodyPartReader, MultipartReader, hdrs, web
-from aiohttp.helpers import parse_mimetype
-from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp import web
 from aiohttp.typedefs import Handler
 from pydantic import BaseModel, Field
 
@@ -31,6 +29,7 @@ from ..errors import ApiError
 from ..jsonbody import BadJson, loads
 from ..keys import REDIS, REQUEST_ID, SETTINGS
 from ..metrics import METRICS
+from ..multipart import BoundedMultipart
 from ..supervise import Supervisor
 from ..voices import DEFAULT_SETTINGS, StoredVoice, VoiceCatalog, VoiceConfigError, VoiceStore, is_clone_id
 from ..voices.bucket import VoiceBucket
@@ -507,21 +506,6 @@ class Upload:
     files: list[tuple[str, bytes]] = field(default_factory=list)
 
 
-async def _read_part(part: BodyPartReader, limit: int, on_overflow: ApiError) -> bytes:
-    data = bytearray()
-    while chunk := await part.read_chunk(256 * 1024):
-        data.extend(chunk)
-        if len(data) > limit:
-            raise on_overflow
-    return bytes(data)
-
-
-def _part_overhead(boundary: str, part: BodyPartReader | MultipartReader) -> int:
-    """The bytes a part takes besides its data: ``--boundary`` and CRLF, and each ``Name: value`` header line."""
-    headers = sum(len(name) + len(value) + 4 for name, value in part.headers.items())
-    return len(boundary) + 4 + headers + 2
-
-
 async def read_upload(request: web.Request) -> Upload:
     """Parse the multipart body: text fields plus the clip parts named ``files`` (repeatable) or ``file``."""
     if not request.content_type.startswith("multipart/"):
@@ -530,46 +514,22 @@ async def read_upload(request: web.Request) -> Upload:
             "invalid_content_type",
             "Send multipart/form-data with a 'name' field and the reference clip as 'files' (or 'file'). " + ADVICE,
         )
-    clip_limit = request.app[SETTINGS].voice_clip_max_bytes
+    settings = request.app[SETTINGS]
+    clip_limit = settings.voice_clip_max_bytes
     too_large = ApiError(400, "clip_too_large", f"A file is larger than the limit of {clip_limit} bytes. {ADVICE}")
-    # aiohttp's client_max_size does not apply to request.multipart(): the whole body counts against
-    # ZSYNTH_MAX_BODY_BYTES here, as JSON bodies do, so endless small fields cannot be read without bound.
-    body_limit = request.app[SETTINGS].max_body_bytes
-    body_too_large = ApiError(
-        413, "request_too_large", f"The request body is larger than the limit of {body_limit} bytes."
-    )
-    if request.content_length is not None and request.content_length > body_limit:
-        raise body_too_large
+    # The whole body, boundaries and part headers included, counts against ZSYNTH_MAX_BODY_BYTES, as JSON bodies do.
+    body = BoundedMultipart(request, max_bytes=settings.max_body_bytes, max_parts=settings.max_multipart_parts)
     upload = Upload()
-    total = 0
-    boundary = parse_mimetype(request.headers.get(hdrs.CONTENT_TYPE, "")).parameters.get("boundary", "")
-    try:
-        reader = await request.multipart()
-        while (part := await reader.next()) is not None:
-            # Every part counts, empty ones too: its boundary line and headers are body bytes like its data.
-            total += _part_overhead(boundary, part)
-            if total > body_limit:
-                raise body_too_large
-            if not isinstance(part, BodyPartReader):
-                continue
-            name = part.name or ""
-            if name in ("file", "files"):
-                if len(upload.files) >= MAX_FILES:
-                    raise ApiError(400, "too_many_files", f"Send at most {MAX_FILES} files. {ADVICE}", param="files")
-                data = await _read_part(part, clip_limit, too_large)
-                upload.files.append((part.filename or f"clip-{len(upload.files) + 1}", data))
-            else:
-                overflow = ApiError(400, "invalid_parameters", f"Field {name!r} is too long.", param=name)
-                data = await _read_part(part, MAX_FIELD_BYTES, overflow)
-                upload.fields[name] = data.decode("utf-8", "replace")
-            total += len(data)
-            if total > body_limit:
-                raise body_too_large
-    except (ValueError, HttpProcessingError) as err:
-        # A part header aiohttp rejects (a control character in a field name) raises InvalidHeader, an
-        # HttpProcessingError: a bad request, not a server error.
-        message = getattr(err, "message", None) or str(err)
-        raise ApiError(400, "invalid_multipart", f"The multipart body could not be read: {message}") from err
+    while (part := await body.next()) is not None:
+        name = part.name or ""
+        if name in ("file", "files"):
+            if len(upload.files) >= MAX_FILES:
+                raise ApiError(400, "too_many_files", f"Send at most {MAX_FILES} files. {ADVICE}", param="files")
+            data = await body.read(part, clip_limit, too_large)
+            upload.files.append((part.filename or f"clip-{len(upload.files) + 1}", data))
+        else:
+            overflow = ApiError(400, "invalid_parameters", f"Field {name!r} is too long.", param=name)
+            upload.fields[name] = (await body.read(part, MAX_FIELD_BYTES, overflow)).decode("utf-8", "replace")
     return upload
 
 
