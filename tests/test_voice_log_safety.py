@@ -22,11 +22,12 @@ import aiohttp
 from redis.asyncio import Redis
 
 from zsynth import protocol
+from zsynth.app import create_app
 from zsynth.voices.bucket import VoiceBucket
 from zsynth.voices.library import VOICE_LIBRARY
 from zsynth.voices.store import VoiceStore
 
-from .helpers import WorkerProcess, assert_speech, decode_audio, front_process, redis_text
+from .helpers import WorkerProcess, assert_speech, decode_audio, front_process, make_settings, redis_text
 from .s3_helpers import PREFIX, create_bucket, start_front
 from .voice_clips import reference_file
 
@@ -175,10 +176,6 @@ async def test_without_a_bucket_a_delete_announcement_never_removes_a_voice_from
 ):
     """One box, no bucket: its disk is the truth; the front that removes a voice removes it itself, so a delete on
     the log (forged, or from another box on the same Redis) takes nothing off this disk."""
-    from zsynth.app import create_app
-
-    from .helpers import make_settings
-
     front = await aiohttp_client(create_app(make_settings(private_redis_url, tmp_path)))
     base = str(front.make_url("")).rstrip("/")
     voice_id = await _clone(base)
