@@ -4,8 +4,9 @@ The worker runs a :class:`~zsynth.voices.library.VoiceLibrary` in its event loop
 removed voices are applied to the box's disk and make the engine forget what it kept about the voice. The engine
 thread asks :meth:`WorkerVoices.spec` for a job's voice; a cloned voice missing from the disk is fetched from the
 bucket (at most ``ZSYNTH_VOICES_FETCH_WAIT``), and one that cannot be had fails the job with
-:class:`VoiceUnavailable`. Another voice is never substituted: the swap-out voice is the front's decision, made only
-for ids that are neither clone ids nor built-in ids.
+:class:`VoiceUnavailable`, as does one whose reference clip fails the upload checks (read from its header: channels,
+rate, length), so no engine ever decodes a clip an upload could not have made. Another voice is never substituted:
+the swap-out voice is the front's decision, made only for ids that are neither clone ids nor built-in ids.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import logging
 from zsynth.aws import client_config
 from zsynth.config import Settings
 from zsynth.voices import StoredVoice, VoiceStore, is_clone_id
-from zsynth.voices.bucket import VoiceBucket
+from zsynth.voices.bucket import VoiceBucket, VoiceRefused
+from zsynth.voices.clips import ADVICE, ClipError, clip_header
 from zsynth.voices.library import StorageUnavailable, VoiceLibrary
 
 from .engines import Engine, VoiceSpec
@@ -39,7 +41,12 @@ class WorkerVoices:
         self.settings = settings
         self.store = VoiceStore(settings.voices_dir)
         bucket = (
-            VoiceBucket(settings.voices_bucket, settings.voices_prefix, client_config(settings))
+            VoiceBucket(
+                settings.voices_bucket,
+                settings.voices_prefix,
+                client_config(settings),
+                clip_max_bytes=settings.voice_clip_max_bytes,
+            )
             if settings.voices_bucket
             else None
         )
@@ -74,7 +81,21 @@ class WorkerVoices:
         stored = self.store.get(voice_id)
         if stored is None:
             stored = self._fetch(voice_id)
+        self._check_clip(stored)
         return VoiceSpec(voice_id, str(stored.path), stored.meta, dict(stored.meta.get("settings") or {}))
+
+    @staticmethod
+    def _check_clip(stored: StoredVoice) -> None:
+        """The upload checks on the clip an engine is about to read (its header only; a bomb is never decoded)."""
+        try:
+            clip_header(stored.reference, stored.reference.name)
+        except (ClipError, ValueError) as err:
+            reason = err.message.removesuffix(ADVICE).strip(" .") if isinstance(err, ClipError) else str(err)
+            raise VoiceUnavailable(
+                "voice_not_found",
+                f"The voice {stored.voice_id} cannot be used: its reference clip is refused ({reason}); "
+                "no other voice was used.",
+            ) from err
 
     def _fetch(self, voice_id: str) -> StoredVoice:
         if self._loop is None:
@@ -82,6 +103,12 @@ class WorkerVoices:
         future = asyncio.run_coroutine_threadsafe(self.library.ensure(voice_id), self._loop)
         try:
             found = future.result(timeout=self.settings.voices_fetch_wait_s + 5.0)
+        except VoiceRefused as err:
+            raise VoiceUnavailable(
+                "voice_not_found",
+                f"The voice {voice_id} cannot be used: the voice library holds it in a form that is refused ({err}); "
+                "no other voice was used.",
+            ) from err
         except (StorageUnavailable, TimeoutError) as err:
             future.cancel()
             raise VoiceUnavailable(

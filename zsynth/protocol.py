@@ -39,6 +39,11 @@ BATCH_TAIL: Final = PREFIX + "queue:batch_tail"  # JSON of the newest unstarted 
 CANCEL_CHANNEL: Final = PREFIX + "cancel"  # pub/sub: job ids to stop now
 WORKERS: Final = PREFIX + "workers"  # set of worker ids that have ever registered
 VOICE_MIRROR_FAILURES: Final = PREFIX + "voices:mirror_failures"  # counter: S3 mirror attempts that failed
+# Counter: tombstones a front's start-up (or resync) put in the bucket for removals made through its API while the
+# bucket did not know of them (each is also logged).
+VOICE_TOMBSTONES_UPLOADED: Final = PREFIX + "voices:tombstones_uploaded"
+# Counter: delete announcements on VOICES_LOG that the bucket did not confirm (no tombstone): ignored.
+VOICE_DELETES_UNCONFIRMED: Final = PREFIX + "voices:deletes_unconfirmed"
 
 # ----- the voice library across boxes (see zsynth/voices/library.py) ---------------------------------------------
 # Stream of voice changes, one entry per add, edit, removal or saved settings: fields op (put, delete, settings),

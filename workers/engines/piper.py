@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
-import soundfile as sf
 
 from zsynth import marks
 from zsynth.text import SENTENCE_MAX_CHARS, split_sentences
+from zsynth.voices.clips import STORE_RATE, ClipError, decode_clip_file
 from zsynth.voices.store import check_reference, reference_name, reference_path, revision
 
 from .base import EngineChunk, VoiceSpec, clamp_setting, job_settings
@@ -138,11 +138,13 @@ class PiperEngine:
     def _measure_reference(self, voice: VoiceSpec, cache: Path, reference: Path) -> float | None:
         name = reference.name
         try:
-            pcm, rate = sf.read(reference, dtype="float32", always_2d=True)
-        except (OSError, RuntimeError) as err:
-            logger.warning("piper: voice %s has no readable reference (%s); speaking unshifted", voice.voice_id, err)
+            # The upload checks first (channels, rate, length from the header), then a bounded block-wise decode to
+            # mono: a clip whose header claims hours of 8 channels is refused unread.
+            pcm = decode_clip_file(reference)
+        except (ClipError, OSError, RuntimeError) as err:
+            logger.warning("piper: voice %s has no usable reference (%s); speaking unshifted", voice.voice_id, err)
             return None
-        value = median_f0(pcm.mean(axis=1), int(rate))
+        value = median_f0(pcm, STORE_RATE)
         logger.info("piper: voice %s reference median pitch %s Hz", voice.voice_id, value)
         try:
             # Other workers read this cache too: write a temporary file and rename it into place.

@@ -32,9 +32,9 @@ from ..metrics import METRICS
 from ..multipart import BoundedMultipart
 from ..supervise import Supervisor
 from ..voices import DEFAULT_SETTINGS, StoredVoice, VoiceCatalog, VoiceConfigError, VoiceStore, is_clone_id
-from ..voices.bucket import VoiceBucket
+from ..voices.bucket import VoiceBucket, VoiceRefused
 from ..voices.catalog import VOICES, clone_object, new_clone_meta
-from ..voices.clips import ADVICE, STORE_RATE, Clip, ClipError, build_reference, decode_clip, encode_wav
+from ..voices.clips import ADVICE, STORE_RATE, Clip, ClipError, decode_clips, encode_wav
 from ..voices.library import VOICE_LIBRARY, StorageUnavailable, VoiceGone, VoiceLibrary
 from ..voices.store import reference_name, revision
 from .apidoc import json_body
@@ -219,7 +219,12 @@ async def voices_context(app: web.Application) -> AsyncIterator[None]:
         await app[REDIS].incr(protocol.VOICE_MIRROR_FAILURES)
 
     bucket = (
-        VoiceBucket(settings.voices_bucket, settings.voices_prefix, client_config(settings))
+        VoiceBucket(
+            settings.voices_bucket,
+            settings.voices_prefix,
+            client_config(settings),
+            clip_max_bytes=settings.voice_clip_max_bytes,
+        )
         if settings.voices_bucket
         else None
     )
@@ -269,7 +274,8 @@ async def fetch_missing_voice(request: web.Request, handler: Handler) -> web.Str
     """Before any route with a ``{voice_id}`` that is a cloned voice's id this box lacks: fetch it from the library.
 
     The request waits at most ``ZSYNTH_VOICES_FETCH_WAIT``; a voice that is in the bucket is then spoken (or shown),
-    one that is not gets 404 ``voice_not_found``, never the swap-out voice; a bucket that does not answer gets 503.
+    one that is not (or whose clip fails the upload checks) gets 404 ``voice_not_found``, never the swap-out voice;
+    a bucket that does not answer gets 503.
     Runs after authentication (it is the innermost middleware), so only callers with a valid key make it fetch.
     """
     voice_id = request.match_info.get("voice_id")
@@ -278,6 +284,10 @@ async def fetch_missing_voice(request: web.Request, handler: Handler) -> web.Str
             found = await request.app[VOICE_LIBRARY].ensure(voice_id)
         except StorageUnavailable as err:
             raise storage_unavailable(err) from err
+        except VoiceRefused as err:  # the bucket holds it, but in a form no box takes (a clip over the limits)
+            raise ApiError(
+                404, "voice_not_found", f"The voice {voice_id} cannot be used: {err}.", param="voice_id"
+            ) from err
         if not found:
             raise voice_not_found(voice_id)
     return await handler(request)
@@ -550,9 +560,11 @@ def _labels(raw: str | None) -> dict[str, str]:
 
 
 def _decode(upload: Upload, limit: int) -> tuple[list[Clip], Any]:
-    """Decode and validate the uploaded clips into one reference (runs in a thread: a minute of MP3 takes a while)."""
-    clips: list[Clip] = [decode_clip(data, file_name, limit) for file_name, data in upload.files]
-    return clips, build_reference(clips)
+    """Decode and validate the uploaded clips into one reference (runs in a thread: a minute of MP3 takes a while).
+
+    Every file's header is read and the lengths summed before any file is decoded: clips over 60 s in total are
+    refused for the cost of their headers."""
+    return decode_clips(upload.files, limit)
 
 
 async def _reference(request: web.Request, upload: Upload) -> tuple[list[Clip], Any]:

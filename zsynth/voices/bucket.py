@@ -19,14 +19,30 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ..aws import S3Prefix
+from .clips import ADVICE, ClipError, check_clip
 from .store import META, check_meta, is_clone_id, reference_name, revision
 
 S3_ERRORS: Final = (BotoCoreError, ClientError, OSError, asyncio.TimeoutError)
 TOMBSTONE: Final = "tombstone.json"
 SETTINGS_DIR: Final = "_settings"
+# A meta.json or a saved setting is a few kilobytes; anything larger is refused unread.
+JSON_MAX_BYTES: Final = 1024 * 1024
+# The default cap on a reference clip (ZSYNTH_VOICE_CLIP_MAX_BYTES, as for uploads).
+CLIP_MAX_BYTES: Final = 20 * 1024 * 1024
+_READ_CHUNK: Final = 256 * 1024
+
+
+class VoiceRefused(ValueError):
+    """The bucket holds a voice this box will not take (a meta.json or a clip over its size cap, a reference that is
+    not an audio clip, a clip whose header breaks the upload limits): never written to a disk, never decoded."""
+
+
+class ObjectTooLarge(VoiceRefused):
+    """An object over its size cap: refused from its size, before its body is read."""
 
 
 def is_missing(err: BaseException) -> bool:
@@ -55,7 +71,17 @@ class RemoteVoice:
 
 
 class VoiceBucket(S3Prefix):
-    """S3 operations on ``s3://bucket/prefix`` (endpoint and credentials from the standard AWS variables)."""
+    """S3 operations on ``s3://bucket/prefix`` (endpoint and credentials from the standard AWS variables).
+
+    A reference clip is read only when its size is at most ``clip_max_bytes`` and then checked as an upload is
+    (:func:`~zsynth.voices.clips.check_clip`: size, channels, rate, length, from the header) before it is returned.
+    """
+
+    def __init__(
+        self, bucket: str, prefix: str, config: Config | None = None, *, clip_max_bytes: int = CLIP_MAX_BYTES
+    ) -> None:
+        super().__init__(bucket, prefix, config)
+        self.clip_max_bytes = clip_max_bytes
 
     def key(self, voice_id: str, name: str) -> str:
         """The object key of one file of a voice."""
@@ -64,9 +90,23 @@ class VoiceBucket(S3Prefix):
     def _settings_key(self, voice_id: str) -> str:
         return f"{self.prefix}{SETTINGS_DIR}/{voice_id}.json"
 
-    async def _get(self, key: str) -> bytes:
+    async def _get(self, key: str, limit: int = JSON_MAX_BYTES) -> bytes:
+        """The object's bytes; ObjectTooLarge, without reading its body, when its size is over ``limit``."""
         obj = await self._s3.get_object(Bucket=self.bucket, Key=key)
-        return bytes(await obj["Body"].read())
+        body = obj["Body"]
+        try:
+            size = int(obj.get("ContentLength") or 0)
+            if size > limit:
+                raise ObjectTooLarge(f"s3 object {key} is {size} bytes, over the limit of {limit}")
+            # Read at most one byte past the limit: a size header that lies cannot make this read more.
+            data = bytearray()
+            while chunk := await body.read(min(_READ_CHUNK, limit + 1 - len(data))):
+                data.extend(chunk)
+                if len(data) > limit:
+                    raise ObjectTooLarge(f"s3 object {key} is over the limit of {limit} bytes")
+        finally:
+            body.close()
+        return bytes(data)
 
     async def _put(self, key: str, body: bytes, content_type: str) -> None:
         await self._s3.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType=content_type)
@@ -102,8 +142,11 @@ class VoiceBucket(S3Prefix):
                 return None
             raise
         if not isinstance(meta, dict):
-            raise ValueError(f"s3 meta.json of {voice_id} is not an object")
-        check_meta(meta, voice_id)  # ValueError: never written to a disk, never fetched
+            raise VoiceRefused(f"s3 meta.json of {voice_id} is not an object")
+        try:
+            check_meta(meta, voice_id)  # never written to a disk, never fetched
+        except ValueError as err:
+            raise VoiceRefused(str(err)) from err
         return meta
 
     async def get_voice(self, voice_id: str) -> RemoteVoice | None:
@@ -111,12 +154,19 @@ class VoiceBucket(S3Prefix):
         meta = await self.get_meta(voice_id)
         if meta is None:
             return None
+        name = reference_name(meta)
         try:
-            reference = await self._get(self.key(voice_id, reference_name(meta)))
+            reference = await self._get(self.key(voice_id, name), self.clip_max_bytes)
         except ClientError as err:
             if is_missing(err):
                 return None  # an edit replaced the clip between the two reads; its announcement brings the new one
             raise
+        try:
+            # The checks an upload passes, from the header alone: what no box may decode (a bomb) stays unread.
+            check_clip(reference, name, self.clip_max_bytes)
+        except ClipError as err:
+            reason = err.message.removesuffix(ADVICE).strip().rstrip(".")
+            raise VoiceRefused(f"the reference clip of {voice_id} in the bucket is refused: {reason}") from err
         return RemoteVoice(meta, reference)
 
     async def remove_voice(self, voice_id: str) -> None:

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import IO, Any, Final
 
 import numpy as np
 import soundfile as sf
 import soxr
 
 MIN_SECONDS: Final = 5.0
+# Silence put between the clips of one reference.
+GAP_SECONDS: Final = 0.3
 MAX_SECONDS: Final = 60.0
 # Checked on the file's header before anything is decoded (a few kilobytes of FLAC can claim hours of 8 channels):
 MAX_CHANNELS: Final = 8
@@ -82,14 +86,109 @@ class _ForwardReader(sf.SoundFile):  # type: ignore[misc]  # soundfile ships no 
         return False
 
 
-def decode_clip(data: bytes, file_name: str, max_bytes: int) -> Clip:
-    """Decode one uploaded file to mono at STORE_RATE; raise ClipError for empty, oversized or undecodable files."""
-    if not data:
+@dataclass(frozen=True, slots=True)
+class ClipHeader:
+    """What a clip's header claims, read without decoding any audio."""
+
+    channels: int
+    rate: int
+    frames: int
+
+    @property
+    def seconds(self) -> float:
+        """The length the header claims."""
+        return self.frames / self.rate
+
+
+def check_size(size: int, file_name: str, max_bytes: int) -> None:
+    """Refuse (ClipError) an empty clip or one over ``max_bytes`` (ZSYNTH_VOICE_CLIP_MAX_BYTES)."""
+    if size <= 0:
         raise ClipError("invalid_audio", f"The file {file_name!r} is empty. {ADVICE}")
-    if len(data) > max_bytes:
+    if size > max_bytes:
         raise ClipError(
             "clip_too_large", f"The file {file_name!r} is larger than the limit of {max_bytes} bytes. {ADVICE}"
         )
+
+
+def check_header(header: ClipHeader, file_name: str) -> None:
+    """Refuse (ClipError) a header that claims more than MAX_CHANNELS, a rate over MAX_RATE or over MAX_SECONDS."""
+    if not 1 <= header.channels <= MAX_CHANNELS:
+        raise ClipError(
+            "invalid_audio",
+            f"The file {file_name!r} has {header.channels} channels; at most {MAX_CHANNELS}. {ADVICE}",
+        )
+    if not 0 < header.rate <= MAX_RATE:
+        raise ClipError(
+            "invalid_audio",
+            f"The file {file_name!r} has a sample rate of {header.rate} Hz; at most {MAX_RATE}. {ADVICE}",
+        )
+    if header.frames > MAX_SECONDS * header.rate:
+        raise _too_long(file_name)
+
+
+def _too_long(file_name: str) -> ClipError:
+    return ClipError(
+        "audio_too_long",
+        f"The file {file_name!r} is longer than {MAX_SECONDS:g} s; at most {MAX_SECONDS:g} s is accepted. {ADVICE}",
+    )
+
+
+def clip_header(source: bytes | str | os.PathLike[str], file_name: str) -> ClipHeader:
+    """Read and check a clip's header (bytes, or a file's path) without decoding it; ClipError when it is not audio
+    or breaks a limit. Uploads, clips fetched from the bucket and the clips a worker reads all pass here first."""
+    opened: str | os.PathLike[str] | IO[bytes] = io.BytesIO(source) if isinstance(source, bytes) else source
+    try:
+        info = sf.info(opened)
+    except (RuntimeError, ValueError, TypeError, EOFError, OSError) as err:
+        raise ClipError(
+            "invalid_audio", f"The file {file_name!r} could not be read as audio ({err}). {ADVICE}"
+        ) from err
+    header = ClipHeader(int(info.channels), int(info.samplerate), int(info.frames))
+    check_header(header, file_name)
+    return header
+
+
+def check_clip(data: bytes, file_name: str, max_bytes: int) -> ClipHeader:
+    """The checks every clip passes before it is decoded: its size, then its header (nothing is decoded)."""
+    check_size(len(data), file_name, max_bytes)
+    return clip_header(data, file_name)
+
+
+def check_total(headers: Sequence[ClipHeader]) -> None:
+    """Refuse (ClipError) clips whose headers add up, with the gaps between them, to more than MAX_SECONDS."""
+    total = sum(header.seconds for header in headers) + GAP_SECONDS * max(0, len(headers) - 1)
+    if total > MAX_SECONDS:
+        raise ClipError(
+            "audio_too_long",
+            f"The files add up to {total:.1f} s, over {MAX_SECONDS:g} s in total; at most {MAX_SECONDS:g} s is "
+            f"accepted. {ADVICE}",
+        )
+
+
+def decode_clips(files: Sequence[tuple[str, bytes]], max_bytes: int) -> tuple[list[Clip], np.ndarray]:
+    """Check every file's size and header and their total length, and only then decode them into one reference."""
+    check_total([check_clip(data, file_name, max_bytes) for file_name, data in files])
+    clips = [decode_clip(data, file_name, max_bytes) for file_name, data in files]
+    return clips, build_reference(clips)
+
+
+def decode_clip_file(path: str | os.PathLike[str]) -> np.ndarray:
+    """A clip on disk (a voice's reference, as a worker reads it) as mono at STORE_RATE: its header is checked
+    first, then it is decoded block by block, so its memory is bounded whatever the file holds."""
+    name = os.path.basename(path)
+    clip_header(path, name)
+    try:
+        with _ForwardReader(path) as fh:
+            return _read_mono(fh, name)
+    except ClipError:
+        raise
+    except (RuntimeError, ValueError, TypeError, EOFError, MemoryError, OSError) as err:
+        raise ClipError("invalid_audio", f"The file {name!r} could not be decoded as audio ({err}). {ADVICE}") from err
+
+
+def decode_clip(data: bytes, file_name: str, max_bytes: int) -> Clip:
+    """Decode one uploaded file to mono at STORE_RATE; raise ClipError for empty, oversized or undecodable files."""
+    check_size(len(data), file_name, max_bytes)
     try:
         with _ForwardReader(io.BytesIO(data)) as fh:
             fmt = str(fh.format)
@@ -118,21 +217,9 @@ def _read_mono(fh: _ForwardReader, file_name: str) -> np.ndarray:
 
     The header is not trusted for the length either: decoding stops as soon as more than MAX_SECONDS came out.
     """
-    channels, rate, frames = int(fh.channels), int(fh.samplerate), int(fh.frames)
-    if not 1 <= channels <= MAX_CHANNELS:
-        raise ClipError(
-            "invalid_audio", f"The file {file_name!r} has {channels} channels; at most {MAX_CHANNELS}. {ADVICE}"
-        )
-    if not 0 < rate <= MAX_RATE:
-        raise ClipError(
-            "invalid_audio", f"The file {file_name!r} has a sample rate of {rate} Hz; at most {MAX_RATE}. {ADVICE}"
-        )
-    too_long = ClipError(
-        "audio_too_long",
-        f"The file {file_name!r} is longer than {MAX_SECONDS:g} s; at most {MAX_SECONDS:g} s is accepted. {ADVICE}",
-    )
-    if frames > MAX_SECONDS * rate:
-        raise too_long
+    rate = int(fh.samplerate)
+    check_header(ClipHeader(int(fh.channels), rate, int(fh.frames)), file_name)
+    too_long = _too_long(file_name)
     resampler = None if rate == STORE_RATE else soxr.ResampleStream(rate, STORE_RATE, 1, dtype="float32", quality="HQ")
     block = max(1, int(rate * _BLOCK_S))
     parts: list[np.ndarray] = []
@@ -164,7 +251,7 @@ def active_seconds(pcm: np.ndarray, rate: int) -> float:
 
 def build_reference(clips: list[Clip]) -> np.ndarray:
     """Join the uploads into one reference and check it is long enough, short enough and not silent."""
-    gap = np.zeros(int(0.3 * STORE_RATE), dtype=np.float32)
+    gap = np.zeros(int(GAP_SECONDS * STORE_RATE), dtype=np.float32)
     parts: list[np.ndarray] = []
     for clip in clips:
         if parts:

@@ -7,11 +7,13 @@ Every front and every worker runs one :class:`VoiceLibrary` on its box's :class:
   ``voice_storage_unavailable`` with ``Retry-After``) and leaves nothing behind, so no box ever serves a voice another
   box cannot get. The change is then written to the box's disk and announced on :data:`protocol.VOICES_LOG`.
 * **Announcements** are read by every process with ``XREAD BLOCK`` from the last entry it applied: a new or edited
-  voice is fetched from the bucket into the disk cache, a removed one is dropped, and ``on_change`` lets a worker drop
-  its engine state for the voice. The stream is both the live feed and the catch-up log, so no announcement falls
-  between a subscription and a catch-up.
+  voice is fetched from the bucket into the disk cache, a removed one is dropped once the bucket confirms the removal
+  with its tombstone (the log is a hint, not an authority: anyone who can write to Redis can add to it), and
+  ``on_change`` lets a worker drop its engine state for the voice. The stream is both the live feed and the catch-up
+  log, so no announcement falls between a subscription and a catch-up.
 * **At start** a process compares the bucket with its disk (fetching what it lacks, dropping what was removed,
-  uploading voices cloned before the bucket was set, never one the bucket or this box has a tombstone for) and logs
+  uploading voices cloned before the bucket was set, never one the bucket or this box has a tombstone for, and a
+  tombstone only for a removal asked of this box's own API, logged and counted) and logs
   how many announcements it missed and how far behind it was. The start waits for that at most ``start_wait_s``;
   what is left goes on in the background while the process serves the built-in voices and those on its disk
   (:attr:`VoiceLibrary.catching_up`, and :attr:`VoiceLibrary.arriving` names the voices listed in the bucket and
@@ -44,7 +46,7 @@ from redis.typing import EncodableT, FieldT
 
 from .. import protocol
 from ..supervise import Supervisor
-from .bucket import S3_ERRORS, VoiceBucket
+from .bucket import S3_ERRORS, VoiceBucket, VoiceRefused
 from .store import StoredVoice, VoiceStore, is_clone_id, reference_name, revision
 
 logger = logging.getLogger(__name__)
@@ -113,6 +115,7 @@ class CatchUp:
     removed: int = 0
     uploaded: int = 0
     refreshed: int = 0
+    tombstones_uploaded: int = 0  # removals made through this box's API that the bucket did not have yet
     bucket_ok: bool = True
 
 
@@ -265,7 +268,7 @@ class VoiceLibrary:
                 await self._failed(f"reading {voice_id} from the bucket failed", err)
                 raise StorageUnavailable(str(err)) from err
             if meta is None:
-                await self._drop_local(voice_id)
+                await self._drop_local(voice_id, here=False)
                 raise VoiceGone(voice_id)
             return meta
         stored = await asyncio.to_thread(self.store.get, voice_id)
@@ -320,7 +323,7 @@ class VoiceLibrary:
                 await self._failed(f"removing {voice_id} from the bucket failed", err)
                 if not await self._tombstoned(voice_id):
                     raise StorageUnavailable(str(err)) from err
-        removed = await self._drop_local(voice_id)
+        removed = await self._drop_local(voice_id, here=True)
         await self._announce("delete", voice_id, 0)
         return removed
 
@@ -364,7 +367,8 @@ class VoiceLibrary:
 
     async def ensure(self, voice_id: str) -> bool:
         """Whether ``voice_id`` is (now) on this disk: fetched from the bucket when missing, waiting at most
-        ``fetch_wait_s``. False when it is in neither place; StorageUnavailable when the bucket did not answer."""
+        ``fetch_wait_s``. False when it is in neither place; StorageUnavailable when the bucket did not answer;
+        VoiceRefused when the bucket holds it in a form no box takes (its clip over the upload limits, say)."""
         if await asyncio.to_thread(self.store.get, voice_id) is not None:
             return True
         if self.bucket is None or not is_clone_id(voice_id) or voice_id in self.missing:
@@ -387,6 +391,9 @@ class VoiceLibrary:
         started = time.monotonic()
         try:
             remote = await self.bucket.get_voice(voice_id)
+        except VoiceRefused as err:
+            await self._failed(f"refusing {voice_id} from the bucket", err)
+            raise
         except (*S3_ERRORS, ValueError) as err:
             await self._failed(f"fetching {voice_id} from the bucket failed", err)
             raise StorageUnavailable(str(err)) from err
@@ -452,7 +459,7 @@ class VoiceLibrary:
         except ValueError:
             rev = 0
         if op == "delete" and is_clone_id(voice_id):
-            await self._drop_local(voice_id)
+            await self._apply_delete(voice_id, fields.get("box", ""))
         elif op == "put" and is_clone_id(voice_id):
             self.missing.discard(voice_id)
             await self._refresh(voice_id, rev)
@@ -466,6 +473,32 @@ class VoiceLibrary:
         self.applied += 1
         if self.on_change is not None:
             self.on_change(voice_id)
+
+    async def _apply_delete(self, voice_id: str, box: str) -> None:
+        """A removal announced on the log: acted on only once the bucket confirms it with its tombstone.
+
+        The log is a hint, not an authority: anyone who can write to Redis can add an entry, and a forged one must
+        not take a voice off any box (nor, through a start-up, put a tombstone in the bucket). A genuine removal
+        writes the tombstone before it is announced, so it is confirmed at once. Without a bucket, the front that
+        removed the voice already removed it from this box's disk; the others only forget it (``on_change``).
+        """
+        if self.bucket is None:
+            return
+        if await self.bucket.is_removed(voice_id):  # S3 errors: logged by the caller; the resync settles it
+            await self._drop_local(voice_id, here=False)
+            return
+        logger.warning(
+            "voice library: ignoring a delete announcement of %s (from box %r): the bucket holds no tombstone for it",
+            voice_id,
+            box[:64],
+        )
+        await self._count(protocol.VOICE_DELETES_UNCONFIRMED)
+
+    async def _count(self, counter: str) -> None:
+        try:
+            await self.redis.incr(counter)
+        except (RedisError, OSError) as err:  # the counter is best effort; the log line above is the record
+            logger.warning("voice library: could not count %s: %s", counter, err)
 
     async def _refresh(self, voice_id: str, rev: int | None) -> bool:
         """Bring a clone on this disk up to the bucket's revision; True when something was written or removed."""
@@ -481,7 +514,7 @@ class VoiceLibrary:
             # No readable voice can also be an edit replacing its clip right now: only a tombstone means removed.
             if local is None or not await self.bucket.is_removed(voice_id):
                 return False
-            return await self._drop_local(voice_id)
+            return await self._drop_local(voice_id, here=False)
         if local is not None and revision(local.meta) >= revision(remote.meta):
             return False
         await self._write_local(remote.meta, remote.reference)
@@ -498,8 +531,9 @@ class VoiceLibrary:
         self.store.invalidate()
         return True
 
-    async def _drop_local(self, voice_id: str) -> bool:
-        await asyncio.to_thread(self.store.add_tombstone, voice_id)
+    async def _drop_local(self, voice_id: str, *, here: bool) -> bool:
+        """Take the voice off this disk and remember the removal (``here``: asked of this box's API)."""
+        await asyncio.to_thread(self.store.add_tombstone, voice_id, here=here)
         removed = await asyncio.to_thread(self.store.remove, voice_id)
         self.store.invalidate()
         if removed and self.on_change is not None:
@@ -540,7 +574,7 @@ class VoiceLibrary:
         self.catch_up_report = report
         logger.info(
             "voice library: %s %s caught up: %d announcements missed, %.1f s behind%s; "
-            "restored %d, removed %d, refreshed %d, uploaded %d%s",
+            "restored %d, removed %d, refreshed %d, uploaded %d, tombstones uploaded %d%s",
             self.role,
             self.box_id,
             report.missed,
@@ -550,6 +584,7 @@ class VoiceLibrary:
             report.removed,
             report.refreshed,
             report.uploaded,
+            report.tombstones_uploaded,
             "" if report.bucket_ok else "; the bucket was unreachable, retrying in the background",
         )
         return report
@@ -567,10 +602,10 @@ class VoiceLibrary:
             report.bucket_ok = False
             return report
         local = set((await asyncio.to_thread(self.store.all)).keys())
-        removed_here = await asyncio.to_thread(self.store.tombstones)
         for voice_id in sorted(local & listing.tombstones):
-            if await self._drop_local(voice_id):
+            if await self._drop_local(voice_id, here=False):
                 report.removed += 1
+        removed_here = await self._settle_removals(listing.voices, report)
         missing = listing.voices - local - removed_here
         if self.catching_up:
             self.arriving = set(missing)
@@ -581,15 +616,50 @@ class VoiceLibrary:
         edited = listing.voices if report.trimmed else (listing.voices & (refresh or set()))
         report.refreshed += await self._refresh_all(local & edited, "refreshing")
         if self.role == "front":
-            for voice_id in sorted(removed_here & listing.voices):
-                # A removal made here before this box had a bucket: the bucket gets it now.
-                with contextlib.suppress(*S3_ERRORS):
-                    await self.bucket.remove_voice(voice_id)
             report.uploaded += await self._upload_all(local - listing.voices - listing.tombstones - removed_here)
         settings = listing.settings if report.trimmed else (listing.settings & (refresh or set()))
         await self._refresh_settings(settings)
         self.store.invalidate()
         return report
+
+    async def _settle_removals(self, alive: set[str], report: CatchUp) -> set[str]:
+        """Removals this disk remembers for voices the bucket still serves (``alive``); returns the ids still
+        removed here afterwards.
+
+        Only a removal asked of this box's API (while the bucket was not set, or unreachable) becomes a tombstone
+        in the bucket, on a front, logged and counted. A removal this box merely heard of is a belief the bucket
+        contradicts: it is forgotten and the voice comes back (a forged announcement, or one from a version that
+        did not ask the bucket first, never destroys a voice).
+        """
+        assert self.bucket is not None
+        removed = await asyncio.to_thread(self.store.tombstones)
+        contested = removed & alive
+        if not contested:
+            return removed
+        made_here = await asyncio.to_thread(self.store.tombstones_made_here)
+        for voice_id in sorted(contested):
+            if voice_id not in made_here:
+                logger.warning(
+                    "voice library: %s was believed removed on this box, but the bucket serves it and holds no "
+                    "tombstone: restoring it",
+                    voice_id,
+                )
+                await asyncio.to_thread(self.store.drop_tombstone, voice_id)
+                removed.discard(voice_id)
+            elif self.role == "front":
+                try:
+                    await self.bucket.remove_voice(voice_id)
+                except S3_ERRORS as err:
+                    await self._failed(f"uploading the tombstone of {voice_id} (removed on this box) failed", err)
+                    continue
+                report.tombstones_uploaded += 1
+                logger.warning(
+                    "voice library: uploaded a tombstone for %s: it was removed through this box's API while the "
+                    "bucket did not know it (removed everywhere now)",
+                    voice_id,
+                )
+                await self._count(protocol.VOICE_TOMBSTONES_UPLOADED)
+        return removed
 
     async def _refresh_all(self, voice_ids: set[str], what: str) -> int:
         done = 0

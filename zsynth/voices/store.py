@@ -7,7 +7,8 @@ Layout under ``Settings.voices_dir``::
     <voice_id>/reference*.wav   the reference clip, mono 16-bit PCM (an edit with a new clip writes a new name)
     <voice_id>/cache/           engine caches (conditioning computed once from the reference)
     .tmp-<pid>-<random>/        a voice being written by process <pid>; renamed into place only when complete
-    .deleted/<voice_id>         tombstone of a removal (kept: a removed voice is never restored from anywhere)
+    .deleted/<voice_id>         tombstone of a removal (kept: a removed voice is never restored from anywhere); it
+                                says whether the removal was asked of this box's API or learnt from the bucket
     .settings/<voice_id>.json   saved settings of a built-in voice
     .box-id                     this box's id in the voice library (one per data directory)
     .cursor                     the last voice-library announcement this box applied
@@ -36,6 +37,9 @@ logger = logging.getLogger(__name__)
 
 META: Final = "meta.json"
 REFERENCE: Final = "reference.wav"
+# The only names a meta.json may give its reference: the formats clips.py decodes (never meta.json, never a file that
+# is not audio).
+REFERENCE_SUFFIXES: Final = (".wav", ".flac", ".ogg", ".mp3")
 CACHE: Final = "cache"
 CLONE_PREFIX: Final = "custom-"
 _ID_RE: Final = re.compile(r"^custom-[A-Za-z0-9_-]{4,64}$")
@@ -43,6 +47,9 @@ _ID_RE: Final = re.compile(r"^custom-[A-Za-z0-9_-]{4,64}$")
 LEFTOVER_AGE_S: Final = 3600.0  # a temporary directory this old belongs to a writer that crashed
 _SETTLED_NS: Final = 2_000_000_000
 _SETTINGS_ID_RE: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+# What a removal marker in .deleted/ holds: where the removal came from.
+_REMOVED_HERE: Final = b"removed through this box's API\n"
+_REMOVED_ELSEWHERE: Final = b"removed elsewhere, confirmed by the bucket\n"
 
 
 def is_clone_id(voice_id: str) -> bool:
@@ -144,10 +151,18 @@ def check_meta(meta: Mapping[str, Any], voice_id: str) -> None:
 
 
 def check_reference(meta: Mapping[str, Any], voice_id: str) -> None:
-    """Refuse (ValueError) a ``reference`` that is not a bare file name inside the voice's directory."""
+    """Refuse (ValueError) a ``reference`` that is not a bare file name inside the voice's directory, or that names
+    a file other than an audio clip (meta.json itself, a tombstone, anything without an audio suffix)."""
     name = meta.get("reference")
-    if name is not None and not (isinstance(name, str) and is_bare_name(name)):
+    if name is None:
+        return
+    if not (isinstance(name, str) and is_bare_name(name)):
         raise ValueError(f"meta.json of {voice_id} names a reference outside its directory: {str(name)[:80]!r}")
+    if not name.lower().endswith(REFERENCE_SUFFIXES):
+        raise ValueError(
+            f"meta.json of {voice_id} names a reference that is not an audio clip ({', '.join(REFERENCE_SUFFIXES)}): "
+            f"{name[:80]!r}"
+        )
 
 
 def reference_path(voice_dir: Path, meta: Mapping[str, Any]) -> Path:
@@ -398,10 +413,14 @@ class VoiceStore:
 
     # ----- tombstones ------------------------------------------------------------------------------------------
 
-    def add_tombstone(self, voice_id: str) -> None:
-        """Remember a removal: a start-up never uploads a voice removed here (the bucket keeps its own tombstone)."""
+    def add_tombstone(self, voice_id: str, *, here: bool) -> None:
+        """Remember a removal: a start-up never uploads a voice removed here (the bucket keeps its own tombstone).
+
+        ``here`` is true for a removal asked of this box's API, false for one this box learnt from the bucket: only
+        the first kind may ever become a tombstone in the bucket (see :meth:`tombstones_made_here`).
+        """
         (self.root / ".deleted").mkdir(parents=True, exist_ok=True)
-        _write_file(self.root / ".deleted" / voice_id, b"")
+        _write_file(self.root / ".deleted" / voice_id, _REMOVED_HERE if here else _REMOVED_ELSEWHERE)
 
     def drop_tombstone(self, voice_id: str) -> None:
         """The bucket no longer has the voice."""
@@ -413,3 +432,13 @@ class VoiceStore:
         with contextlib.suppress(FileNotFoundError):
             return {name for name in os.listdir(self.root / ".deleted") if is_clone_id(name)}
         return set()
+
+    def tombstones_made_here(self) -> set[str]:
+        """Ids removed through this box's API (not merely heard of; the empty markers of earlier versions count as
+        heard of: they cannot say where the removal came from)."""
+        made: set[str] = set()
+        for voice_id in self.tombstones():
+            with contextlib.suppress(OSError):
+                if (self.root / ".deleted" / voice_id).read_bytes() == _REMOVED_HERE:
+                    made.add(voice_id)
+        return made
