@@ -203,6 +203,13 @@ class Settings:
     drain_timeout_s: float = _env("DRAIN_TIMEOUT", _positive_float, default=30.0)
     # Several fronts may share one port on a box (SO_REUSEPORT); the kernel balances connections.
     reuse_port: bool = _env("REUSE_PORT", _parse_bool, default=False)
+    # Connections of the three servers (zsynth/connections.py): seconds a new connection (or a kept-alive one that
+    # starts its next request) has to finish its request headers (and its TLS handshake) before it is closed; seconds
+    # an idle kept-alive connection stays open; connections one client address (an IPv6 /64) may hold open at once,
+    # more are answered 503 and closed (0: no cap; behind a reverse proxy every client shares its address).
+    header_timeout_s: float = _env("HEADER_TIMEOUT", _positive_float, default=10.0)
+    keepalive_timeout_s: float = _env("KEEPALIVE_TIMEOUT", _positive_float, default=75.0)
+    max_connections_per_address: int = _env("MAX_CONNECTIONS_PER_ADDRESS", _non_negative_int, default=256)
     # Load tests only: the simulated engine needs this explicit second switch (see workers/engines/simulated.py).
     load_test_only: bool = _env("LOAD_TEST_ONLY", _parse_bool, default=False)
     sim_chunk_hold_s: float = _env("SIM_CHUNK_HOLD", _positive_float, default=0.05)
