@@ -108,11 +108,11 @@ class AddressCounts:
         if now - self._warned_at >= _WARN_EVERY_S:
             self._warned_at = now
             logger.warning(
-                "%d connection(s) refused since the last warning: %s already holds %d open connections "
-                "(ZSYNTH_MAX_CONNECTIONS_PER_ADDRESS)",
-                self._refused,
+                "connection from %s refused: it holds %d open connections (ZSYNTH_MAX_CONNECTIONS_PER_ADDRESS); "
+                "%d refused from addresses at the cap since the last such warning",
                 bucket,
                 self.cap,
+                self._refused,
             )
             self._refused = 0
 
