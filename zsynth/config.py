@@ -222,9 +222,9 @@ class Settings:
     cors_origins: tuple[str, ...] = _env("CORS_ORIGINS", _parse_list, default=("*",))
     # With no keys and "*" above, pages on other sites are refused POST, PUT, PATCH and DELETE unless this is true.
     cors_open_writes: bool = _env("CORS_OPEN_WRITES", _parse_bool, default=False)
-    # Host names (besides localhost and loopback addresses) a request's Host may carry on a server without keys and
-    # on the demo; others get 421 (a DNS-rebinding page's requests carry its own name). "*" allows any. Set, it
-    # applies to servers with keys too.
+    # Host names (besides localhost and IP addresses, which cannot be rebound) a request's Host may carry on a server
+    # without keys and on the demo; others get 421 (a DNS-rebinding page's requests carry its own name). "*" allows
+    # any. Set, it applies to servers with keys too.
     allowed_hosts: tuple[str, ...] = _env("ALLOWED_HOSTS", _parse_list, default=())
     # Voices. The swap-out voice serves synthesis for unknown voice ids (default: the first built-in voice).
     swapout_default_voice: str | None = _env("SWAPOUT_DEFAULT_VOICE", _optional_str, default=None)

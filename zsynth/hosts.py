@@ -4,10 +4,12 @@ without keys.
 DNS rebinding: a page on ``attacker.example`` re-points its own name at 127.0.0.1 and then calls "itself". Its
 requests reach a server on the victim's loopback with ``Host: attacker.example`` and ``Origin:
 http://attacker.example``, so a check that compares ``Origin`` with ``Host`` passes. A server without keys, and the
-demo (which holds a full key), therefore answer only requests whose ``Host`` is a loopback name (``localhost``,
-127.0.0.0/8, ``[::1]``), the bound address, the host of ZSYNTH_DEMO_API_URL or ZSYNTH_DEMO_AVATAR_URL, or a name
-listed in ZSYNTH_ALLOWED_HOSTS; others get 421 ``host_not_allowed``. With keys the credential is the protection, so
-the list applies only when ZSYNTH_ALLOWED_HOSTS is set. A request without ``Host`` (HTTP/1.0) is not a browser's.
+demo (which holds a full key), therefore answer only requests whose ``Host`` is ``localhost``, an IP address, the
+bound address, the host of ZSYNTH_DEMO_API_URL or ZSYNTH_DEMO_AVATAR_URL, or a name listed in ZSYNTH_ALLOWED_HOSTS;
+other names get 421 ``host_not_allowed``. An IP address cannot be rebound (a page on ``http://10.0.0.5`` reaches only
+10.0.0.5), so it is let through as go-ethereum's ``--http.vhosts`` does: a box reached by its address (a health
+probe, a LAN client) needs no setting. With keys the credential is the protection, so the list applies only when
+ZSYNTH_ALLOWED_HOSTS is set. A request without ``Host`` (HTTP/1.0) is not a browser's.
 
 Browsers do not apply CORS to WebSockets, so on a server without keys an upgrade whose ``Origin`` is another site's
 (not an allowed host, not listed in ZSYNTH_CORS_ORIGINS) is refused with 403 ``cross_origin_refused``, as the
@@ -63,9 +65,20 @@ def is_loopback_name(name: str) -> bool:
         return False
 
 
+def cannot_be_rebound(name: str) -> bool:
+    """``localhost`` (browsers resolve it to loopback themselves) or an IP address: no DNS answer re-points it."""
+    if name == "localhost":
+        return True
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
 @dataclass(frozen=True, slots=True)
 class AllowedHosts:
-    """The names a server answers to besides the loopback ones."""
+    """The names a server answers to besides ``localhost`` and IP addresses."""
 
     names: frozenset[str]
     any_host: bool  # ZSYNTH_ALLOWED_HOSTS lists "*"
@@ -83,15 +96,18 @@ class AllowedHosts:
 
     def admits(self, name: str | None) -> bool:
         """Whether a request for host ``name`` is answered."""
-        return self.any_host or (name is not None and (name in self.names or is_loopback_name(name)))
+        return self.any_host or (name is not None and (name in self.names or cannot_be_rebound(name)))
 
     def admits_origin(self, origin: str) -> bool:
-        """Whether a page on ``origin`` (an ``Origin`` header) is on an allowed host."""
+        """Whether a page on ``origin`` (an ``Origin`` header) is on a loopback name or a named host (any IP address
+        is not enough here: a page served from the attacker's own address is another site; nor is ``*``, which turns
+        off the ``Host`` check only)."""
         try:
             name = URL(origin).host
         except ValueError:
             return False
-        return self.admits(name.lower().rstrip(".") if name else None)
+        name = name.lower().rstrip(".") if name else None
+        return name is not None and (name in self.names or is_loopback_name(name))
 
 
 def _is_open(app: web.Application) -> bool:
