@@ -16,6 +16,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from zsynth.connections import client_bucket
+
 from .helpers import front_process
 from .tls_certs import CertAuthority
 
@@ -185,3 +187,12 @@ async def test_direct_tls_has_the_same_deadline(redis_url, tmp_path, tls_pki) ->
         reader, writer = await connect(port, context=context)
         assert (await healthz(reader, writer)).startswith(b"HTTP/1.1 200")
         writer.close()
+
+
+def test_connections_are_counted_per_ipv4_address_and_per_ipv6_64() -> None:
+    assert client_bucket(("198.51.100.7", 5000)) == "198.51.100.7"
+    assert client_bucket(("2001:db8:1:2:aaaa::1", 5000, 0, 0)) == client_bucket(("2001:db8:1:2:ffff::9", 1, 0, 0))
+    assert client_bucket(("2001:db8:1:2::1", 5000, 0, 0)) == "2001:db8:1:2::/64"
+    assert client_bucket(("2001:db8:1:3::1", 5000, 0, 0)) != client_bucket(("2001:db8:1:2::1", 5000, 0, 0))
+    assert client_bucket(("::ffff:198.51.100.7", 5000, 0, 0)) == "198.51.100.7"
+    assert client_bucket("/run/zsynth.sock") is None and client_bucket(None) is None

@@ -15,6 +15,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from zsynth.config import Settings
+from zsynth.hosts import AllowedHosts, host_name
+
 from .helpers import WorkerProcess, free_port, front_process, status_and_code, zsynth_process
 
 KEY = "host-allowlist-full-key"
@@ -194,3 +197,23 @@ async def test_the_avatar_offers_token_minting_to_no_page(demo_stack) -> None:
             assert resp.status == 204 and resp.headers["Access-Control-Allow-Origin"] == "*"
         async with http.get(f"{avatar}/v1/avatars", headers={**page, "X-Api-Key": KEY}) as resp:
             assert resp.status == 200 and resp.headers["Access-Control-Allow-Origin"] == "*"
+
+
+def test_the_allowed_names_come_from_the_settings() -> None:
+    settings = Settings(
+        host="192.0.2.10",
+        allowed_hosts=("Speech.Example.com.",),
+        demo_api_url="https://api.example.com:8443",
+        demo_avatar_url="https://avatar.example.com",
+    )
+    hosts = AllowedHosts.from_settings(settings)
+    for host in ("speech.example.com:443", "API.example.com", "avatar.example.com", "localhost:8000", "[::1]:80"):
+        assert hosts.admits(host_name(host)), host
+    assert not hosts.admits(host_name(f"{REBOUND}:8000")) and not hosts.admits(None)
+    assert hosts.configured and not hosts.any_host
+    assert AllowedHosts.from_settings(Settings(allowed_hosts=("*",))).admits("anything.example")
+    # A WebSocket's page must be on loopback or a named host: any IP address is not enough, "*" neither.
+    assert hosts.admits_origin("http://localhost:8200") and hosts.admits_origin("https://speech.example.com")
+    assert hosts.admits_origin("http://192.0.2.10:8200")  # the bound address is named
+    assert not hosts.admits_origin("http://203.0.113.5") and not hosts.admits_origin("null")
+    assert not AllowedHosts.from_settings(Settings(allowed_hosts=("*",))).admits_origin("https://evil.example")
