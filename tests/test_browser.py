@@ -116,8 +116,10 @@ def page(browser: Any, demo_url: str) -> Iterator[tuple[Any, Received]]:
     received.attach(page)
     errors: list[str] = []
     page.on("pageerror", lambda err: errors.append(str(err)))
+    # The page runs under the demo's Content-Security-Policy: anything it refuses (a call, a script) fails the test.
+    page.on("console", lambda msg: errors.append(msg.text) if "Content Security Policy" in msg.text else None)
     page.goto(demo_url + "/")
-    page.wait_for_function("document.body.dataset.ready", timeout=30_000)
+    page.wait_for_function("() => document.body.dataset.ready", timeout=30_000)
     assert page.evaluate("document.body.dataset.ready") == "true", page.inner_text("#speech-status")
     yield page, received
     assert not errors, errors
@@ -146,7 +148,7 @@ def test_speak_streams_and_plays(page: tuple[Any, Received]) -> None:
     pg, received = page
     pg.fill("#text", "Hello from the browser. This sentence is streamed over HTTP and played as it arrives.")
     pg.click("#speak")
-    pg.wait_for_function("window.demoStats.speak.ended || window.demoStats.speak.error", timeout=60_000)
+    pg.wait_for_function("() => window.demoStats.speak.ended || window.demoStats.speak.error", timeout=60_000)
     speak = stats(pg, "speak")
     assert speak["error"] is None
     assert speak["bytes"] > 22050 * 2 * 2  # more than 2 s of 16-bit PCM at 22.05 kHz
@@ -161,11 +163,11 @@ def test_realtime_highlights_advance(page: tuple[Any, Received]) -> None:
     text = "Realtime speech arrives in pieces, and every character lights up when it is heard."
     pg.fill("#text", text)
     pg.click("#realtime")
-    pg.wait_for_function("window.demoStats.realtime.highlighted > 30", timeout=60_000)  # about half way
+    pg.wait_for_function("() => window.demoStats.realtime.highlighted > 30", timeout=60_000)  # about half way
     if os.environ.get("ZSYNTH_UPDATE_SCREENSHOT") == "1":
         SCREENSHOT.parent.mkdir(exist_ok=True)
         pg.screenshot(path=str(SCREENSHOT), full_page=True)
-    pg.wait_for_function("window.demoStats.realtime.ended || window.demoStats.realtime.error", timeout=60_000)
+    pg.wait_for_function("() => window.demoStats.realtime.ended || window.demoStats.realtime.error", timeout=60_000)
     realtime = stats(pg, "realtime")
     assert realtime["error"] is None
     assert realtime["frames"] >= 1 and realtime["bytes"] > 22050 * 2
@@ -181,11 +183,11 @@ def test_realtime_live_typing(page: tuple[Any, Received]) -> None:
     pg, received = page
     pg.check("#live")
     pg.click("#realtime")
-    pg.wait_for_function("document.getElementById('realtime').textContent === 'Finish'", timeout=30_000)
+    pg.wait_for_function("() => document.getElementById('realtime').textContent === 'Finish'", timeout=30_000)
     typed = "Typed live, word by word, and spoken while the words keep coming."
     pg.keyboard.type(typed, delay=25)
     pg.keyboard.press("Enter")
-    pg.wait_for_function("window.demoStats.realtime.ended || window.demoStats.realtime.error", timeout=60_000)
+    pg.wait_for_function("() => window.demoStats.realtime.ended || window.demoStats.realtime.error", timeout=60_000)
     realtime = stats(pg, "realtime")
     assert realtime["error"] is None
     assert pg.inner_text("#spoken").strip() == typed
@@ -201,7 +203,8 @@ def test_clone_goes_through_the_backend(page: tuple[Any, Received]) -> None:
     pg.fill("#clone-name", "Browser clone")
     pg.set_input_files("#clone-file", files=[{"name": "me.wav", "mimeType": "audio/wav", "buffer": reference_file()}])
     pg.click("#clone-form button[type=submit]")
-    pg.wait_for_function("document.getElementById('clone-status').textContent.startsWith('cloned')", timeout=60_000)
+    cloned = "() => document.getElementById('clone-status').textContent.startsWith('cloned')"
+    pg.wait_for_function(cloned, timeout=60_000)
     voice_id = pg.eval_on_selector("#voice", "select => select.value")
     assert voice_id.startswith("custom-")
     # A token cannot clone: the page could only have done it through the backend, which holds the key.
@@ -219,19 +222,19 @@ def test_avatar_streams_and_speaks(page: tuple[Any, Received]) -> None:
     pg, received = page
     pg.click("#tab-avatar")
     pg.click("#avatar-connect")
-    pg.wait_for_function("window.demoStats.avatar.ready || window.demoStats.avatar.error", timeout=60_000)
+    pg.wait_for_function("() => window.demoStats.avatar.ready || window.demoStats.avatar.error", timeout=60_000)
     assert stats(pg, "avatar")["error"] is None
-    pg.wait_for_function("document.getElementById('avatar-video').videoWidth > 0", timeout=30_000)
+    pg.wait_for_function("() => document.getElementById('avatar-video').videoWidth > 0", timeout=30_000)
     size = pg.eval_on_selector("#avatar-video", "v => [v.videoWidth, v.videoHeight]")
     assert size == [512, 512]
     first = pg.eval_on_selector("#avatar-video", "v => v.currentTime")
-    pg.wait_for_function(f"document.getElementById('avatar-video').currentTime > {first} + 0.5", timeout=30_000)
+    pg.wait_for_function(f"() => document.getElementById('avatar-video').currentTime > {first} + 0.5", timeout=30_000)
     pg.fill("#avatar-text", "Hello, I am the avatar in your browser.")
     pg.click("#avatar-speak")
-    pg.wait_for_function("window.demoStats.avatar.events.includes('avatar.start_talking')", timeout=60_000)
-    pg.wait_for_function("window.demoStats.avatar.spoken >= 1", timeout=60_000)
+    pg.wait_for_function("() => window.demoStats.avatar.events.includes('avatar.start_talking')", timeout=60_000)
+    pg.wait_for_function("() => window.demoStats.avatar.spoken >= 1", timeout=60_000)
     events = stats(pg, "avatar")["events"]
     assert events.index("avatar.start_talking") < events.index("avatar.stop_talking")
     pg.click("#avatar-disconnect")
-    pg.wait_for_function("!window.demoStats.avatar.connected", timeout=30_000)
+    pg.wait_for_function("() => !window.demoStats.avatar.connected", timeout=30_000)
     received.assert_no_full_key(pg)

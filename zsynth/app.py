@@ -8,6 +8,7 @@ from .access import auth_middleware, authenticator_ctx, open_cors_middleware, se
 from .config import Settings
 from .endpoints import OPENAPI_DOCUMENT, add_endpoints
 from .errors import error_middleware
+from .hosts import host_guard
 from .keys import SETTINGS
 from .metrics import METRICS, Metrics
 from .middleware import request_id_middleware
@@ -20,7 +21,13 @@ from .services import dispatcher, redis_client
 def create_app(settings: Settings) -> web.Application:
     """Build the speech API application for ``settings``."""
     app = web.Application(
-        middlewares=[request_id_middleware, error_middleware, open_cors_middleware, auth_middleware],
+        middlewares=[
+            request_id_middleware,
+            error_middleware,
+            host_guard(settings),
+            open_cors_middleware,
+            auth_middleware,
+        ],
         client_max_size=settings.max_body_bytes,
     )
     app[SETTINGS] = settings

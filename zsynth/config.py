@@ -217,6 +217,13 @@ class Settings:
     drain_timeout_s: float = _env("DRAIN_TIMEOUT", _positive_float, default=30.0)
     # Several fronts may share one port on a box (SO_REUSEPORT); the kernel balances connections.
     reuse_port: bool = _env("REUSE_PORT", _parse_bool, default=False)
+    # Connections of the three servers (zsynth/connections.py): seconds a new connection (or a kept-alive one that
+    # starts its next request) has to finish its request headers (and its TLS handshake) before it is closed; seconds
+    # an idle kept-alive connection stays open; connections one client address (an IPv6 /64) may hold open at once,
+    # more are answered 503 and closed (0: no cap; behind a reverse proxy every client shares its address).
+    header_timeout_s: float = _env("HEADER_TIMEOUT", _positive_float, default=10.0)
+    keepalive_timeout_s: float = _env("KEEPALIVE_TIMEOUT", _positive_float, default=75.0)
+    max_connections_per_address: int = _env("MAX_CONNECTIONS_PER_ADDRESS", _non_negative_int, default=256)
     # Load tests only: the simulated engine needs this explicit second switch (see workers/engines/simulated.py).
     load_test_only: bool = _env("LOAD_TEST_ONLY", _parse_bool, default=False)
     sim_chunk_hold_s: float = _env("SIM_CHUNK_HOLD", _positive_float, default=0.05)
@@ -229,6 +236,10 @@ class Settings:
     cors_origins: tuple[str, ...] = _env("CORS_ORIGINS", _parse_list, default=("*",))
     # With no keys and "*" above, pages on other sites are refused POST, PUT, PATCH and DELETE unless this is true.
     cors_open_writes: bool = _env("CORS_OPEN_WRITES", _parse_bool, default=False)
+    # Host names (besides localhost and IP addresses, which cannot be rebound) a request's Host may carry on a server
+    # without keys and on the demo; others get 421 (a DNS-rebinding page's requests carry its own name). "*" allows
+    # any. Set, it applies to servers with keys too.
+    allowed_hosts: tuple[str, ...] = _env("ALLOWED_HOSTS", _parse_list, default=())
     # Voices. The swap-out voice serves synthesis for unknown voice ids (default: the first built-in voice).
     swapout_default_voice: str | None = _env("SWAPOUT_DEFAULT_VOICE", _optional_str, default=None)
     # Largest reference clip accepted by cloning (bytes of one uploaded file).

@@ -20,6 +20,7 @@ ERROR_TYPES: Final = {
     405: "invalid_request",
     413: "validation_error",
     415: "validation_error",
+    421: "invalid_request",
     422: "validation_error",
     429: "rate_limit_error",
     501: "not_supported",

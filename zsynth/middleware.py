@@ -23,6 +23,17 @@ INTERNAL_MESSAGE: Final = "Something went wrong on our side."
 E = TypeVar("E", bound=Exception)
 
 
+class Refusal(Exception):
+    """A refusal raised by middleware every server shares (the host allow-list); each server's error middleware
+    answers it in that server's envelope."""
+
+    def __init__(self, http_status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.http_status = http_status
+        self.code = code
+        self.message = message
+
+
 class Envelope(Protocol[E]):
     """How one server answers errors: its exception type, how to build one, and how to render one."""
 
@@ -51,8 +62,9 @@ async def request_id_middleware(request: web.Request, handler: Handler) -> web.S
 
 
 def error_middleware_for(envelope: Envelope[E]) -> Middleware:
-    """The error middleware of a server: its own errors, aiohttp's HTTP errors (the ``Allow`` header kept) and any
-    other exception (logged with the request id, answered 500 ``internal_error``) in ``envelope``; never a traceback.
+    """The error middleware of a server: its own errors, a shared middleware's :class:`Refusal`, aiohttp's HTTP
+    errors (the ``Allow`` header kept) and any other exception (logged with the request id, answered 500
+    ``internal_error``) in ``envelope``; never a traceback.
 
     An HTTP error below 400 (a redirect) or one that already carries a JSON body passes through unchanged.
     """
@@ -63,6 +75,8 @@ def error_middleware_for(envelope: Envelope[E]) -> Middleware:
             return await handler(request)
         except envelope.error_type as err:
             return envelope.render(request, err)
+        except Refusal as err:
+            return envelope.render(request, envelope.make(err.http_status, err.code, err.message, {}))
         except web.HTTPException as exc:
             if exc.status < 400 or exc.content_type == "application/json":
                 raise

@@ -7,12 +7,16 @@ seconds, cancels what is left and runs the cleanup contexts. A second SIGTERM or
 Ctrl-C) ends it at once: the requests still running are cancelled, the cleanup contexts are skipped, and the
 process exits 0 like after a complete drain, since both stops were asked for. This matches the worker, whose second
 signal aborts its running job.
+
+Every connection has a deadline for its request headers, an idle keep-alive timeout and a per-address cap
+(:mod:`zsynth.connections`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import resource
 import signal
 import ssl
 from collections.abc import Coroutine
@@ -21,6 +25,7 @@ from typing import Any
 from aiohttp import web
 
 from .config import Settings
+from .connections import ConnectionLimits, GuardedSite, handler_options
 from .sdnotify import notify
 from .tls import TlsError, server_context
 from .tls import reload as reload_tls
@@ -29,6 +34,8 @@ from .voices.catalog import VoiceConfigError
 logger = logging.getLogger(__name__)
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# The soft open-file limit asked for where the hard limit is unlimited (a value the kernel's nr_open allows).
+_OPEN_FILES_WITHOUT_HARD_LIMIT = 65536
 
 
 class _Stop:
@@ -72,9 +79,14 @@ async def serve_app(app: web.Application, settings: Settings, port: int, name: s
     # Its handler goes in before the port listens: whoever sees the port open may send it at once, and its default
     # action would end the process.
     loop.add_signal_handler(signal.SIGHUP, _on_sighup, ssl_context, settings, name)
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=settings.drain_timeout_s)
+    raise_open_files_limit()
+    limits = ConnectionLimits.from_settings(settings)
+    options = handler_options(limits)
+    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=settings.drain_timeout_s, **options)
     await runner.setup()
-    site = web.TCPSite(runner, settings.host, port, reuse_port=settings.reuse_port, ssl_context=ssl_context)
+    site = GuardedSite(
+        runner, settings.host, port, limits, options, ssl_context=ssl_context, reuse_port=settings.reuse_port
+    )
     await site.start()
     # The stop signals keep their default action (end the process) until now: start-up has nothing to drain, and a
     # start-up stuck waiting on a service still ends on the first Ctrl-C.
@@ -100,6 +112,20 @@ async def serve_app(app: web.Application, settings: Settings, port: int, name: s
         logger.warning("%s stopped before its drain finished", name)
         return
     logger.info("%s stopped", name)
+
+
+def raise_open_files_limit() -> None:
+    """Raise the soft limit on open files to the hard one: every connection holds a descriptor, and the usual soft
+    default (1,024) is reached by a few clients long before the per-address cap or the memory is."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, _OPEN_FILES_WITHOUT_HARD_LIMIT)
+    if soft != resource.RLIM_INFINITY and target > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError) as err:
+            logger.warning("open-file limit stays %d: raising it to %d failed (%s)", soft, target, err)
+            return
+        logger.info("open-file limit raised from %d to %d", soft, target)
 
 
 def _on_sighup(ssl_context: ssl.SSLContext | None, settings: Settings, name: str) -> None:

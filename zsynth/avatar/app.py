@@ -14,6 +14,7 @@ from ..config import Settings
 from ..cors import any_origin, setup_cors
 from ..dispatch import DISPATCHER
 from ..endpoints import OPENAPI_DOCUMENT
+from ..hosts import host_guard
 from ..keys import SETTINGS
 from ..metrics import METRICS, Metrics
 from ..middleware import request_id_middleware
@@ -45,7 +46,13 @@ async def sessions(app: web.Application) -> AsyncIterator[None]:
 def create_avatar_app(settings: Settings, auth: Authenticator | None = None) -> web.Application:
     """Build the avatar server application for ``settings`` (``auth``: an auth core to use instead of the default)."""
     app = web.Application(
-        middlewares=[request_id_middleware, avatar_error_middleware, open_write_middleware, access_middleware],
+        middlewares=[
+            request_id_middleware,
+            avatar_error_middleware,
+            host_guard(settings),
+            open_write_middleware,
+            access_middleware,
+        ],
         client_max_size=1024 * 1024,
     )
     app[SETTINGS] = settings
@@ -57,8 +64,9 @@ def create_avatar_app(settings: Settings, auth: Authenticator | None = None) -> 
     app.cleanup_ctx.extend([redis_client, dispatcher, authenticator_ctx, sessions])
     app[OPENAPI_DOCUMENT] = lambda: document_bytes("avatar", settings)
     setup_routes(app)
-    # Any page may call: every route needs a key or a token, and a browser never holds a full key.
-    setup_cors(app, ("*",), allow_headers=ALLOW_HEADERS)
+    # Any page may call: every route needs a key or a token. Token minting is the exception: a full key belongs in a
+    # backend, so it is offered only to the origins ZSYNTH_CORS_ORIGINS names (none by default).
+    setup_cors(app, ("*",), allow_headers=ALLOW_HEADERS, full_key_origins=settings.cors_origins)
     any_origin(app)
     return app
 

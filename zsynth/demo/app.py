@@ -1,4 +1,9 @@
-"""The demo server: the page, its static files, ``GET /demo/session`` (tokens per load) and the clone proxy."""
+"""The demo server: the page, its static files, ``GET /demo/session`` (tokens per load) and the clone proxy.
+
+The demo holds a full key, so it answers only its allowed host names (:mod:`zsynth.hosts`) and every answer carries
+a Content-Security-Policy (its own script and style only; calls to itself and to the two APIs it names) and
+``X-Frame-Options: DENY``: no other page may frame it.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +15,11 @@ from typing import Final
 
 import aiohttp
 from aiohttp import web
+from yarl import URL
 
 from ..config import Settings
 from ..errors import ApiError, error_middleware
+from ..hosts import host_guard
 from ..keys import REQUEST_ID, SETTINGS
 from ..middleware import request_id_middleware
 from ..server import run_server
@@ -30,6 +37,27 @@ async def backend_ctx(app: web.Application) -> AsyncIterator[None]:
     async with aiohttp.ClientSession() as http:
         app[DEMO_BACKEND] = DemoBackend(app[SETTINGS], http)
         yield
+
+
+def content_security_policy(api_url: str, avatar_url: str) -> str:
+    """The page's policy: its own files, the favicon's ``data:`` URL, and calls (fetch and WebSocket) to this server
+    and to the speech API and avatar server at ``api_url`` and ``avatar_url``; no plugins, no framing."""
+    apis = [URL(url).origin() for url in (api_url, avatar_url)]
+    sockets = [api.with_scheme("wss" if api.scheme == "https" else "ws") for api in apis]
+    connect = " ".join(dict.fromkeys(str(url) for url in (*apis, *sockets)))
+    return (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        f"connect-src 'self' {connect}; object-src 'none'; base-uri 'none'; form-action 'self'; "
+        "frame-ancestors 'none'"
+    )
+
+
+async def security_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """Every answer (page, static files, JSON, errors) carries the policy for the page as this request opened it."""
+    api_url, avatar_url = request.app[DEMO_BACKEND].page_urls(request.url)
+    response.headers["Content-Security-Policy"] = content_security_policy(api_url, avatar_url)
+    response.headers["X-Frame-Options"] = "DENY"
+    response.headers["X-Content-Type-Options"] = "nosniff"
 
 
 async def index(request: web.Request) -> web.FileResponse:
@@ -72,8 +100,9 @@ async def clone(request: web.Request) -> web.Response:
 
 def create_demo_app(settings: Settings) -> web.Application:
     """Build the demo server application for ``settings``."""
-    app = web.Application(middlewares=[request_id_middleware, error_middleware])
+    app = web.Application(middlewares=[request_id_middleware, error_middleware, host_guard(settings, always=True)])
     app[SETTINGS] = settings
+    app.on_response_prepare.append(security_headers)
     app.cleanup_ctx.append(backend_ctx)
     app.router.add_get("/", index)
     app.router.add_get("/demo/session", session)

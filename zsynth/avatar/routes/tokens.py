@@ -54,6 +54,8 @@ class SessionTokenData(pydantic.BaseModel):
 @routes.post(
     "/v1/streaming.create_token",
     access=Access.FULL,
+    # Not offered to pages (only to origins ZSYNTH_CORS_ORIGINS names): a full key belongs in a backend.
+    cors=False,
     body=SessionTokenRequest,
     body_required=False,
     operationId="create_session_token",
