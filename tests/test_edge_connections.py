@@ -8,6 +8,7 @@ them before it connects.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import ssl
 import time
 from collections.abc import Iterator
@@ -162,6 +163,26 @@ async def test_one_address_is_capped_and_others_are_not(redis_url, tmp_path) -> 
             writer.close()
 
 
+async def test_a_trusted_proxy_is_not_capped(redis_url, tmp_path) -> None:
+    # Behind a reverse proxy every client arrives from the proxy's address: capping it would cap everyone at once.
+    env = {
+        "ZSYNTH_MAX_CONNECTIONS_PER_ADDRESS": "3",
+        "ZSYNTH_TRUSTED_PROXIES": "127.0.0.5",
+        "ZSYNTH_LOG_LEVEL": "WARNING",
+    }
+    with front_process(redis_url, tmp_path, **env) as (_, base):
+        port = port_of(base)
+        held = [await connect(port, "127.0.0.5") for _ in range(6)]
+        assert (await healthz(*held[-1])).startswith(b"HTTP/1.1 200")
+        # Any other address is still held to the cap.
+        others = [await connect(port, "127.0.0.6") for _ in range(3)]
+        reader, _ = await connect(port, "127.0.0.6")
+        refused = await closed_within(reader, 5)
+        assert refused is not None and refused.startswith(b"HTTP/1.1 503"), refused
+        for _, writer in (*held, *others):
+            writer.close()
+
+
 @pytest.fixture(scope="module")
 def tls_pki(tmp_path_factory: pytest.TempPathFactory) -> tuple[ssl.SSLContext, dict[str, str]]:
     directory = tmp_path_factory.mktemp("edge-tls")
@@ -196,3 +217,4 @@ def test_connections_are_counted_per_ipv4_address_and_per_ipv6_64() -> None:
     assert client_bucket(("2001:db8:1:3::1", 5000, 0, 0)) != client_bucket(("2001:db8:1:2::1", 5000, 0, 0))
     assert client_bucket(("::ffff:198.51.100.7", 5000, 0, 0)) == "198.51.100.7"
     assert client_bucket("/run/zsynth.sock") is None and client_bucket(None) is None
+    assert client_bucket(("10.0.0.7", 5000), (ipaddress.ip_network("10.0.0.0/24"),)) is None  # a trusted proxy

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import ipaddress
 import logging
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
@@ -28,6 +28,7 @@ from aiohttp.web_protocol import RequestHandler
 from yarl import URL
 
 from .config import Settings
+from .ratelimit import IPNetwork, address_bucket
 
 logger = logging.getLogger(__name__)
 
@@ -52,34 +53,35 @@ class ConnectionLimits:
     header_timeout_s: float
     keepalive_timeout_s: float
     max_per_address: int  # 0: no cap
+    uncapped: tuple[IPNetwork, ...] = ()  # the trusted proxies
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ConnectionLimits:
-        """The limits ZSYNTH_HEADER_TIMEOUT, ZSYNTH_KEEPALIVE_TIMEOUT and ZSYNTH_MAX_CONNECTIONS_PER_ADDRESS set."""
-        return cls(settings.header_timeout_s, settings.keepalive_timeout_s, settings.max_connections_per_address)
+        """The limits ZSYNTH_HEADER_TIMEOUT, ZSYNTH_KEEPALIVE_TIMEOUT and ZSYNTH_MAX_CONNECTIONS_PER_ADDRESS set;
+        the ZSYNTH_TRUSTED_PROXIES are not capped."""
+        return cls(
+            settings.header_timeout_s,
+            settings.keepalive_timeout_s,
+            settings.max_connections_per_address,
+            settings.trusted_proxies,
+        )
 
 
-def client_bucket(peer: object) -> str | None:
+def client_bucket(peer: object, trusted: Sequence[IPNetwork] = ()) -> str | None:
     """What a connection from ``peer`` (a socket's peer name) counts under: its IPv4 address, or the /64 of an IPv6
-    one (an IPv4-mapped one counts as its IPv4 address); None when it is not an IP address."""
+    one (an IPv4-mapped one counts as its IPv4 address); None, never capped, when it is not an IP address or is a
+    trusted proxy (ZSYNTH_TRUSTED_PROXIES: a proxy's connections are everyone's, so the proxy caps them itself)."""
     if not isinstance(peer, tuple) or not peer or not isinstance(peer[0], str):
         return None
-    try:
-        address = ipaddress.ip_address(peer[0])
-    except ValueError:
-        return None
-    if isinstance(address, ipaddress.IPv6Address):
-        if address.ipv4_mapped is not None:
-            return str(address.ipv4_mapped)
-        return str(ipaddress.IPv6Network((address, 64), strict=False))
-    return str(address)
+    return address_bucket(peer[0], trusted)
 
 
 class AddressCounts:
     """The open connections of one listening site, per client address."""
 
-    def __init__(self, cap: int) -> None:
+    def __init__(self, cap: int, uncapped: tuple[IPNetwork, ...] = ()) -> None:
         self.cap = cap
+        self.uncapped = uncapped
         self.open: collections.Counter[str] = collections.Counter()
         self._refused = 0
         self._warned_at = -math.inf
@@ -138,7 +140,7 @@ class GuardedHandler(RequestHandler):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Count the connection, or answer 503 and close it when its address is at the cap; start the deadline."""
-        self._bucket = client_bucket(transport.get_extra_info("peername"))
+        self._bucket = client_bucket(transport.get_extra_info("peername"), self._counts.uncapped)
         if not self._counts.admit(self._bucket):
             # aiohttp never sees this connection: nothing is parsed or scheduled for it.
             stream = cast(asyncio.Transport, transport)  # a server's transports are streams (uvloop's subclass none)
@@ -206,7 +208,7 @@ class GuardedSite(web.BaseSite):
         self._limits = limits
         self._handler_options = handler_options
         self._reuse_port = reuse_port
-        self.counts = AddressCounts(limits.max_per_address)
+        self.counts = AddressCounts(limits.max_per_address, limits.uncapped)
 
     @property
     def name(self) -> str:

@@ -86,6 +86,15 @@ def _bucket(address: IPAddress) -> str:
     return str(address)
 
 
+def address_bucket(text: str, trusted: Sequence[IPNetwork] = ()) -> str | None:
+    """What a peer address counts under (an IPv4 address, the /64 of an IPv6 one, an IPv4-mapped one as IPv4); None
+    when ``text`` is not an IP address or is one of the ``trusted`` proxies, which stand for many clients."""
+    address = _address(text)
+    if address is None or any(address in net for net in trusted):
+        return None
+    return _bucket(address)
+
+
 def client_address(peer: str | None, forwarded_for: Sequence[str], trusted: Sequence[IPNetwork]) -> str | None:
     """The address limits apply to: the peer, or, when the peer is a trusted proxy, the first untrusted hop of
     ``X-Forwarded-For`` counted from the right (each proxy appends the address it was reached from; entries left of
