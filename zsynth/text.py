@@ -1,8 +1,8 @@
 """Text helpers shared by the front and the workers: bounded words, and sentence splitting that cuts only long words.
 
 A run of characters with no white space (a "word") costs an engine more than its length: Piper speaks a word as one
-unit, and its time and memory grow faster than the word's length (scripts/bench_words.py). So no engine is ever given
-a word longer than a bound: the front cuts every word at its engine's bound (:func:`word_bound`, ZSYNTH_MAX_WORD_CHARS)
+unit, and its time and memory grow faster than the word's length. So no engine is ever given a word longer than a
+bound: the front cuts every word at its engine's bound (:func:`word_bound`, ZSYNTH_MAX_WORD_CHARS)
 before the job is queued, and :func:`split_sentences`, which the workers cut their jobs with, cuts again at its own
 bound in case a job comes from elsewhere. A cut is a space put into the word: after punctuation or where letters turn
 into digits when there is such a place in the word's last half, else at the bound itself; never inside a marker
@@ -21,9 +21,11 @@ from .marks import CLOSE, OPEN
 
 # The longest sentence the engines speak in one go (Piper's sentences, Turbo's pieces): longer ones are cut at clauses.
 SENTENCE_MAX_CHARS: Final = 300
-# The longest word each engine is given when ZSYNTH_MAX_WORD_CHARS is unset. Piper, one word spoken alone
-# (scripts/bench_words.py): 100 characters cost about +100 MB and a second, 200 about +270 MB and 3 s, 400 about
-# +600 MB and 9 s. Turbo reads text tokens and is bounded by its token cap; its pieces are SENTENCE_MAX_CHARS long.
+# The longest word each engine is given when ZSYNTH_MAX_WORD_CHARS is unset. Piper, one word of "1st2nd3rd4th..."
+# spoken alone on a 2-core box (scripts/bench_text_stage.py): 100 characters about 1 s and +90 MB, 200 about 3 s and
+# +270 MB, 300 +420 MB, 400 9 s and +600 MB; 2,000 took 20 s and +2.8 GB. An ordinary 300-character sentence costs
+# some +240 MB, so a 100-character word costs a worker no more than ordinary text. Turbo reads text tokens and is
+# bounded by its token cap; its pieces are SENTENCE_MAX_CHARS long, so that is its bound.
 ENGINE_WORD_CHARS: Final = {"piper": 100, "simulated": 100, "turbo": SENTENCE_MAX_CHARS}
 # Where a long word is best cut: after one of these.
 _SOFT_AFTER: Final = frozenset("-‐–—/\\_.,;:!?)]}>\"'”’|+*&=~")
