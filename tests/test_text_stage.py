@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import time
 
 import aiohttp
@@ -18,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
+from zsynth import normalize as normalize_module
 from zsynth.app import create_app
 from zsynth.avatar.speech import SpeechTask
 from zsynth.config import Settings
@@ -204,10 +206,36 @@ def test_numbers_past_fifteen_digits_are_read_digit_by_digit() -> None:
     assert normalize_text("9" * 10_000).split() == ["nine"] * 10_000
 
 
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
 @PROPERTY
 @given(ANY_TEXT)
-def test_normalization_never_raises(text: str) -> None:
-    assert isinstance(normalize_text(text), str)
+def test_normalization_never_raises_and_no_rule_fails(text: str) -> None:
+    records = _Records()
+    logger = logging.getLogger("zsynth.normalize")
+    logger.addHandler(records)
+    try:
+        assert isinstance(normalize_text(text), str)
+    finally:
+        logger.removeHandler(records)
+    assert not records.records, records.records[0].getMessage()  # the guard is a last line, not a crutch
+
+
+def test_a_rule_that_fails_leaves_its_text_as_written(monkeypatch, caplog) -> None:
+    def broken(raw: str) -> str:
+        raise OverflowError("a defect")
+
+    monkeypatch.setattr(normalize_module, "cardinal", broken)  # every rule that reads a number now fails
+    with caplog.at_level(logging.WARNING, logger="zsynth.normalize"):
+        assert normalize_text("Room 12 and 34, Dr. Who.") == "Room 12 and 34, Doctor Who."
+    assert len(caplog.records) == 1 and "2 matches" in caplog.records[0].getMessage()
 
 
 def _cpu_s(text: str) -> float:
@@ -268,7 +296,9 @@ async def test_a_two_thousand_character_word_streams_speech_at_once(client) -> N
         resp.close()  # the front cancels the job: the rest would be three minutes of ordinals
     samples, rate = decode_audio(audio, "pcm_22050")
     _assert_sound(samples, rate, 2.0)
-    assert elapsed < 20.0, f"first two seconds of audio after {elapsed:.1f} s"
+    # The front answers 200 only once the first audio came (within its 20 s first-chunk deadline); the margin here
+    # is for a busy box: on a quiet one the first two seconds come in about 3 s.
+    assert elapsed < 25.0, f"first two seconds of audio after {elapsed:.1f} s"
 
 
 async def test_ten_thousand_digits_with_normalization_never_get_a_500_nor_stall_the_front(client) -> None:
