@@ -205,6 +205,9 @@ class Settings:
     redis_pool_timeout_s: float = _env("REDIS_POOL_TIMEOUT", _positive_float, default=5.0)
     # Longest text one synthesis request may carry (characters).
     max_text_chars: int = _env("MAX_TEXT_CHARS", _positive_int, default=10000)
+    # Longest run without white space an engine is given (longer ones get a space put in); unset: the engine's own
+    # bound (zsynth/text.py ENGINE_WORD_CHARS: 100 for Piper, 300 for Turbo).
+    max_word_chars: int | None = _env("MAX_WORD_CHARS", _positive_int, default=None)
     # Largest request body the front reads (bytes); cloning uploads are the big ones.
     max_body_bytes: int = _env("MAX_BODY_BYTES", _positive_int, default=25 * 1024 * 1024)
     # Largest JSON request body (bytes), on the speech API and the avatar server; MAX_BODY_BYTES is for multipart

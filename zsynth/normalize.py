@@ -5,10 +5,17 @@ no earlier rule (or dictionary) has replaced, so the order below is the order of
 before the bare numbers inside them.
 
 When it runs is the request's ``apply_text_normalization`` (see :func:`wants_normalization`).
+
+Hostile text costs time in proportion to its length: a pattern that starts with a number starts only where a number
+does (not after a digit, nor after a digit and a comma), so a long digit run is scanned once, not again from each of
+its digits; a whole number of more than :data:`MAX_NUMBER_DIGITS` digits is read digit by digit and never reaches
+``num2words``; and a rule that fails on some text leaves that text as written (logged), never failing the request.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 import re
 from collections.abc import Callable
 from typing import Final
@@ -16,6 +23,8 @@ from typing import Final
 from num2words import num2words
 
 from .spoken import Spoken
+
+logger = logging.getLogger(__name__)
 
 MODES: Final = ("auto", "on", "off")
 # Engines that read raw text and need it spelled out: Chatterbox-Turbo is a language model over text tokens with no
@@ -90,7 +99,13 @@ _ABBREVIATIONS: Final = {
 }
 _ABBREVIATION_WORDS: Final = {word.lower(): spoken for word, spoken in _ABBREVIATIONS.items()}
 
+# Longest whole number read as one ("nine hundred and ninety-nine trillion, ..."); longer ones are read digit by digit,
+# as people read long codes. num2words is slow on huge numbers, and int() refuses more than 4,300 digits.
+MAX_NUMBER_DIGITS: Final = 15
 _NUMBER: Final = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?"
+# Where a number may start: not inside a digit run, nor inside a comma-grouped one ("1,000,000"). Without it, a
+# pattern with no other left anchor would rescan the rest of a long run from each of its digits.
+_START: Final = r"(?<!\d)(?<!\d,)"
 
 
 def wants_normalization(mode: str, engine: str) -> bool:
@@ -102,25 +117,38 @@ def wants_normalization(mode: str, engine: str) -> bool:
     return engine in NEEDS_NORMALIZATION
 
 
+@functools.lru_cache(maxsize=4096)
+def _words(value: int, to: str = "cardinal") -> str:
+    """``value`` in words (cached: hostile text repeats the same small numbers thousands of times)."""
+    return str(num2words(value, lang="en", to=to))
+
+
 def cardinal(raw: str) -> str:
-    """A written number ("1,234.5") in words; decimals are read digit by digit ("one point five")."""
+    """A written number ("1,234.5") in words; decimals, and whole numbers past MAX_NUMBER_DIGITS, digit by digit."""
     whole, _, fraction = raw.replace(",", "").partition(".")
-    words = str(num2words(int(whole), lang="en"))
+    words = _words(int(whole)) if whole.isdecimal() and len(whole) <= MAX_NUMBER_DIGITS else _digits(whole)
     if fraction:
-        words += " point " + " ".join(_DIGITS[int(d)] for d in fraction)
+        words += " point " + _digits(fraction)
     return words
 
 
 def _digits(raw: str) -> str:
-    return " ".join(_DIGITS[int(d)] for d in raw if d.isdigit())
+    return " ".join(_DIGITS[int(d)] for d in raw if d.isdecimal())
 
 
 def _year(value: int) -> str:
-    return str(num2words(value, lang="en", to="year"))
+    return _words(value, "year")
 
 
 def _ordinal(value: int) -> str:
-    return str(num2words(value, lang="en", to="ordinal"))
+    return _words(value, "ordinal")
+
+
+def _ordinal_of(raw: str) -> str:
+    """ "21" as "twenty-first"; past MAX_NUMBER_DIGITS, the digits one by one and the last as an ordinal."""
+    if len(raw) <= MAX_NUMBER_DIGITS:
+        return _ordinal(int(raw))
+    return f"{_digits(raw[:-1])} {_ordinal(int(raw[-1]))}"
 
 
 def _date(year: int, month: int, day: int) -> str | None:
@@ -135,15 +163,17 @@ def _money(match: re.Match[str]) -> str:
     if scale:
         return f"{cardinal(amount)} {_SCALES[scale.lower()]} {many}"
     whole, _, fraction = amount.replace(",", "").partition(".")
+    if len(whole) > MAX_NUMBER_DIGITS:
+        return f"{cardinal(amount)} {many}"
     units = int(whole)
     hundredths = int((fraction + "0")[:2]) if fraction else 0
     if len(fraction) > 2:
         return f"{cardinal(amount)} {many}"
     parts = []
     if units or not hundredths:
-        parts.append(f"{num2words(units, lang='en')} {one if units == 1 else many}")
+        parts.append(f"{_words(units)} {one if units == 1 else many}")
     if hundredths:
-        parts.append(f"{num2words(hundredths, lang='en')} {cent if hundredths == 1 else cents}")
+        parts.append(f"{_words(hundredths)} {cent if hundredths == 1 else cents}")
     return " and ".join(parts)
 
 
@@ -152,11 +182,11 @@ def _time(match: re.Match[str]) -> str | None:
     if hour > 23 or minute > 59:
         return None
     if minute == 0:
-        words = f"{num2words(hour, lang='en')}" + ("" if half else " o'clock")
+        words = _words(hour) + ("" if half else " o'clock")
     elif minute < 10:
-        words = f"{num2words(hour, lang='en')} oh {num2words(minute, lang='en')}"
+        words = f"{_words(hour)} oh {_words(minute)}"
     else:
-        words = f"{num2words(hour, lang='en')} {num2words(minute, lang='en')}"
+        words = f"{_words(hour)} {_words(minute)}"
     if half:
         words += " A M" if half[0] in "aA" else " P M"
         if half.endswith(".") and _ends_sentence(match):
@@ -215,7 +245,8 @@ def _saint_or_street(match: re.Match[str]) -> str:
 
 _RULES: Final[list[tuple[re.Pattern[str], Callable[[re.Match[str]], str | None]]]] = [
     (re.compile(r"\b(?:https?://|www\.)[^\s<>\"']+[^\s<>\"'.,;:!?)]", re.IGNORECASE), _url),
-    (re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b"), lambda m: _address(m.group(0))),
+    # Anchored at the start of the run: "1.1.1.1..." is otherwise rescanned from each of its dots.
+    (re.compile(r"(?<![\w.+-])[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b"), lambda m: _address(m.group(0))),
     (
         re.compile(r"\b(?P<y>\d{4})-(?P<m>\d{2})-(?P<d>\d{2})\b"),
         lambda m: _date(int(m["y"]), int(m["m"]), int(m["d"])),
@@ -237,11 +268,14 @@ _RULES: Final[list[tuple[re.Pattern[str], Callable[[re.Match[str]], str | None]]
         ),
         _money,
     ),
-    (re.compile(rf"(?P<n>{_NUMBER})\s?%"), lambda m: f"{cardinal(m['n'])} percent"),
-    (re.compile(rf"\b(?P<n>{_NUMBER})\s?(?P<unit>{'|'.join(map(re.escape, _UNITS))})(?![\w/])"), _unit(_UNITS)),
-    (re.compile(rf"\b(?P<n>{_NUMBER})(?P<unit>[mgshl])\b"), _unit(_ATTACHED_UNITS)),
+    (re.compile(rf"{_START}(?P<n>{_NUMBER})\s?%"), lambda m: f"{cardinal(m['n'])} percent"),
+    (
+        re.compile(rf"{_START}\b(?P<n>{_NUMBER})\s?(?P<unit>{'|'.join(map(re.escape, _UNITS))})(?![\w/])"),
+        _unit(_UNITS),
+    ),
+    (re.compile(rf"{_START}\b(?P<n>{_NUMBER})(?P<unit>[mgshl])\b"), _unit(_ATTACHED_UNITS)),
     (re.compile(r"#(\d+)\b"), lambda m: "number " + cardinal(m.group(1))),
-    (re.compile(r"\b(\d+)(?:st|nd|rd|th)\b", re.IGNORECASE), lambda m: _ordinal(int(m.group(1)))),
+    (re.compile(r"\b(\d+)(?:st|nd|rd|th)\b", re.IGNORECASE), lambda m: _ordinal_of(m.group(1))),
     (re.compile(r"(?<![\d,.])\b(1[1-9]\d\d|20\d\d)\b(?![\d,]|\.\d)"), lambda m: _year(int(m.group(0)))),
     (re.compile(rf"(?<![\w.])-(?P<n>{_NUMBER})\b"), lambda m: "minus " + cardinal(m["n"])),
     (re.compile(rf"(?<![\w.])(?:{_NUMBER})(?![\w])"), lambda m: cardinal(m.group(0))),
@@ -252,10 +286,29 @@ _RULES: Final[list[tuple[re.Pattern[str], Callable[[re.Match[str]], str | None]]
 ]
 
 
+def _guarded(
+    replace: Callable[[re.Match[str]], str | None], failures: list[str]
+) -> Callable[[re.Match[str]], str | None]:
+    """``replace``, but a match it fails on is left as written (and noted in ``failures``)."""
+
+    def guarded(match: re.Match[str]) -> str | None:
+        try:
+            return replace(match)
+        except Exception as err:  # a defect in one rule must not fail the request: that text is spoken as written
+            failures.append(f"{match.re.pattern[:40]!r} on {len(match.group(0))} characters: {err!r}"[:300])
+            return None
+
+    return guarded
+
+
 def normalize(spoken: Spoken) -> None:
-    """Rewrite the kept segments of ``spoken`` with the English rules."""
+    """Rewrite the kept segments of ``spoken`` with the English rules; never raises for any text."""
+    failures: list[str] = []
     for pattern, replace in _RULES:
-        spoken.rewrite(pattern, replace)
+        spoken.rewrite(pattern, _guarded(replace, failures))
+    if failures:
+        # One line per request, however many matches failed.
+        logger.warning("normalization left %d matches as written; the first: %s", len(failures), failures[0])
 
 
 def normalize_text(text: str) -> str:

@@ -7,6 +7,9 @@ touch segments still as written, so a dictionary's alias is never normalized aga
 The worker aligns the text it was given (the spoken text). :class:`AlignmentMapper` walks those characters against
 the spoken text and gives each of the caller's characters a time: a kept character its own, the characters of a
 replaced segment an even share of the span their replacement was spoken in.
+
+A space put into a long word (:meth:`Spoken.cut_words`) is a segment of its own that covers none of the caller's
+characters, so the characters on either side of it keep their own times.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from .text import word_cuts
 
 # Characters never spoken: the markers' private-use range (a caller cannot forge a marker) and control characters
 # other than white space (espeak refuses a NUL outright).
@@ -77,6 +82,48 @@ class Spoken:
             elif pos < len(segment.out):
                 result.append(Segment(segment.start + pos, segment.end, segment.out[pos:], True))
         self.segments = result
+
+    def cut_words(self, bound: int) -> None:
+        """Put a space into every run of the spoken text longer than ``bound`` without one (see :func:`word_cuts`).
+
+        A cut inside kept characters becomes a zero-width segment between them; one inside a replacement goes into
+        what is spoken for it.
+        """
+        cuts = word_cuts(self.text, bound)
+        if not cuts:
+            return
+        result: list[Segment] = []
+        offset = 0  # where the current segment starts in the spoken text
+        index = 0  # next cut
+        for segment in self.segments:
+            length = len(segment.out)
+            inside: list[int] = []  # cuts in this segment, relative to its start
+            while index < len(cuts) and cuts[index] < offset + length:
+                inside.append(cuts[index] - offset)
+                index += 1
+            offset += length
+            if inside and inside[0] == 0:  # at the boundary with the segment before: a space of its own
+                result.append(Segment(segment.start, segment.start, " ", False))
+                inside.pop(0)
+            if not inside:
+                result.append(segment)
+            elif segment.kept:
+                result.extend(_split_kept(segment, inside))
+            else:
+                bounds = zip([0, *inside], [*inside, length], strict=True)
+                out = " ".join(segment.out[a:b] for a, b in bounds)
+                result.append(Segment(segment.start, segment.end, out, False))
+        self.segments = result
+
+
+def _split_kept(segment: Segment, cuts: list[int]) -> list[Segment]:
+    """A kept segment cut at ``cuts`` (inside it): its pieces, kept, with a zero-width space between each two."""
+    pieces: list[Segment] = []
+    for a, b in zip([0, *cuts], [*cuts, len(segment.out)], strict=True):
+        if pieces:
+            pieces.append(Segment(segment.start + a, segment.start + a, " ", False))
+        pieces.append(Segment(segment.start + a, segment.start + b, segment.out[a:b], True))
+    return pieces
 
 
 class AlignmentMapper:

@@ -132,7 +132,8 @@ class SynthesisRequest:
     """A validated synthesis request, whatever transport it came by.
 
     ``options`` None means the text is spoken as written (the avatar's ``speak`` takes no text options); otherwise
-    break tags, pronunciation dictionaries and normalization apply (:mod:`zsynth.textprep`).
+    break tags, pronunciation dictionaries and normalization apply (:mod:`zsynth.textprep`). Either way its words are
+    bounded for the engine.
     """
 
     text: str
@@ -148,10 +149,10 @@ class SynthesisRequest:
 
 @dataclass(frozen=True, slots=True)
 class Prepared:
-    """A job ready to queue and what its text became (None when it is spoken as written)."""
+    """A job ready to queue and what its text became (``spoken.changed`` is false when it is spoken as written)."""
 
     job: Job
-    spoken: Spoken | None
+    spoken: Spoken
 
 
 class SynthesisService:
@@ -176,16 +177,17 @@ class SynthesisService:
         return cls(app[SETTINGS], app[DISPATCHER], dictionaries=app.get(DICTIONARIES), voices=app.get(VOICES))
 
     async def build(self, request: SynthesisRequest) -> Prepared:
-        """The job for ``request``: its text prepared, its voice resolved; SynthesisFailed when that fails."""
-        spoken: Spoken | None = None
-        text = request.text
-        if request.options is not None:
-            try:
-                spoken = await prepare(request.text, request.options, self.settings.engine, self.dictionaries)
-            except (TextOptionError, StorageUnavailable) as err:
-                raise SynthesisFailed(classify(err)) from err
-            if spoken.changed:
-                text = spoken.text
+        """The job for ``request``: its text prepared, its voice resolved; SynthesisFailed when that fails.
+
+        Every transport builds its jobs here, so every job's text has been through the one text stage
+        (:func:`zsynth.textprep.prepare`): options applied, words bounded for the engine.
+        """
+        engine, bound = self.settings.engine, self.settings.max_word_chars
+        try:
+            spoken = await prepare(request.text, request.options, engine, self.dictionaries, max_word_chars=bound)
+        except (TextOptionError, StorageUnavailable) as err:
+            raise SynthesisFailed(classify(err)) from err
+        text = spoken.text if spoken.changed else request.text
         voice_id = self.voices.resolve(request.voice_id) if self.voices is not None else request.voice_id
         job = Job(
             text=text,

@@ -7,11 +7,14 @@ The request fields (the same on every synthesis route and in the first message o
   the latest).
 
 ``<break time="1.5s" />`` (or ``"500ms"``) becomes a pause of that length, at most 3 s; any other markup is spoken
-as written. The result is a :class:`~zsynth.spoken.Spoken`; when nothing changed, the job carries the caller's text.
+as written. Last, whatever the options (and without any: the avatar's ``speak``), every word longer than the engine's
+bound is cut (:func:`zsynth.text.word_bound`, ZSYNTH_MAX_WORD_CHARS). The result is a :class:`~zsynth.spoken.Spoken`;
+when nothing changed, the job carries the caller's text.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -21,8 +24,12 @@ from .dictionaries.rules import apply_rules
 from .dictionaries.store import DictionaryStore, DictionaryUnreadable
 from .normalize import MODES, normalize, wants_normalization
 from .spoken import Spoken
+from .text import word_bound
 
 MAX_LOCATORS: Final = 3
+# Longer texts are normalized and cut on a thread, so the event loop keeps serving others meanwhile (a 10,000
+# character text costs the rules some 10-30 ms of CPU).
+THREAD_CHARS: Final = 1000
 BREAK: Final = re.compile(r"<break\s+time\s*=\s*[\"'](?P<n>\d+(?:\.\d+)?)\s*(?P<unit>s|ms)[\"']\s*/?>", re.IGNORECASE)
 
 
@@ -95,11 +102,42 @@ def _pause(match: re.Match[str]) -> str:
     return marks.pause(round(min(seconds, marks.MAX_BREAK_MS / 1000.0) * 1000))
 
 
-async def prepare(text: str, options: TextOptions, engine: str, store: DictionaryStore | None) -> Spoken:
-    """What the engine speaks for ``text``; TextOptionError names a dictionary that does not exist."""
+async def prepare(
+    text: str,
+    options: TextOptions | None,
+    engine: str,
+    store: DictionaryStore | None,
+    *,
+    max_word_chars: int | None = None,
+) -> Spoken:
+    """What the engine speaks for ``text``: the options applied (None: none), then its words bounded.
+
+    ``max_word_chars`` is ZSYNTH_MAX_WORD_CHARS (None: the engine's bound). TextOptionError names a dictionary that
+    does not exist.
+    """
     spoken = Spoken(text)
-    if "<" in text:
-        spoken.rewrite(BREAK, _pause)
+    normalizing = False
+    if options is not None:
+        if "<" in text:
+            spoken.rewrite(BREAK, _pause)
+        await _apply_dictionaries(spoken, options, engine, store)
+        normalizing = wants_normalization(options.normalization, engine)
+    bound = word_bound(engine, max_word_chars)
+    if len(text) > THREAD_CHARS:
+        await asyncio.to_thread(_finish, spoken, normalizing, bound)
+    else:
+        _finish(spoken, normalizing, bound)
+    return spoken
+
+
+def _finish(spoken: Spoken, normalizing: bool, bound: int) -> None:
+    """Normalize (when asked) and cut every word longer than ``bound``: the CPU-bound end of :func:`prepare`."""
+    if normalizing:
+        normalize(spoken)
+    spoken.cut_words(bound)
+
+
+async def _apply_dictionaries(spoken: Spoken, options: TextOptions, engine: str, store: DictionaryStore | None) -> None:
     for dictionary_id, version_id in options.locators:
         rules = None
         if store is not None:
@@ -123,6 +161,3 @@ async def prepare(text: str, options: TextOptions, engine: str, store: Dictionar
                 status=404,
             )
         apply_rules(spoken, rules, engine)
-    if wants_normalization(options.normalization, engine):
-        normalize(spoken)
-    return spoken
