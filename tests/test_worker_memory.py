@@ -335,3 +335,28 @@ async def test_memory_killed_job_is_never_requeued(private_redis_url, tmp_path):
     finally:
         chunk_redis.close()
         await redis.aclose()
+
+
+# ----- Turbo: bounded text tokens ------------------------------------------------------------------------------
+
+
+def test_turbo_text_tokens_are_cut_to_the_cap(tmp_path):
+    """The tokenizer of the random-weight checkpoint (the published file set): a 10,000-character word gives T3 at
+    most TEXT_MAX_TOKENS, which fit the static cache's prefill; an ordinary piece is untouched."""
+    pytest.importorskip("chatterbox", reason="the turbo engine's packages: ./scripts/install --test")
+    from transformers import AutoTokenizer
+
+    from workers.engines.turbo import TEXT_MAX_TOKENS, text_token_ids
+    from workers.engines.turbo_ckpt import _write_tokenizer
+    from workers.engines.turbo_static import PREFILL_MAX
+
+    _write_tokenizer(tmp_path)
+    tokenizer = AutoTokenizer.from_pretrained(str(tmp_path))
+    assert TEXT_MAX_TOKENS == PREFILL_MAX - 1 - 375 - 1  # speaker token, prompt, start: the prefill stays static
+    word = ("1st2nd3rd4th" * 834)[:10000]
+    assert len(tokenizer(word).input_ids) > 10 * TEXT_MAX_TOKENS  # whole, it would be thousands of tokens
+    ids = text_token_ids(tokenizer, word)
+    assert tuple(ids.shape) == (1, TEXT_MAX_TOKENS)
+    assert ids[0].tolist() == tokenizer(word).input_ids[:TEXT_MAX_TOKENS]  # its start, in order
+    sentence = "Hello there, this is an ordinary sentence."
+    assert text_token_ids(tokenizer, sentence)[0].tolist() == tokenizer(sentence).input_ids

@@ -209,7 +209,7 @@ class Settings:
     piece_max_chars: int = _env("PIECE_MAX_CHARS", _positive_int, default=100)
     # A worker's memory ceiling (bytes, or with a unit: 2GiB): a job that takes its RSS past it ends with 400
     # input_too_complex and is never run again (workers/memory.py). 0: the engine's default (piper 2 GiB, turbo
-    # 24 GiB, simulated 1 GiB).
+    # 12 GiB, simulated 1 GiB).
     worker_max_rss: int = _env("WORKER_MAX_RSS", _byte_size, default=0)
     # The front's Redis connection pool: at most this many commands in flight; more wait up to the timeout (then
     # the request fails with 503 redis_unavailable) instead of failing at once.
