@@ -13,12 +13,20 @@ without limit in one step; this is the second line, for whatever still grows (``
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
 import time
 from collections.abc import Callable
 from typing import Final
+
+from redis import Redis as SyncRedis
+from redis.exceptions import RedisError
+from redis.typing import EncodableT
+
+from zsynth import protocol
+from zsynth.config import Settings
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +39,10 @@ POLL_S: Final = 0.05  # how often a running job's RSS is read: a bounded call gr
 GRACE_S: Final = 10.0  # how long a job over the ceiling has to stop before the worker restarts
 HARD_FACTOR: Final = 1.5  # RSS past this multiple of the ceiling: restart at once, without waiting for the grace
 MEMORY_EXIT_CODE: Final = 75  # EX_TEMPFAIL: the worker restarted itself to shed a job's memory
+TOO_COMPLEX_MESSAGE: Final = (
+    "The text needs more memory than a worker may use for one job (for example a very long run of characters "
+    "without white space): shorten it or split it into words and sentences."
+)
 _PAGE: Final = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
@@ -141,3 +153,103 @@ class MemoryWatch:
             self._on_over(rss)
         if stuck and generation == self._generation:
             self._on_stuck(rss)
+
+
+class JobGuard:
+    """The ceiling applied to a worker's running job: marks and stops it when it crosses, and when it will not stop,
+    records its end, frees its slot and exits the process (``on_fatal``).
+
+    ``begin``/``finish`` bracket each job; the lock makes a job's terminal recorded once, by the worker's loop or by
+    the guard's restart, never both. Redis is reached through the engine thread's blocking client (thread-safe), as
+    the event loop may be waiting on the engine.
+    """
+
+    def __init__(self, settings: Settings, redis: SyncRedis, processing: str, abort: threading.Event) -> None:
+        self.settings = settings
+        self.redis = redis
+        self.processing = processing
+        self.abort = abort
+        self.watch = MemoryWatch(ceiling_for(settings.engine, settings.worker_max_rss), self._over, self._stuck)
+        self.on_fatal: Callable[[int], object] = os._exit  # the only way to stop an engine thread that ignores us
+        self._lock = threading.Lock()
+        self._running: tuple[protocol.Job, bytes, Callable[[], int]] | None = None
+        self._taken = False
+
+    @property
+    def over(self) -> bool:
+        """True when the current (or last) job crossed the ceiling."""
+        return self.watch.over
+
+    def start(self) -> None:
+        """Start watching (idle between jobs)."""
+        self.watch.start()
+
+    def close(self) -> None:
+        """Stop watching."""
+        self.watch.close()
+
+    def begin(self, job: protocol.Job, raw: bytes, seq: Callable[[], int]) -> None:
+        """A job starts: ``raw`` is its JSON as claimed, ``seq()`` the sequence number its terminal would carry."""
+        with self._lock:
+            self._running = (job, raw, seq)
+            self._taken = False
+        self.watch.arm()
+
+    def finish(self) -> bool:
+        """The job's engine work ended: False when the guard already recorded its end (the process is exiting)."""
+        self.watch.disarm()
+        with self._lock:
+            if self._taken:
+                return False
+            self._taken = True
+            self._running = None
+            return True
+
+    def _over(self, rss: int) -> None:
+        """The running job passed the ceiling: mark it (never run again), then ask the engine to stop."""
+        running = self._running
+        if running is None:
+            return
+        job = running[0]
+        logger.error(
+            "[job %s worker %s] RSS %d MB passed the ceiling of %d MB: stopping the job",
+            job.job_id,
+            self.settings.worker_id,
+            rss // 10**6,
+            self.watch.ceiling // 10**6,
+        )
+        # Marked first, before anything that could fail: should this process die now, no reaper runs the job again.
+        with contextlib.suppress(RedisError, OSError), self.redis.pipeline(transaction=False) as pipe:
+            pipe.hset(protocol.job_key(job.job_id), protocol.MEMORY_FIELD, str(rss))
+            pipe.expire(protocol.job_key(job.job_id), self.settings.job_ttl_s)
+            pipe.execute()
+        self.abort.set()
+
+    def _stuck(self, rss: int) -> None:
+        """The job did not stop in time (or grew past the hard limit): publish its end, free its slot, exit."""
+        with self._lock:
+            if self._taken or self._running is None:
+                return  # it ended meanwhile; the worker sheds the memory
+            self._taken = True
+            job, raw, seq = self._running
+        worker_id = self.settings.worker_id
+        ids = (job.job_id, worker_id)
+        logger.critical("[job %s worker %s] RSS %d MB and the job has not stopped: restarting", *ids, rss // 10**6)
+        terminal = protocol.error_event(seq(), protocol.INPUT_TOO_COMPLEX, TOO_COMPLEX_MESSAGE)
+        terminal.job_id = job.job_id
+        terminal.meta.update(worker_id=worker_id, finished_at=time.time())
+        state: dict[EncodableT, EncodableT] = {"state": "error", **{k: str(v) for k, v in terminal.meta.items()}}
+        try:
+            with self.redis.pipeline(transaction=True) as pipe:
+                pipe.publish(job.reply_to, terminal.encode())
+                pipe.hset(protocol.job_key(job.job_id), mapping=state)
+                pipe.expire(protocol.job_key(job.job_id), self.settings.job_ttl_s)
+                pipe.lrem(self.processing, 1, raw)  # type: ignore[arg-type]  # redis-py types the value str
+                pipe.delete(protocol.heartbeat_key(worker_id))
+                pipe.execute()
+        except (RedisError, OSError) as err:  # the restart fails what is left in the in-flight list
+            logger.error("[job %s worker %s] could not record the job's end before restarting: %s", *ids, err)
+        for handler in logging.getLogger().handlers:
+            with contextlib.suppress(Exception):
+                handler.flush()
+        self.on_fatal(MEMORY_EXIT_CODE)

@@ -44,7 +44,7 @@ from zsynth.config import Settings
 from zsynth.supervise import Supervisor
 
 from .engines import Engine, VoiceSpec
-from .memory import MEMORY_EXIT_CODE, MemoryWatch, ceiling_for, rss_bytes
+from .memory import MEMORY_EXIT_CODE, TOO_COMPLEX_MESSAGE, JobGuard, rss_bytes
 from .synthesis import YIELDING_CODECS, ChunkMeta, text_pieces
 from .voice_sync import VoiceUnavailable, WorkerVoices
 
@@ -52,10 +52,6 @@ logger = logging.getLogger(__name__)
 
 CLAIM_BLOCK_S = 1.0  # BLMOVE timeout: how often an idle worker notices a stop request
 MAX_BACKOFF_S = 5.0
-TOO_COMPLEX_MESSAGE = (
-    "The text needs more memory than a worker may use for one job (for example a very long run of characters "
-    "without white space): shorten it or split it into words and sentences."
-)
 
 
 class JobLog(logging.LoggerAdapter[logging.Logger]):
@@ -101,17 +97,9 @@ class Worker:
         # Run from the engine thread, on its blocking connection.
         self._should_yield = chunk_redis.register_script(protocol.SHOULD_YIELD_LUA)
         self._yield = chunk_redis.register_script(protocol.YIELD_LUA)
-        self.memory = MemoryWatch(
-            ceiling_for(settings.engine, settings.worker_max_rss), self._memory_over, self._memory_stuck
-        )
-        # The running job as claimed and its progress, for the memory watch's thread; the lock makes the terminal of
-        # a job recorded once, by the loop or by the watch's restart, never both.
-        self._running: tuple[protocol.Job, bytes, _Progress] | None = None
-        self._terminal_lock = threading.Lock()
-        self._terminal_taken = False
+        self.memory = JobGuard(settings, chunk_redis, self.processing, self._abort)
         #: Exit status for the process once the claim loop ends (non-zero: systemd restarts the worker).
         self.exit_code = 0
-        self.on_fatal: Callable[[int], object] = os._exit  # the restart when a job will not stop
 
     # ----- lifecycle -------------------------------------------------------------------------------------------
 
@@ -219,7 +207,7 @@ class Worker:
             "ts": time.time(),
             "restarts": self.supervisor.restarts + self.voices.library.supervisor.restarts,
             "rss": rss_bytes(),
-            "max_rss": self.memory.ceiling,
+            "max_rss": self.memory.watch.ceiling,
         }
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.set(protocol.heartbeat_key(self.worker_id), json.dumps(status), ex=self.settings.heartbeat_ttl_s)
@@ -314,26 +302,21 @@ class Worker:
         started = time.time()
         log.info("claimed (%d chars, part %d, voice %s, %s)", len(job.text), job.part, job.voice_id, job.output_format)
         progress = _Progress(seq=job.seq, samples=job.sample_offset)
-        self._running = (job, raw, progress)
-        self._terminal_taken = False
-        self.memory.arm()
+        self.memory.begin(job, raw, lambda: progress.seq)
         try:
             terminal = await self._synthesize(job, raw, progress, log)
         finally:
-            self.memory.disarm()
+            owned = self.memory.finish()
             self.current = None
-        with self._terminal_lock:
-            if self._terminal_taken:  # the memory watch recorded it and is restarting the process
-                return None
-            self._terminal_taken = True
-            self._running = None
+        if not owned:  # the memory guard recorded the job's end and is restarting the process
+            return None
         if terminal is None:
             log.info("yielded its slot after chunk #%d; the rest waits in the queue", progress.seq - 1)
             return progress.handed_to
         terminal.meta.update(worker_id=self.worker_id, started_at=started, finished_at=time.time())
         await self._record_terminal(job, terminal, release=raw)
         self.jobs_done += 1
-        log.info("%s in %.3fs (peak RSS %d MB)", terminal.kind, time.time() - started, self.memory.peak // 10**6)
+        log.info("%s in %.3fs (peak RSS %d MB)", terminal.kind, time.time() - started, self.memory.watch.peak // 10**6)
         if self.memory.over:
             await self._shed_memory(log)
         return None
@@ -486,52 +469,6 @@ class Worker:
 
     # ----- the memory ceiling ----------------------------------------------------------------------------------
 
-    def _memory_over(self, rss: int) -> None:
-        """On the watch's thread: the running job passed the ceiling. Mark it (never run again) and stop it."""
-        running = self._running
-        if running is None:
-            return
-        job = running[0]
-        JobLog(logger, {"job_id": job.job_id, "worker_id": self.worker_id}).error(
-            "RSS %d MB passed the ceiling of %d MB: stopping the job", rss // 10**6, self.memory.ceiling // 10**6
-        )
-        # Marked first, before anything that could fail: should this process die now, no reaper runs the job again.
-        with contextlib.suppress(RedisError, OSError):
-            with self.chunk_redis.pipeline(transaction=False) as pipe:
-                pipe.hset(protocol.job_key(job.job_id), protocol.MEMORY_FIELD, str(rss))
-                pipe.expire(protocol.job_key(job.job_id), self.settings.job_ttl_s)
-                pipe.execute()
-        self._abort.set()
-
-    def _memory_stuck(self, rss: int) -> None:
-        """On the watch's thread: the job did not stop in time (or grew past the hard limit). Record its end, free
-        its slot, and exit for a clean restart: the engine thread cannot be stopped any other way."""
-        with self._terminal_lock:
-            if self._terminal_taken or self._running is None:
-                return  # the job ended meanwhile; the loop sheds the memory
-            self._terminal_taken = True
-            job, raw, progress = self._running
-        log = JobLog(logger, {"job_id": job.job_id, "worker_id": self.worker_id})
-        log.critical("RSS %d MB and the job has not stopped: restarting the worker", rss // 10**6)
-        terminal = protocol.error_event(progress.seq, protocol.INPUT_TOO_COMPLEX, TOO_COMPLEX_MESSAGE)
-        terminal.job_id = job.job_id
-        terminal.meta.update(worker_id=self.worker_id, finished_at=time.time())
-        state: dict[EncodableT, EncodableT] = {"state": "error", **{k: str(v) for k, v in terminal.meta.items()}}
-        try:
-            with self.chunk_redis.pipeline(transaction=True) as pipe:
-                pipe.publish(job.reply_to, terminal.encode())
-                pipe.hset(protocol.job_key(job.job_id), mapping=state)
-                pipe.expire(protocol.job_key(job.job_id), self.settings.job_ttl_s)
-                pipe.lrem(self.processing, 1, raw)  # type: ignore[arg-type]  # redis-py types the value str
-                pipe.delete(protocol.heartbeat_key(self.worker_id))
-                pipe.execute()
-        except (RedisError, OSError) as err:  # the restart fails what is left in the in-flight list
-            log.error("could not record the job's end before restarting: %s", err)
-        for handler in logging.getLogger().handlers:
-            with contextlib.suppress(Exception):
-                handler.flush()
-        self.on_fatal(MEMORY_EXIT_CODE)
-
     async def _shed_memory(self, log: logging.LoggerAdapter[logging.Logger]) -> None:
         """After a job stopped for memory: give the engine's caches back; restart if the RSS stays over."""
         release = getattr(self.engine, "release_memory", None)
@@ -539,7 +476,7 @@ class Worker:
             with contextlib.suppress(Exception):
                 await asyncio.get_running_loop().run_in_executor(None, release)
         rss = rss_bytes() or 0
-        if rss > self.memory.ceiling:
+        if rss > self.memory.watch.ceiling:
             log.error("RSS still %d MB after the job: restarting the worker", rss // 10**6)
             self.exit_code = MEMORY_EXIT_CODE
             self._stopping.set()
