@@ -164,31 +164,43 @@ def _idle_rss(url: str, data_dir: Path) -> int:
 
 
 async def test_job_over_the_ceiling_gets_400_and_the_worker_serves_on(aiohttp_client, private_redis_url, tmp_path):
-    """A worker whose ceiling is 100 MB over its idle RSS: the 2,000-character word ends with 400 input_too_complex
-    (the job is marked, its slot freed), the worker gives its memory back and speaks the next request."""
+    """A worker whose ceiling is 100 MB over its idle RSS. The 2,000-character word, queued straight on Redis (no
+    front cuts it), ends with input_too_complex within one bounded call; so does a request of dense 12-character
+    words through the front (words no text stage cuts), with 400 in the ElevenLabs envelope. Each job is marked and
+    its slot freed; the worker gives its memory back and speaks the next request."""
     ceiling = _idle_rss(private_redis_url, tmp_path) + 100 * MB
     worker = WorkerProcess(private_redis_url, "capped", tmp_path, ZSYNTH_WORKER_MAX_RSS=str(ceiling)).wait_ready()
     redis = Redis.from_url(private_redis_url)
+
+    def idle_under_ceiling() -> bool:  # the engine's arena was given back
+        beat = _heartbeat(private_redis_url, "capped") or {}
+        return beat.get("state") == "idle" and 0 < beat.get("rss", 0) < ceiling
+
     try:
-        client = await aiohttp_client(create_app(make_settings(private_redis_url, tmp_path)))
+        pubsub = redis.pubsub(ignore_subscribe_messages=True)
+        await pubsub.subscribe("replies:test")
+        job = protocol.Job(LONG_WORD, "joe", "pcm_22050", reply_to="replies:test")
         started = time.monotonic()
-        resp = await client.post("/v1/text-to-speech/v?output_format=pcm_22050", json={"text": LONG_WORD})
+        await redis.lpush(protocol.QUEUE, job.to_json())
+        event = await _next_event_async(pubsub, timeout=30)
+        await pubsub.aclose()
+        assert (event.kind, event.meta["code"]) == ("error", "input_too_complex")
+        assert time.monotonic() - started < 20.0  # one bounded call past the ceiling, not the whole word
+        assert await redis.hexists(protocol.job_key(job.job_id), protocol.MEMORY_FIELD)  # never to be run again
+        wait_for(idle_under_ceiling, 10, "an idle heartbeat under the ceiling")
+
+        client = await aiohttp_client(create_app(make_settings(private_redis_url, tmp_path)))
+        resp = await client.post("/v1/text-to-speech/v?output_format=pcm_22050", json={"text": "1st2nd3rd4th " * 160})
         body = await resp.json()
         assert resp.status == 400, body
-        assert body["detail"]["code"] == "input_too_complex"
-        assert body["detail"]["type"] == "validation_error"
-        assert time.monotonic() - started < 20.0  # one bounded call past the ceiling, not the whole word
+        assert body["detail"]["code"] == "input_too_complex" and body["detail"]["type"] == "validation_error"
         marked = [key async for key in redis.scan_iter(protocol.JOB_KEY_PREFIX + "*")]
-        assert len(marked) == 1 and await redis.hexists(marked[0], protocol.MEMORY_FIELD)  # never to be run again
+        assert len(marked) == 2 and all([await redis.hexists(key, protocol.MEMORY_FIELD) for key in marked])
         assert await redis.llen(protocol.processing_key("capped")) == 0  # its slot was released
         assert worker.proc.poll() is None
-
-        def idle_under_ceiling() -> bool:  # the engine's arena was given back
-            beat = _heartbeat(private_redis_url, "capped") or {}
-            return beat.get("state") == "idle" and 0 < beat.get("rss", 0) < ceiling
-
         wait_for(idle_under_ceiling, 10, "an idle heartbeat under the ceiling")
-        text = "A short sentence after the long one."
+
+        text = "A short sentence after the long ones."
         resp = await client.post("/v1/text-to-speech/v?output_format=pcm_22050", json={"text": text})
         assert resp.status == 200
         samples, rate = decode_audio(await resp.read(), "pcm_22050")
@@ -270,14 +282,14 @@ def _next_event(pubsub) -> protocol.Event:
     raise AssertionError("no event within 5 s")
 
 
-async def _next_event_async(pubsub) -> protocol.Event:
+async def _next_event_async(pubsub, timeout: float = 5.0) -> protocol.Event:
     """The same on an asyncio subscription."""
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         message = await pubsub.get_message(timeout=0.5)
         if message is not None:
             return protocol.Event.decode(message["data"])
-    raise AssertionError("no event within 5 s")
+    raise AssertionError(f"no event within {timeout} s")
 
 
 # ----- poison jobs ---------------------------------------------------------------------------------------------
