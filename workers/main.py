@@ -43,6 +43,8 @@ async def serve(settings: Settings) -> None:
     finally:
         await redis.aclose()
         chunk_redis.close()
+    if worker.exit_code:  # a restart asked for by the worker itself (its memory): systemd starts it again
+        raise SystemExit(worker.exit_code)
 
 
 async def check(settings: Settings) -> bool:

@@ -10,6 +10,10 @@ or another, with the next sequence number and sample offset) and claims the wait
 
 Stopping follows the two-stage convention: the first SIGTERM/SIGINT stops claiming and lets the running job finish
 (exit 0); a second one aborts the running job with a terminal ``error`` event to its client.
+
+Memory: a job that takes the worker's RSS past its ceiling ends with ``input_too_complex`` and is never run again
+(see :mod:`.memory`). The worker stays up when its RSS comes back under the ceiling, and otherwise (or when the
+engine does not stop in time) records the job's end, frees its slot and exits with ``MEMORY_EXIT_CODE``.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from zsynth.config import Settings
 from zsynth.supervise import Supervisor
 
 from .engines import Engine, VoiceSpec
+from .memory import MEMORY_EXIT_CODE, TOO_COMPLEX_MESSAGE, JobGuard, rss_bytes
 from .synthesis import YIELDING_CODECS, ChunkMeta, text_pieces
 from .voice_sync import VoiceUnavailable, WorkerVoices
 
@@ -92,6 +97,9 @@ class Worker:
         # Run from the engine thread, on its blocking connection.
         self._should_yield = chunk_redis.register_script(protocol.SHOULD_YIELD_LUA)
         self._yield = chunk_redis.register_script(protocol.YIELD_LUA)
+        self.memory = JobGuard(settings, chunk_redis, self.processing, self._abort)
+        #: Exit status for the process once the claim loop ends (non-zero: systemd restarts the worker).
+        self.exit_code = 0
 
     # ----- lifecycle -------------------------------------------------------------------------------------------
 
@@ -116,6 +124,7 @@ class Worker:
         await self.voices.start()
         await self._recover_in_flight()
         await self._beat()
+        self.memory.start()
         # Supervised: a crash (a Redis error reply such as OOM or READONLY) is logged, restarted with backoff and
         # counted in the heartbeat's "restarts" (the fronts' zsynth_worker_background_restarts), with the restarts
         # of the voice library's follower.
@@ -127,6 +136,7 @@ class Worker:
         try:
             await self._claim_loop(burst)
         finally:
+            self.memory.close()
             await self.supervisor.close()
             await self.voices.close()
             with contextlib.suppress(Exception):
@@ -175,7 +185,10 @@ class Worker:
         for raw in leftovers:
             with contextlib.suppress(ValueError, TypeError):
                 job = protocol.Job.from_json(raw)
-                error = protocol.error_event(job.seq, "worker_restarted", "The worker restarted during this job.")
+                if await self.redis.hexists(protocol.job_key(job.job_id), protocol.MEMORY_FIELD):
+                    error = protocol.error_event(job.seq, protocol.INPUT_TOO_COMPLEX, TOO_COMPLEX_MESSAGE)
+                else:
+                    error = protocol.error_event(job.seq, "worker_restarted", "The worker restarted during this job.")
                 await self._record_terminal(job, error, release=raw)
         if leftovers:
             await self.redis.delete(self.processing)
@@ -193,6 +206,8 @@ class Worker:
             "job_id": job.job_id if job else None,
             "ts": time.time(),
             "restarts": self.supervisor.restarts + self.voices.library.supervisor.restarts,
+            "rss": rss_bytes(),
+            "max_rss": self.memory.watch.ceiling,
         }
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.set(protocol.heartbeat_key(self.worker_id), json.dumps(status), ex=self.settings.heartbeat_ttl_s)
@@ -229,13 +244,24 @@ class Worker:
                     protocol.QUEUE,
                     protocol.WORKERS,
                 ],
-                args=[protocol.JOB_KEY_PREFIX, protocol.STARTED_FIELD, protocol.MAX_ATTEMPTS, worker_id],
+                args=[
+                    protocol.JOB_KEY_PREFIX,
+                    protocol.STARTED_FIELD,
+                    protocol.MAX_ATTEMPTS,
+                    worker_id,
+                    protocol.MEMORY_FIELD,
+                ],
             )
             for raw in failed:
                 job = protocol.Job.from_json(raw)
-                error = protocol.error_event(protocol.ANY_SEQ, "worker_died", "The worker died while speaking.")
+                log = JobLog(logger, {"job_id": job.job_id, "worker_id": worker_id})
+                if await self.redis.hexists(protocol.job_key(job.job_id), protocol.MEMORY_FIELD):
+                    error = protocol.error_event(protocol.ANY_SEQ, protocol.INPUT_TOO_COMPLEX, TOO_COMPLEX_MESSAGE)
+                    log.warning("failed: its worker died after it passed the memory ceiling (not run again)")
+                else:
+                    error = protocol.error_event(protocol.ANY_SEQ, "worker_died", "The worker died while speaking.")
+                    log.warning("failed: its worker died")
                 await self._record_terminal(job, error)
-                JobLog(logger, {"job_id": job.job_id, "worker_id": worker_id}).warning("failed: its worker died")
             failed_total += len(failed)
             logger.info("worker %s reaped dead worker %s", self.worker_id, worker_id)
         return failed_total
@@ -276,24 +302,36 @@ class Worker:
         started = time.time()
         log.info("claimed (%d chars, part %d, voice %s, %s)", len(job.text), job.part, job.voice_id, job.output_format)
         progress = _Progress(seq=job.seq, samples=job.sample_offset)
+        self.memory.begin(job, raw, lambda: progress.seq)
         try:
             terminal = await self._synthesize(job, raw, progress, log)
         finally:
+            owned = self.memory.finish()
             self.current = None
+        if not owned:  # the memory guard recorded the job's end and is restarting the process
+            return None
         if terminal is None:
             log.info("yielded its slot after chunk #%d; the rest waits in the queue", progress.seq - 1)
             return progress.handed_to
         terminal.meta.update(worker_id=self.worker_id, started_at=started, finished_at=time.time())
         await self._record_terminal(job, terminal, release=raw)
         self.jobs_done += 1
-        log.info("%s in %.3fs", terminal.kind, time.time() - started)
+        log.info("%s in %.3fs (peak RSS %d MB)", terminal.kind, time.time() - started, self.memory.watch.peak // 10**6)
+        if self.memory.over:
+            await self._shed_memory(log)
         return None
 
     async def _skip_reason(self, job: protocol.Job) -> tuple[str, str] | None:
         # A remainder has started: its client is listening for the rest, whatever the start deadline said.
         if not job.resumed and job.start_deadline and time.time() > job.start_deadline:
             return "deadline_exceeded", "The job waited in the queue past its deadline."
-        if await self.redis.exists(protocol.cancel_key(job.job_id)):
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.exists(protocol.cancel_key(job.job_id))
+            pipe.hexists(protocol.job_key(job.job_id), protocol.MEMORY_FIELD)
+            cancelled, poison = await pipe.execute()
+        if poison:  # e.g. the remainder of a job that passed the memory ceiling: never run again
+            return protocol.INPUT_TOO_COMPLEX, TOO_COMPLEX_MESSAGE
+        if cancelled:
             return "cancelled", "The client went away before the job started."
         return None
 
@@ -326,9 +364,17 @@ class Worker:
         except VoiceUnavailable as err:  # never another voice instead
             log.error("voice refused: %s", err)
             return protocol.error_event(progress.seq, err.code, str(err))
+        except MemoryError:
+            log.error("synthesis ran out of memory")
+            return protocol.error_event(progress.seq, protocol.INPUT_TOO_COMPLEX, TOO_COMPLEX_MESSAGE)
         except Exception as err:
+            if self.memory.over:  # what an engine raises while memory runs out is not the cause
+                log.error("synthesis failed over the memory ceiling: %r", err)
+                return protocol.error_event(progress.seq, protocol.INPUT_TOO_COMPLEX, TOO_COMPLEX_MESSAGE)
             log.error("synthesis failed: %r", err)
             return protocol.error_event(progress.seq, "synthesis_failed", f"Synthesis failed: {err}")
+        if self.memory.over:
+            return protocol.error_event(progress.seq, protocol.INPUT_TOO_COMPLEX, TOO_COMPLEX_MESSAGE)
         if progress.yielded:
             return None
         if self._abort.is_set():
@@ -420,6 +466,22 @@ class Worker:
             self.chunk_redis.publish(job.reply_to, event.encode())
         progress.seq += 1
         progress.samples += int(meta.get("samples", 0))
+
+    # ----- the memory ceiling ----------------------------------------------------------------------------------
+
+    async def _shed_memory(self, log: logging.LoggerAdapter[logging.Logger]) -> None:
+        """After a job stopped for memory: give the engine's caches back; restart if the RSS stays over."""
+        release = getattr(self.engine, "release_memory", None)
+        if callable(release):
+            with contextlib.suppress(Exception):
+                await asyncio.get_running_loop().run_in_executor(None, release)
+        rss = rss_bytes() or 0
+        if rss > self.memory.watch.ceiling:
+            log.error("RSS still %d MB after the job: restarting the worker", rss // 10**6)
+            self.exit_code = MEMORY_EXIT_CODE
+            self._stopping.set()
+        else:
+            log.info("RSS back to %d MB: serving on", rss // 10**6)
 
     def voice_spec(self, voice_id: str) -> VoiceSpec:
         """The job's voice as the engine needs it (a clone fetched from the library if missing, or refused)."""

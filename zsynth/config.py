@@ -74,6 +74,25 @@ def _non_negative_int(raw: str) -> int:
     return value
 
 
+_SIZE_UNITS: Final = {
+    "": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
+    "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4, "t": 1000**4, "tb": 1000**4,
+}  # fmt: skip
+
+
+def _byte_size(raw: str) -> int:
+    """Bytes, or a number with a unit: ``2GiB``, ``1.5G``, ``512MiB`` (k, M, G, T are powers of 1000; KiB... 1024)."""
+    text = raw.strip().lower().replace(" ", "")
+    number = text.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = _SIZE_UNITS.get(text[len(number) :])
+    if unit is None or not number:
+        raise ValueError("expected bytes or a size such as 2GiB, 1500MB (0: the engine's default)")
+    value = float(number) * unit
+    if not 0 <= value < 2**63:
+        raise ValueError("expected a size of at least 0")
+    return int(value)
+
+
 def _engine(raw: str) -> str:
     value = raw.strip().lower()
     if value not in ENGINES:
@@ -199,6 +218,10 @@ class Settings:
     # Largest piece of a batch job (characters, whole sentences packed up to it; a longer sentence is one piece) a
     # worker speaks before it checks for waiting realtime or unstarted work and, if any, yields its slot.
     piece_max_chars: int = _env("PIECE_MAX_CHARS", _positive_int, default=100)
+    # A worker's memory ceiling (bytes, or with a unit: 2GiB): a job that takes its RSS past it ends with 400
+    # input_too_complex and is never run again (workers/memory.py). 0: the engine's default (piper 2 GiB, turbo
+    # 12 GiB, simulated 1 GiB).
+    worker_max_rss: int = _env("WORKER_MAX_RSS", _byte_size, default=0)
     # The front's Redis connection pool: at most this many commands in flight; more wait up to the timeout (then
     # the request fails with 503 redis_unavailable) instead of failing at once.
     redis_pool_size: int = _env("REDIS_POOL_SIZE", _positive_int, default=256)

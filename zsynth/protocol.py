@@ -100,7 +100,14 @@ def cancel_key(job_id: str) -> str:
 
 # Field of job_key set with the first chunk: a job whose audio started is never given to another worker.
 STARTED_FIELD: Final = "first_chunk_at"
+# Field of job_key set (to the RSS in bytes) when the job took its worker past its memory ceiling: such a job is never
+# run again, by a reaper, a restarted worker or a worker claiming its remainder; it ends with INPUT_TOO_COMPLEX.
+MEMORY_FIELD: Final = "memory_exceeded"
+# A job whose worker died is run again at most once in all (when its audio had not started), never when marked above.
 MAX_ATTEMPTS: Final = 2
+# Error code (400-class: the request is wrong, retrying it fails again) of a job that took its worker past its memory
+# ceiling.
+INPUT_TOO_COMPLEX: Final = "input_too_complex"
 # A terminal event published by someone other than the job's worker (a reaper) carries this sequence number:
 # the front accepts it whatever it has counted so far.
 ANY_SEQ: Final = -1
@@ -157,9 +164,10 @@ return redis.call('RPOPLPUSH', KEYS[1], KEYS[2])
 """
 
 # Recover a dead worker's in-flight list, atomically, only while its heartbeat is gone. A job whose audio had not
-# started goes back to the head of the queue once; any other job is returned (its JSON) to the caller, who fails it.
+# started and that did not exceed a memory ceiling goes back to the head of the queue once; any other job is returned
+# (its JSON) to the caller, who fails it.
 # KEYS[1]=processing list  KEYS[2]=heartbeat key  KEYS[3]=queue  KEYS[4]=workers set
-# ARGV[1]=job key prefix  ARGV[2]=started field  ARGV[3]=max attempts  ARGV[4]=worker id
+# ARGV[1]=job key prefix  ARGV[2]=started field  ARGV[3]=max attempts  ARGV[4]=worker id  ARGV[5]=memory field
 REAP_LUA: Final = """
 if redis.call('EXISTS', KEYS[2]) == 1 then return {} end
 local failed = {}
@@ -169,8 +177,9 @@ while true do
   local ok, job = pcall(cjson.decode, raw)
   if ok and type(job) == 'table' and job.job_id then
     local started = redis.call('HEXISTS', ARGV[1] .. job.job_id, ARGV[2])
+    local poison = redis.call('HEXISTS', ARGV[1] .. job.job_id, ARGV[5])
     local attempts = tonumber(job.attempts) or 0
-    if started == 0 and attempts + 1 < tonumber(ARGV[3]) then
+    if started == 0 and poison == 0 and attempts + 1 < tonumber(ARGV[3]) then
       job.attempts = attempts + 1
       redis.call('RPUSH', KEYS[3], cjson.encode(job))
     else

@@ -14,6 +14,8 @@ voice_not_found                 404 ``voice_not_found``                     ``vo
 voice_storage_unavailable       503 ``voice_storage_unavailable``, 5 s      ``voice_storage_unavailable``
 dictionary_storage_unavailable  503 ``dictionary_storage_unavailable``, 1s  ``synthesis_unavailable``
 invalid                         the option's status and code, with param    the option's code
+                                (400 ``input_too_complex``, param text:
+                                the job passed its worker's memory ceiling)
 internal                        500, the job's own code                     the job's own code
 ==============================  ==========================================  =================================
 
@@ -35,7 +37,7 @@ from .config import Settings
 from .dictionaries.store import DICTIONARIES, DictionaryStore, StorageUnavailable
 from .dispatch import DISPATCHER, Dispatcher, JobFailed, JobStream
 from .keys import SETTINGS
-from .protocol import Job, Priority
+from .protocol import INPUT_TOO_COMPLEX, Job, Priority
 from .spoken import Spoken
 from .textprep import TextOptionError, TextOptions, prepare
 from .voices.catalog import VOICES, VoiceCatalog
@@ -109,6 +111,8 @@ def classify(err: JobFailed | TextOptionError | StorageUnavailable) -> Failure:
         return Failure("busy", 429, "system_busy", "system_busy", message, 1)
     if code in TRANSIENT_CODES:
         return unreachable(message)
+    if code == INPUT_TOO_COMPLEX:  # the job took its worker past its memory ceiling: retrying fails again
+        return Failure("invalid", 400, code, code, message, param="text")
     if code == "voice_not_found":  # the worker could not load the voice (it never speaks another one)
         return Failure("voice_not_found", 404, code, code, message)
     if code == "voice_storage_unavailable":

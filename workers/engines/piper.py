@@ -12,6 +12,13 @@ Voice settings on this engine:
   pitch: 0.75 (the default) and above move all the way, 0 not at all.
 * ``style`` and ``use_speaker_boost`` are accepted and have no effect.
 
+Bounded calls: VITS' memory and time grow with the phonemes of one inference call, and espeak hands a run of text
+without white space over as one sentence of any length (a 2,000-character word is about 3,000 phonemes: +2.8 GB and
+20 s in one call). Each sentence's phonemes therefore go to onnxruntime in runs of at most
+:data:`MAX_CALL_PHONEMES`, cut at word boundaries where possible (inside a word only when one word is longer), and
+``should_stop`` is asked between runs. The runs of a sentence make one chunk, whose timing still lines up with its
+words (see :func:`run_timing`).
+
 Cloned voices: Piper has one speaker and cannot clone. For a cloned voice it measures the reference clip's median
 pitch once (cached in the voice's ``cache/`` directory and in memory) and shifts every synthesized sentence from the
 joe voice's median pitch to it, keeping the duration (see :mod:`.pitch`). Timbre, accent and rhythm stay joe's.
@@ -48,6 +55,14 @@ CALIBRATION_TEXT: Final = (
 )
 MAX_SHIFT_SEMITONES: Final = 12.0
 PITCH_CACHE: Final = "piper-pitch.json"
+# Most phonemes one onnxruntime call gets. Measured on the joe voice (one thread): a call's peak RSS grows by about
+# 0.7 MB and its time by about 7 ms per phoneme; 256 keep a call near +200 MB and 2 s, and cover most sentences
+# (a 170-character sentence is about 175 phonemes). Longer sentences are cut into even runs at word boundaries.
+MAX_CALL_PHONEMES: Final = 256
+WORD_BREAK: Final = " "  # espeak's phoneme between words
+# Timing label for the pauses where a run ends inside a word: not "$" (which ends a word for the alignment), so the
+# word's characters keep the pause of the cut.
+INNER_PAUSE: Final = "_"
 
 
 class PiperEngine:
@@ -199,16 +214,96 @@ class PiperEngine:
                 return
             pcm_parts: list[np.ndarray] = []
             timing: list[tuple[str, int]] = []
-            for piece in self._voice.synthesize(_piper_input(sentence), syn_config=config, include_alignments=True):
-                pcm_parts.append(piece.audio_float_array)
-                if piece.phoneme_alignments:
-                    timing.extend((a.phoneme, int(a.num_samples)) for a in piece.phoneme_alignments)
+            for phonemes in self._voice.phonemize(_piper_input(sentence)):
+                for run, inside_word in phoneme_runs(phonemes, MAX_CALL_PHONEMES):
+                    if should_stop():
+                        return
+                    pcm, run_timing = self._speak_run(run, config)
+                    pcm_parts.append(pcm)
+                    timing.extend(run_timing if not inside_word else _pause_inside_word(run_timing))
             if not pcm_parts:
                 continue
             pcm = np.concatenate(pcm_parts) if len(pcm_parts) > 1 else pcm_parts[0]
             if shift:
                 pcm = pitch_shift(pcm, self.sample_rate, shift)  # same length: the phoneme timing stays valid
-            yield EngineChunk(pcm=pcm.astype(np.float32, copy=False), text=sentence, timing=timing or None)
+            exact = sum(n for _, n in timing) == len(pcm)
+            yield EngineChunk(pcm=pcm.astype(np.float32, copy=False), text=sentence, timing=timing if exact else None)
+
+    def _speak_run(self, phonemes: list[str], config: Any) -> tuple[np.ndarray, list[tuple[str, int]]]:
+        """One bounded onnxruntime call: the run's audio (float32 in -1..1) and its per-phoneme sample counts."""
+        ids = self._voice.phonemes_to_ids(phonemes)
+        result = self._voice.phoneme_ids_to_audio(ids, config, include_alignments=True)
+        audio, id_samples = result if isinstance(result, tuple) else (result, None)
+        pcm = np.clip(audio, -1.0, 1.0).astype(np.float32, copy=False)
+        if id_samples is None or len(id_samples) != len(ids):
+            return pcm, []
+        return pcm, run_timing(phonemes, [int(n) for n in id_samples], self._voice.config.phoneme_id_map)
+
+    def release_memory(self) -> None:
+        """Give onnxruntime's arena back to the system (one tiny call that shrinks it on its way out).
+
+        The arena keeps its largest size between calls; after a job stopped for memory the worker calls this so
+        its RSS comes back to about where it started.
+        """
+        import onnxruntime
+
+        options = onnxruntime.RunOptions()
+        options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+        ids = np.array([self._voice.phonemes_to_ids(["a"])], dtype=np.int64)
+        scales = np.array([self._base_noise, self._base_length, self._base_noise_w], dtype=np.float32)
+        inputs = {"input": ids, "input_lengths": np.array([ids.shape[1]], dtype=np.int64), "scales": scales}
+        self._voice.session.run(None, inputs, options)
+
+
+def phoneme_runs(phonemes: list[str], limit: int) -> list[tuple[list[str], bool]]:
+    """A sentence's phonemes cut into runs of at most ``limit``, each with whether it ends inside a word.
+
+    Runs are about even (a sentence a little over the limit becomes two halves, not a full run and a crumb) and end
+    at a word boundary (whose break phoneme is dropped: the run's own end is a pause) where one is in reach; a word
+    longer than ``limit`` is cut inside.
+    """
+    if len(phonemes) <= limit:
+        return [(phonemes, False)] if phonemes else []
+    target = -(-len(phonemes) // -(-len(phonemes) // limit))  # even runs: ceil(n / ceil(n / limit))
+    runs: list[tuple[list[str], bool]] = []
+    start = 0
+    while len(phonemes) - start > limit:
+        window = phonemes[start + 1 : start + limit + 1]
+        breaks = [start + 1 + i for i, p in enumerate(window) if p == WORD_BREAK]
+        if breaks:
+            cut = min(breaks, key=lambda i: abs(i - (start + target)))
+            runs.append((phonemes[start:cut], False))
+            start = cut + 1
+        else:
+            runs.append((phonemes[start : start + target], True))
+            start += target
+    if start < len(phonemes):
+        runs.append((phonemes[start:], False))
+    return [(run, inside) for run, inside in runs if run]
+
+
+def run_timing(phonemes: list[str], id_samples: list[int], id_map: Mapping[str, Any]) -> list[tuple[str, int]]:
+    """Samples per phoneme of one run (with ``^`` and ``$`` for its leading and trailing pauses), as Piper counts
+    them: a phoneme's ids and the pad after it. Empty when the ids do not line up with the phonemes."""
+    from piper.const import BOS, EOS, PAD
+
+    pad = list(id_map.get(PAD, []))
+    timing: list[tuple[str, int]] = []
+    index = 0
+    for phoneme in [BOS, *(p for p in phonemes if p in id_map), EOS]:
+        width = len(id_map.get(phoneme, [])) + (len(pad) if phoneme != EOS else 0)
+        if index + width > len(id_samples):
+            return []
+        timing.append((phoneme, sum(id_samples[index : index + width])))
+        index += width
+    return timing if index == len(id_samples) else []
+
+
+def _pause_inside_word(timing: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """A run that ends inside a word: its closing pause is part of that word, not the end of one."""
+    if timing and timing[-1][0] == "$":
+        return [*timing[:-1], (INNER_PAUSE, timing[-1][1])]
+    return timing
 
 
 def _piper_input(sentence: str) -> str:

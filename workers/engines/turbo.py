@@ -41,6 +41,11 @@ logger = logging.getLogger(__name__)
 
 # Longer inputs degrade (chatterbox #424, #385); the official demo caps at 300.
 PIECE_MAX_CHARS: Final = SENTENCE_MAX_CHARS
+# Most text tokens T3 gets for one piece: what the static cache's prefill (turbo_static.PREFILL_MAX, 704) leaves after
+# the speaker token, the 375 prompt tokens and the start token. A 300-character piece of ordinary text is about 75
+# tokens; a piece that is one word of thousands of characters (the front cuts words, a job queued by other means may
+# not) is cut here instead of reaching T3 whole (an unbounded prompt on the dynamic cache).
+TEXT_MAX_TOKENS: Final = 704 - 1 - 375 - 1
 DOWNLOAD_HINT: Final = (
     "download the weights once, e.g. `huggingface-cli download ResembleAI/chatterbox-turbo --local-dir "
     "/srv/zsynth/chatterbox-turbo`, and set ZSYNTH_TURBO_CHECKPOINT to that directory"
@@ -55,6 +60,14 @@ def text_pieces(text: str, max_chars: int = PIECE_MAX_CHARS) -> list[str]:
     protected = _TAG.sub(lambda m: m.group(0).replace(" ", _KEEP), text)
     pieces = pack_sentences(split_sentences(protected, max_chars), max_chars)
     return [piece.replace(_KEEP, " ") for piece in pieces]
+
+
+def text_token_ids(tokenizer: Any, piece: str) -> Any:
+    """The piece's text tokens for T3 (a (1, n) tensor), at most :data:`TEXT_MAX_TOKENS` of them."""
+    ids = tokenizer(piece, return_tensors="pt", truncation=True, max_length=TEXT_MAX_TOKENS).input_ids
+    if ids.shape[-1] >= TEXT_MAX_TOKENS:
+        logger.warning("turbo: a piece of %d characters was cut to %d text tokens", len(piece), TEXT_MAX_TOKENS)
+    return ids
 
 
 def chunk_schedule(first: int, largest: int) -> tuple[int, ...]:
@@ -234,7 +247,7 @@ class TurboEngine:
         for index, piece in enumerate(text_pieces(text)):
             if should_stop():
                 return
-            ids = self.model.tokenizer(punc_norm(piece), return_tensors="pt", truncation=True).input_ids
+            ids = text_token_ids(self.model.tokenizer, punc_norm(piece))
             # S3Gen's flow stays float32 (no flow_dtype): on an H100 autocast made it slower (its kernels are small,
             # so the casts cost more than the narrower math saves: docs/gpu-figures.md), and its mel moved by 0.8 %.
             decoder = PieceDecoder(self.model.s3gen, conds.gen, cap, speed)
