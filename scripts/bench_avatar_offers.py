@@ -164,6 +164,7 @@ def main() -> None:
             **env,
             "ZSYNTH_AVATAR_PORT": str(raised_port),
             "ZSYNTH_AVATAR_MAX_SDP_BYTES": str(1 << 20),
+            "ZSYNTH_MAX_JSON_BODY_BYTES": str(2 << 20),  # the 489 KiB offer must get past the body limit too
             "ZSYNTH_AVATAR_ALLOW_PRIVATE_CANDIDATES": "true",
         }
         with (

@@ -104,6 +104,7 @@ CHECKS: dict[str, Callable[[Path, str], None]] = {
     "timestamps.sh": printed(r"^Hello there\.\n$"),
     "token.sh": speech_file("token.mp3", "Spoken with a token."),
     "keys.sh": printed(r"zsk_live_|my-backend"),
+    "dictionary-delete.sh": printed(r'^\{"status":\s*"ok"\}\n404\n$'),
     "clone.sh": all_of(speech_file("clone.mp3", "Hello in the cloned voice."), printed(r'"status":\s*"ok"')),
     "openapi.sh": printed(r"(?m)^/v1/audio/speech$"),
     "avatar-token.sh": printed(r'"token":\s*"zsk_temp_'),

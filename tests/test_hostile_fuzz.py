@@ -27,7 +27,9 @@ MAX_CHARS = 300
 # (scripts/fuzz_hostile.py) reports the measured figures.
 MAX_SECONDS = HostileRun.READ_S + 20.0
 MAX_HEALTHZ_STALL_S = 1.0
-MAX_RSS_GROWTH = 400 * 1024 * 1024
+# onnxruntime keeps the arena of the largest call it has made: a Piper call is at most 256 phonemes, which measured
+# +175 to +450 MB; a leak or an unbounded call (a 2,000-character word took +2.8 GB) still fails.
+MAX_RSS_GROWTH = 600 * 1024 * 1024
 
 
 @pytest.fixture
