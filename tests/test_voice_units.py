@@ -87,3 +87,13 @@ def test_catalog_resolution(tmp_path):
 )
 def test_voice_settings_are_clamped_or_defaulted(value, expected):
     assert clamp_setting(value, 0.0, 1.0, 0.5) == expected
+
+
+def test_saved_settings_take_only_whole_voice_ids(tmp_path):
+    # "^...$" let a trailing newline through ($ matches before it): the settings file name would carry it.
+    store = VoiceStore(tmp_path)
+    with pytest.raises(ValueError, match="not a voice id"):
+        store.save_builtin_settings("joe\n", 1, {"speed": 1.1})
+    store.save_builtin_settings("joe", 1, {"speed": 1.1})
+    assert store.builtin_settings("joe\n") == (0, {})
+    assert store.builtin_settings("joe") == (1, {"speed": 1.1})

@@ -46,7 +46,7 @@ _ID_RE: Final = re.compile(r"^custom-[A-Za-z0-9_-]{4,64}$")
 # Directory mtimes tick coarsely (a few ms): a listing is cached only once the directory has been still this long.
 LEFTOVER_AGE_S: Final = 3600.0  # a temporary directory this old belongs to a writer that crashed
 _SETTLED_NS: Final = 2_000_000_000
-_SETTINGS_ID_RE: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_SETTINGS_ID_RE: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
 # What a removal marker in .deleted/ holds: where the removal came from.
 _REMOVED_HERE: Final = b"removed through this box's API\n"
 _REMOVED_ELSEWHERE: Final = b"removed elsewhere, confirmed by the bucket\n"
@@ -353,7 +353,7 @@ class VoiceStore:
 
     def builtin_settings(self, voice_id: str) -> tuple[int, dict[str, Any]]:
         """The revision and saved settings of a built-in voice; (0, {}) when none were saved."""
-        if not _SETTINGS_ID_RE.match(voice_id):
+        if not _SETTINGS_ID_RE.fullmatch(voice_id):
             return 0, {}
         try:
             saved = json.loads((self.root / ".settings" / f"{voice_id}.json").read_text(encoding="utf-8"))
@@ -365,7 +365,7 @@ class VoiceStore:
 
     def save_builtin_settings(self, voice_id: str, rev: int, settings: Mapping[str, Any]) -> None:
         """Save a built-in voice's settings (atomically: other processes of the box read them per job)."""
-        if not _SETTINGS_ID_RE.match(voice_id):
+        if not _SETTINGS_ID_RE.fullmatch(voice_id):
             raise ValueError(f"not a voice id: {voice_id!r}")
         (self.root / ".settings").mkdir(parents=True, exist_ok=True)
         body = json.dumps({"voice_id": voice_id, "revision": rev, "settings": dict(settings)}).encode()
