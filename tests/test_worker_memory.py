@@ -76,21 +76,21 @@ def piper():
     return engine
 
 
-def test_a_long_word_reaches_onnx_in_bounded_calls(piper):
-    """300 characters without white space (the longest word a worker's sentence split leaves whole, about 430
-    phonemes): several bounded calls, one chunk of speech whose timing covers it; before, one call took every
-    phoneme (and a 2,000-character word took 2.8 GB)."""
+def test_a_long_sentence_reaches_onnx_in_bounded_calls(piper):
+    """A 300-character sentence (the longest a worker speaks whole, about 330 phonemes): several bounded calls, one
+    chunk of speech whose timing covers it; before, one call took every phoneme of a sentence, and a
+    2,000-character word, one sentence then, took 2.8 GB."""
     from workers.engines.piper import MAX_CALL_PHONEMES
 
     piper._voice.session.calls.clear()
-    word = LONG_WORD[:300]
-    chunks = list(piper.synthesize(word, VoiceSpec("v"), {}, lambda: False))
+    sentence = ("seventeen seventy seven " * 13).strip()[:300]
+    chunks = list(piper.synthesize(sentence, VoiceSpec("v"), {}, lambda: False))
     calls = piper._voice.session.calls
     assert len(calls) >= 2
     assert max(calls) <= 2 * MAX_CALL_PHONEMES + 3  # ids: each phoneme and its pad, plus ^, pad and $
-    assert len(chunks) == 1 and chunks[0].text == word
+    assert len(chunks) == 1 and chunks[0].text == sentence
     pcm = chunks[0].pcm
-    assert len(pcm) / piper.sample_rate > 8.0  # every run was spoken: "1st 2nd 3rd 4th ..." for 300 characters
+    assert len(pcm) / piper.sample_rate > 8.0  # every run was spoken: 39 words
     assert float(np.sqrt(np.mean(pcm**2))) > 0.02  # not silence
     assert chunks[0].timing is not None and sum(n for _, n in chunks[0].timing) == len(pcm)
 
