@@ -38,7 +38,7 @@ from typing import Any, Final
 import numpy as np
 
 from zsynth import marks
-from zsynth.text import SENTENCE_MAX_CHARS, split_sentences, word_bound
+from zsynth.text import SENTENCE_MAX_CHARS, split_sentences
 from zsynth.voices.clips import STORE_RATE, ClipError, decode_clip_file
 from zsynth.voices.store import check_reference, reference_name, reference_path, revision
 
@@ -209,9 +209,7 @@ class PiperEngine:
         if seed is not None:
             # Piper's noise comes from onnxruntime's RNG, which cannot be seeded per run: best effort only.
             np.random.seed(seed % (2**32))
-        # Words are cut at Piper's own bound here too (the front's text stage already did, for every transport): a
-        # job queued by other means still reaches the engine in short sentences, so its first audio comes quickly.
-        for sentence in split_sentences(text, SENTENCE_MAX_CHARS, word_bound(self.name)):
+        for sentence in split_sentences(text, SENTENCE_MAX_CHARS):
             if should_stop():
                 return
             pcm_parts: list[np.ndarray] = []
