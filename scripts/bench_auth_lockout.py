@@ -34,7 +34,7 @@ import aiohttp
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.helpers import front_process, moto_server, redis_server  # noqa: E402
+from tests.helpers import front_process, moto_env, moto_server, redis_server  # noqa: E402
 from zsynth.auth import Authenticator  # noqa: E402
 from zsynth.keystore import KeyStore  # noqa: E402
 
@@ -121,10 +121,9 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=20.0, help="made-up keys a second (default 20)")
     parser.add_argument("--warmup", type=float, default=15.0, help="longest flood before probing (default 15 s)")
     args = parser.parse_args()
-    aws = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
     table = f"zsynth-lockout-{uuid.uuid4().hex[:8]}"
     with redis_server() as redis_url, moto_server() as endpoint, tempfile.TemporaryDirectory() as tmp:
-        os.environ.update(aws, AWS_ENDPOINT_URL=endpoint)
+        os.environ.update(moto_env(endpoint))
         minter, keys = asyncio.run(make_keys(table, args.keys))
         env = {"ZSYNTH_API_KEYS_TABLE": table, "ZSYNTH_LOG_LEVEL": "WARNING"}
         with front_process(redis_url, Path(tmp), **env) as (_, base):

@@ -32,7 +32,7 @@ from tempfile import TemporaryDirectory
 import aioboto3
 import aiohttp
 
-from tests.helpers import WorkerProcess, front_process, moto_server, redis_server
+from tests.helpers import WorkerProcess, front_process, moto_env, moto_server, redis_server
 from tests.voice_clips import reference_file
 
 STEP_LIMIT_S = 30.0
@@ -119,12 +119,7 @@ def main() -> None:
     args = parser.parse_args()
     with contextlib.ExitStack() as stack:
         endpoint = stack.enter_context(moto_server())
-        os.environ.update(
-            AWS_ENDPOINT_URL=endpoint,
-            AWS_ACCESS_KEY_ID="testing",
-            AWS_SECRET_ACCESS_KEY="testing",
-            AWS_DEFAULT_REGION="us-east-1",
-        )
+        os.environ.update(moto_env(endpoint))
         bucket = f"bench-{uuid.uuid4().hex[:8]}"
 
         async def create() -> None:

@@ -40,7 +40,7 @@ import soundfile as sf
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.helpers import WorkerProcess, front_process, moto_server, redis_server  # noqa: E402
+from tests.helpers import WorkerProcess, front_process, moto_env, moto_server, redis_server  # noqa: E402
 from tests.voice_clips import flac_bomb, reference_file  # noqa: E402
 from zsynth import protocol  # noqa: E402
 
@@ -175,12 +175,7 @@ async def served(url: str, voice_id: str) -> str:
 async def main() -> None:
     with contextlib.ExitStack() as stack:
         endpoint = stack.enter_context(moto_server())
-        os.environ.update(
-            AWS_ENDPOINT_URL=endpoint,
-            AWS_ACCESS_KEY_ID="testing",
-            AWS_SECRET_ACCESS_KEY="testing",
-            AWS_DEFAULT_REGION="us-east-1",
-        )
+        os.environ.update(moto_env(endpoint))
         import aioboto3
         from redis.asyncio import Redis
 

@@ -16,7 +16,7 @@ from zsynth.app import create_app
 from zsynth.config import Settings
 from zsynth.keystore import KeyStore
 
-from .helpers import WorkerProcess, make_settings, moto_server, redis_server
+from .helpers import WorkerProcess, make_settings, moto_env, moto_server, redis_server
 
 SHARED_WORKERS = ("shared-0", "shared-1")
 
@@ -36,10 +36,8 @@ def aws_endpoint() -> Iterator[str]:
     (and so for the worker processes it starts afterwards).
     """
     with moto_server() as url, pytest.MonkeyPatch.context() as mp:
-        mp.setenv("AWS_ENDPOINT_URL", url)
-        mp.setenv("AWS_ACCESS_KEY_ID", "testing")
-        mp.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-        mp.setenv("AWS_DEFAULT_REGION", "us-east-1")
+        for name, value in moto_env(url).items():
+            mp.setenv(name, value)
         yield url
 
 

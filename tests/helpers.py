@@ -168,6 +168,16 @@ def redis_server() -> Iterator[str]:
         server.stop()
 
 
+def moto_env(endpoint: str) -> dict[str, str]:
+    """The AWS variables that point botocore (and so aioboto3, unpatched) at a moto server on ``endpoint``."""
+    return {
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+
+
 @contextlib.contextmanager
 def moto_server() -> Iterator[str]:
     """Run moto in server mode (DynamoDB and S3 compatible) on a free loopback port; yield its endpoint URL."""
