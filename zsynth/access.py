@@ -6,7 +6,6 @@ call it, its ``cors`` flag whether pages on other origins may.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 from collections.abc import AsyncIterator
 from typing import Final
@@ -26,6 +25,7 @@ from .auth import (
 )
 from .endpoints import ENDPOINTS, Access, endpoint_of
 from .errors import ApiError, Handler
+from .hosts import is_loopback_name
 from .keys import REQUEST_ID, SETTINGS
 from .logs import quoted
 from .metrics import METRICS
@@ -43,23 +43,13 @@ CORS_EXPOSE_HEADERS: Final = (
 )
 
 
-def is_loopback(host: str) -> bool:
-    """Whether binding ``host`` keeps the server on this machine."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 async def authenticator_ctx(app: web.Application) -> AsyncIterator[None]:
     """Cleanup context: the Authenticator under app[AUTHENTICATOR] (built from app[SETTINGS] unless preset)."""
     settings = app[SETTINGS]
     auth = app.get(AUTHENTICATOR) or Authenticator.from_settings(settings)
     await auth.start()
     app[AUTHENTICATOR] = auth
-    if auth.is_open and not is_loopback(settings.host):
+    if auth.is_open and not is_loopback_name(settings.host):  # binding it keeps the server on this machine
         logger.warning(
             "AUTHENTICATION IS OFF and the server binds %s: anyone who can reach it may use it. "
             "Set ZSYNTH_API_KEY, ZSYNTH_API_KEYS or ZSYNTH_API_KEYS_TABLE.",

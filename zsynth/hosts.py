@@ -30,6 +30,7 @@ from yarl import URL
 from .auth import AUTHENTICATOR
 from .config import Settings
 from .keys import REQUEST_ID
+from .logs import quoted
 from .middleware import Refusal
 
 logger = logging.getLogger(__name__)
@@ -135,18 +136,18 @@ def host_guard(settings: Settings, *, always: bool = False) -> Middleware:
         host = request.headers.get(hdrs.HOST)
         if (always or is_open or hosts.configured) and host is not None and not hosts.admits(host_name(host)):
             logger.info(
-                "request %s: %s %r refused: host %r is not allowed",
+                "request %s: %s %s refused: host %s is not allowed",
                 request.get(REQUEST_ID, "-"),
                 request.method,
-                request.path[:200],
-                host[:100],
+                quoted(request.path),
+                quoted(host, 100),
             )
             raise Refusal(421, "host_not_allowed", _HOST_REFUSED)
         if is_open and foreign_socket_origin(request, settings, hosts):
             logger.info(
-                "request %s: WebSocket from the page origin %r refused: open server, another site",
+                "request %s: WebSocket from the page origin %s refused: open server, another site",
                 request.get(REQUEST_ID, "-"),
-                request.headers[hdrs.ORIGIN][:200],
+                quoted(request.headers[hdrs.ORIGIN]),
             )
             raise Refusal(403, "cross_origin_refused", _WS_REFUSED)
         return await handler(request)
