@@ -36,12 +36,12 @@ from ..dictionaries.store import (
     DirectoryBackend,
     StorageUnavailable,
 )
-from ..endpoints import Access, Endpoints, parse_body, parse_query, refusal
+from ..endpoints import Access, Endpoints, Later, refusal
 from ..errors import ApiError
 from ..keys import REQUEST_ID, SETTINGS
 from ..multipart import BoundedMultipart
 from .apidoc import json_body, optional
-from .bodies import api_error, one_of, refusing, require
+from .bodies import one_of, refusing, require
 
 logger = logging.getLogger(__name__)
 
@@ -245,9 +245,6 @@ class DictionaryUpdate(BaseModel):
     archived: Annotated[bool | None, pydantic.BeforeValidator(_archived)] = None
 
 
-_BAD_BODY: Final = "The request body must be a JSON object."
-
-
 class DictionaryCreated(BaseModel):
     """A new dictionary and its first version."""
 
@@ -347,9 +344,8 @@ async def _dictionary(request: web.Request, *, with_rules: bool = True) -> Dicti
     responses={200: _CREATED},
     errors=(400, 413, 422),
 )
-async def add_from_rules(request: web.Request) -> web.Response:
+async def add_from_rules(request: web.Request, body: AddFromRulesRequest) -> web.Response:
     """A new dictionary from a JSON list of rules."""
-    body = await parse_body(request, AddFromRulesRequest, api_error, bad_json=_BAD_BODY)
     rules = [rule.to_rule() for rule in body.rules]
     dictionary = await _store_call(request.app[DICTIONARIES].create(body.name, body.description, rules))
     logger.info("request: dictionary %s created from %d rules", dictionary.id, len(rules))
@@ -477,9 +473,8 @@ class DictionaryListQuery(BaseModel):
     responses={200: json_body("One page.", DictionaryPage)},
     errors=(422,),
 )
-async def list_dictionaries(request: web.Request) -> web.Response:
+async def list_dictionaries(request: web.Request, query: DictionaryListQuery) -> web.Response:
     """Every dictionary, newest first (``sort=name`` by name), paged by ``cursor`` and ``page_size`` (1-100)."""
-    query = parse_query(request, DictionaryListQuery, api_error)
     page_size, offset, sort, archived = query.page_size, int(query.cursor or 0), query.sort, query.include_archived
     direction = query.sort_direction
     metas = [
@@ -528,16 +523,16 @@ async def get_dictionary(request: web.Request) -> web.Response:
     responses={200: _WITH_RULES},
     errors=(400, 404, 422),
 )
-async def update_dictionary(request: web.Request) -> web.Response:
+async def update_dictionary(request: web.Request, body: Later[DictionaryUpdate]) -> web.Response:
     """Rename or archive (``archived: true``) a dictionary; no new version is made."""
     dictionary = await _dictionary(request)
-    body = await parse_body(request, DictionaryUpdate, api_error, bad_json=_BAD_BODY)
+    update = await body.read()
     store = request.app[DICTIONARIES]
     meta = dict(await _store_call(store.meta(dictionary.id, fresh=True)) or dictionary.meta())
-    if body.name is not None:
-        meta["name"] = body.name
-    if body.archived is not None:
-        meta["archived_time_unix"] = int(time.time()) if body.archived else None
+    if update.name is not None:
+        meta["name"] = update.name
+    if update.archived is not None:
+        meta["archived_time_unix"] = int(time.time()) if update.archived else None
     await _store_call(store.backend_put_meta(dictionary.id, meta))
     return web.json_response(_metadata(meta) | {"rules": [rule.to_json() for rule in dictionary.rules]})
 
@@ -577,10 +572,10 @@ async def _new_version(request: web.Request, dictionary: Dictionary, rules: list
     BASE + "/{dictionary_id}/add-rules",
     **_rules_doc("add_dictionary_rules", "A new version with these rules added (same string: replaced).", RulesRequest),
 )
-async def add_rules(request: web.Request) -> web.Response:
+async def add_rules(request: web.Request, body: Later[RulesRequest]) -> web.Response:
     """A new version with the rules added (a rule for a string already there replaces it)."""
     dictionary = await _dictionary(request)
-    added = (await parse_body(request, RulesRequest, api_error, bad_json=_BAD_BODY)).parsed()
+    added = (await body.read()).parsed()
     strings = {rule.string_to_replace for rule in added}
     rules = [rule for rule in dictionary.rules if rule.string_to_replace not in strings] + added
     if len(rules) > MAX_RULES:  # every front re-reads the version through parse_rules, which holds to this bound
@@ -592,11 +587,10 @@ async def add_rules(request: web.Request) -> web.Response:
     BASE + "/{dictionary_id}/remove-rules",
     **_rules_doc("remove_dictionary_rules", "A new version without the rules for these strings.", RemoveRulesRequest),
 )
-async def remove_rules(request: web.Request) -> web.Response:
+async def remove_rules(request: web.Request, body: Later[RemoveRulesRequest]) -> web.Response:
     """A new version without the rules whose ``string_to_replace`` is listed."""
     dictionary = await _dictionary(request)
-    body = await parse_body(request, RemoveRulesRequest, api_error, bad_json=_BAD_BODY)
-    removed = set(body.rule_strings)
+    removed = set((await body.read()).rule_strings)
     rules = [rule for rule in dictionary.rules if rule.string_to_replace not in removed]
     return await _new_version(request, dictionary, rules)
 
@@ -605,11 +599,11 @@ async def remove_rules(request: web.Request) -> web.Response:
     BASE + "/{dictionary_id}/set-rules",
     **_rules_doc("set_dictionary_rules", "A new version holding exactly these rules.", RulesRequest),
 )
-async def set_rules(request: web.Request) -> web.Response:
+async def set_rules(request: web.Request, body: Later[RulesRequest]) -> web.Response:
     """A new version holding exactly the given rules (the latest ones are not read: this mends a version that
     cannot be read)."""
     dictionary = await _dictionary(request, with_rules=False)
-    rules = (await parse_body(request, RulesRequest, api_error, bad_json=_BAD_BODY)).parsed()
+    rules = (await body.read()).parsed()
     return await _new_version(request, dictionary, rules)
 
 

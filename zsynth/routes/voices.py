@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field
 
 from .. import protocol
 from ..aws import client_config
-from ..endpoints import Access, Endpoints, json_body_bytes, parse_query, refusal, validate
+from ..endpoints import Access, Endpoints, json_body_bytes, refusal, validate
 from ..errors import ApiError
 from ..jsonbody import BadJson, loads
 from ..keys import REDIS, REQUEST_ID, SETTINGS
@@ -442,9 +442,8 @@ def _sort(voices: list[dict[str, Any]], sort: str | None, direction: str | None)
     responses={200: json_body("One page.", VoicePage)},
     errors=(400, 422),
 )
-async def list_v2(request: web.Request) -> web.Response:
+async def list_v2(request: web.Request, query: VoiceListQuery) -> web.Response:
     """``GET /v2/voices``: filtered, sorted and paged with an opaque ``next_page_token``."""
-    query = parse_query(request, VoiceListQuery, api_error)
     page_size, offset = query.page_size, query.offset
     voices = _sort(_filter(request.app[VOICES].all(), query), query.sort, query.sort_direction)
     page = voices[offset : offset + page_size]
@@ -762,7 +761,7 @@ async def edit_settings(request: web.Request) -> web.Response:
     catalog = request.app[VOICES]
     voice = _voice_or_404(catalog, voice_id)
     try:
-        # The message quotes the parser's complaint, so this body is read here rather than by parse_body.
+        # The message quotes the parser's complaint, so this handler reads its body itself (it takes no body=).
         raw = loads(await json_body_bytes(request, api_error))
     except BadJson as err:
         raise ApiError(400, "invalid_json", f"The body is not valid JSON: {err}") from err

@@ -13,7 +13,7 @@ from aiohttp import web
 from ...endpoints import Access, Endpoints, add_endpoints, serve_openapi
 from ...metrics import CONTENT_TYPE, METRICS
 from . import connect, control, manage, tokens
-from .body import documented
+from .body import PARSING, documented
 
 routes = Endpoints()
 
@@ -70,4 +70,4 @@ TABLES: Final = (routes, tokens.routes, connect.routes, control.routes, manage.r
 
 def setup_routes(app: web.Application) -> None:
     """Register every route of the avatar server."""
-    add_endpoints(app, *TABLES)
+    add_endpoints(app, *TABLES, parsing=PARSING)
