@@ -4,13 +4,13 @@ A declaration names the handler, who may call it (:class:`Access`), whether page
 (``cors``), the pydantic models of its JSON body and its query string, and the OpenAPI fields no model expresses
 (operation id, tag, summary, responses). The access middleware, the CORS set-up, the OpenAPI generator and the
 request parsing read the declarations (``app[ENDPOINTS]`` or a module's :class:`Endpoints` table); nothing else keeps
-a table of paths or names a route's models again.
+a table of paths, and a handler gets its models from its declaration.
 
 A route module declares its routes on a module-level table; the handler gets the declared models, parsed::
 
     routes = Endpoints()
 
-    @routes.post("/v1/tokens/ephemeral", access=Access.FULL, cors=False, body=TokenRequest, operation_id=...)
+    @routes.post("/v1/tokens/ephemeral", access=Access.FULL, cors=False, body=TokenRequest, operationId=...)
     async def mint(request: web.Request, body: TokenRequest) -> web.Response:
         ttl = body.ttl_seconds
 
@@ -27,6 +27,9 @@ How a handler takes its declared models (:func:`bind` checks the annotations aga
 * No ``body`` parameter: the handler reads its body itself (``POST /v1/voices/{voice_id}/settings/edit``, whose
   message quotes the parser's complaint). Multipart uploads declare no body model (their ``requestBody`` is
   written in the OpenAPI fields).
+
+The realtime sockets declare no query model: they read theirs (:class:`zsynth.ws.query.RealtimeQuery`) after the
+upgrade, so that a refusal is an error frame and a 1008 close.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ import inspect
 import typing
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Generic, Protocol, TypeVar
+from typing import Any, Final, Generic, Literal, Protocol, TypeVar
 
 import pydantic
 import pydantic_core
@@ -120,17 +123,7 @@ class Endpoints:
         def register(handler: H) -> H:
             self._items.append(
                 Endpoint(
-                    method.upper(),
-                    path,
-                    handler,
-                    access,
-                    cors,
-                    body,
-                    query,
-                    body_required,
-                    bad_json,
-                    websocket,
-                    doc,
+                    method.upper(), path, handler, access, cors, body, query, body_required, bad_json, websocket, doc
                 )
             )
             return handler
@@ -379,7 +372,7 @@ class Later(Generic[M]):
         return self._model
 
 
-def _takes(endpoint: Endpoint, name: str, model: type[pydantic.BaseModel] | None) -> str | None:
+def _takes(endpoint: Endpoint, name: str, model: type[pydantic.BaseModel] | None) -> Literal["now", "later"] | None:
     """How the handler takes the declared ``model`` as ``name``: "now", "later" (a :class:`Later`), or None (it
     does not take it); TypeError when its annotation does not match the declaration."""
     handler = endpoint.handler
