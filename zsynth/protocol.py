@@ -39,7 +39,8 @@ REALTIME_TAIL: Final = PREFIX + "queue:realtime_tail"  # JSON of the newest real
 BATCH_TAIL: Final = PREFIX + "queue:batch_tail"  # JSON of the newest unstarted batch job pushed (same idea)
 CANCEL_CHANNEL: Final = PREFIX + "cancel"  # pub/sub: job ids to stop now
 WORKERS: Final = PREFIX + "workers"  # set of worker ids that have ever registered
-VOICE_MIRROR_FAILURES: Final = PREFIX + "voices:mirror_failures"  # counter: S3 mirror attempts that failed
+# Counter: failed voice-bucket operations (the name is from when voices were mirrored to S3 in the background).
+VOICE_MIRROR_FAILURES: Final = PREFIX + "voices:mirror_failures"
 # Counter: tombstones a front's start-up (or resync) put in the bucket for removals made through its API while the
 # bucket did not know of them (each is also logged).
 VOICE_TOMBSTONES_UPLOADED: Final = PREFIX + "voices:tombstones_uploaded"
