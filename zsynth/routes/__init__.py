@@ -32,7 +32,7 @@ TABLES: Final[tuple[Endpoints, ...]] = (
 
 
 def setup_services(app: web.Application) -> None:
-    """The lifecycles and middleware the routes rely on (call before :func:`~zsynth.endpoints.add_endpoints`)."""
+    """The lifecycles the routes rely on (call before :func:`~zsynth.endpoints.add_endpoints`)."""
     voices.setup(app)
     dictionaries.setup(app)
     ws.setup(app)

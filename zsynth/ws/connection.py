@@ -27,7 +27,6 @@ from ..auth import (
 from ..keys import REQUEST_ID, SETTINGS, WS_PER_CREDENTIAL
 from ..ratelimit import TokenBucket
 from ..voice_settings import InvalidParameter, check_seed, check_voice_settings
-from ..voices.catalog import VOICES
 
 logger = logging.getLogger(__name__)
 
@@ -121,8 +120,9 @@ def parse_params(request: web.Request) -> StreamParams:
         except InvalidParameter as err:
             raise WsError(err.code, err.message) from err
     return StreamParams(
-        # Resolved once per socket: an unknown id is spoken by the swap-out voice, as on the HTTP routes.
-        voice_id=request.app[VOICES].resolve(request.match_info["voice_id"]),
+        # As asked: the synthesis service resolves it for each job, once the socket is authenticated (an unknown id
+        # is spoken by the swap-out voice, a cloned voice this box lacks is fetched first, as on the HTTP routes).
+        voice_id=request.match_info["voice_id"],
         fmt=fmt,
         model_id=request.query.get("model_id") or None,
         inactivity_s=inactivity,
