@@ -28,7 +28,7 @@ from zsynth.routes import TABLES
 from zsynth.routes.bodies import MAX_TEXT_CHARS, api_error
 from zsynth.routes.dictionaries import DictionaryListQuery, RulesRequest
 from zsynth.routes.openai_speech import OpenAISpeechRequest
-from zsynth.routes.tts import TextToSpeechRequest
+from zsynth.routes.synthesis_http import TextToSpeechRequest
 from zsynth.routes.voices import VoiceListQuery
 
 from .helpers import make_settings, status_and_code

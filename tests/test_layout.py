@@ -73,11 +73,7 @@ def test_the_cycle_finder_finds_a_cycle():
 
 
 # Route modules that still import another route module; each pair goes when its fix lands.
-KNOWN_ROUTE_IMPORTS = {
-    # removed when H1 lands (the shared synthesis helpers leave routes/tts.py)
-    ("zsynth.routes.timestamps", "zsynth.routes.tts"),
-    ("zsynth.routes.openai_speech", "zsynth.routes.tts"),
-}
+KNOWN_ROUTE_IMPORTS: set[tuple[str, str]] = set()
 #: Service packages: they raise domain exceptions and never import the HTTP layer that renders them.
 SERVICE_PACKAGES = ("zsynth.voices", "zsynth.dictionaries")
 HTTP_LAYER = ("zsynth.routes", "zsynth.avatar.routes", "zsynth.errors", "zsynth.endpoints")

@@ -43,11 +43,12 @@ async def _started_jobs(redis_url: str, workers: list[WorkerProcess]) -> int:
 async def test_a_dead_worker_is_the_same_classified_error_on_every_transport(
     aiohttp_client, private_redis_url, tmp_path, loopback_ice, caplog
 ) -> None:
-    """Four workers each speak one transport's job; all four are killed; a survivor reaps them (worker_died).
+    """Eight workers each speak one transport's job; all eight are killed; a survivor reaps them (worker_died).
 
-    HTTP whole-body: 503 system_busy with Retry-After; HTTP stream (audio already sent): the transfer is cut and the
-    failure logged with its kind; the realtime socket: error frame synthesis_unavailable, close 1008; the avatar: an
-    ``error`` event synthesis_unavailable. Every one carries the worker's own message.
+    HTTP whole-body (ElevenLabs convert and with-timestamps): 503 system_busy with Retry-After; HTTP streams with
+    audio already sent (ElevenLabs stream and stream/with-timestamps, OpenAI's speech): the transfer is cut and the
+    failure logged with its kind; both realtime sockets: error frame synthesis_unavailable, close 1008; the avatar:
+    an ``error`` event synthesis_unavailable. Every one carries the worker's own message.
     """
     failure = classify(JobFailed("worker_died", DIED))
     assert (failure.kind, failure.http_status, failure.code, failure.realtime_code, failure.retry_after) == (
@@ -57,8 +58,8 @@ async def test_a_dead_worker_is_the_same_classified_error_on_every_transport(
         "synthesis_unavailable",
         1,
     )
-    caplog.set_level(logging.WARNING, logger="zsynth.routes.tts")
-    victims = [WorkerProcess(private_redis_url, f"victim-{n}", tmp_path) for n in range(4)]
+    caplog.set_level(logging.WARNING, logger="zsynth.routes.synthesis_http")
+    victims = [WorkerProcess(private_redis_url, f"victim-{n}", tmp_path) for n in range(8)]
     survivor: WorkerProcess | None = None
     viewer = Viewer()
     try:
@@ -76,46 +77,60 @@ async def test_a_dead_worker_is_the_same_classified_error_on_every_transport(
         # The avatar session first (WebRTC takes a moment), then one job per transport, one per victim.
         _, control = await open_session(avatar, viewer, headers)
 
-        convert = asyncio.ensure_future(
-            front.post("/v1/text-to-speech/v?output_format=pcm_16000", json={"text": LONG_TEXT})
-        )
-        stream = await front.post("/v1/text-to-speech/v/stream?output_format=pcm_22050", json={"text": LONG_TEXT})
-        assert stream.status == 200
-        assert await stream.content.readany()
-        socket = await front.ws_connect("/v1/text-to-speech/v/stream-input?output_format=pcm_16000")
-        await socket.send_json({"text": " "})
-        await socket.send_json({"text": LONG_TEXT + " ", "flush": True})
-        first_frame = json.loads((await socket.receive(timeout=60)).data)
-        assert first_frame.get("audio"), first_frame
-        socket_got = asyncio.ensure_future(collect(socket, timeout=60))  # read on, so its close is answered
+        body = {"text": LONG_TEXT}
+        wholes = [
+            asyncio.ensure_future(front.post(f"/v1/text-to-speech/v{path}?output_format=pcm_16000", json=body))
+            for path in ("", "/with-timestamps")
+        ]
+        streams = [
+            await front.post("/v1/text-to-speech/v/stream?output_format=pcm_22050", json=body),
+            await front.post("/v1/text-to-speech/v/stream/with-timestamps?output_format=pcm_22050", json=body),
+            await front.post(
+                "/v1/audio/speech", json={"model": "tts-1", "input": LONG_TEXT, "voice": "v", "response_format": "pcm"}
+            ),
+        ]
+        for stream in streams:
+            assert stream.status == 200
+            assert await stream.content.readany()
+        sockets = []
+        for path, context in (("stream-input", {}), ("multi-stream-input", {"context_id": "doomed"})):
+            socket = await front.ws_connect(f"/v1/text-to-speech/v/{path}?output_format=pcm_16000")
+            await socket.send_json({"text": " ", **context})
+            await socket.send_json({"text": LONG_TEXT + " ", "flush": True, **context})
+            first_frame = json.loads((await socket.receive(timeout=60)).data)
+            assert first_frame.get("audio"), first_frame
+            sockets.append(asyncio.ensure_future(collect(socket, timeout=60)))  # read on, so its close is answered
         await control.ws.send_json({"type": "speak", "text": LONG_TEXT, "id": "doomed"})
         await control.next("speak.accepted")
 
-        deadline = time.monotonic() + 60
-        while await _started_jobs(private_redis_url, victims) < 4:
-            assert time.monotonic() < deadline, "the four jobs did not all start on the four victims"
+        deadline = time.monotonic() + 90
+        while await _started_jobs(private_redis_url, victims) < len(victims):
+            assert time.monotonic() < deadline, "the eight jobs did not all start on the eight victims"
             await asyncio.sleep(0.1)
         for victim in victims:
             victim.kill()
         # A surviving worker's reaper ends every started job of the dead ones with worker_died.
         survivor = WorkerProcess(private_redis_url, "survivor", tmp_path)
 
-        whole = await asyncio.wait_for(convert, 60)
-        assert whole.status == failure.http_status
-        assert whole.headers["Retry-After"] == str(failure.retry_after)
-        detail = (await whole.json())["detail"]
-        assert (detail["status"], detail["code"], detail["message"]) == (failure.code, failure.code, DIED)
+        for whole in await asyncio.wait_for(asyncio.gather(*wholes), 60):
+            assert whole.status == failure.http_status
+            assert whole.headers["Retry-After"] == str(failure.retry_after)
+            detail = (await whole.json())["detail"]
+            assert (detail["status"], detail["code"], detail["message"]) == (failure.code, failure.code, DIED)
 
-        with pytest.raises(aiohttp.ClientPayloadError):
-            await asyncio.wait_for(stream.read(), 60)
-        job_id = stream.headers["history-item-id"]
-        assert any(
-            f"job {job_id} failed mid-stream: unavailable (worker_died" in r.getMessage() for r in caplog.records
-        ), [r.getMessage() for r in caplog.records]
+        for stream in streams:
+            with pytest.raises(aiohttp.ClientPayloadError):
+                await asyncio.wait_for(stream.read(), 60)
+            job_id = stream.headers["history-item-id"]
+            assert any(
+                f"job {job_id} failed mid-stream: {failure.kind} (worker_died: {DIED})" in r.getMessage()
+                for r in caplog.records
+            ), [r.getMessage() for r in caplog.records]
 
-        got = await socket_got
-        assert got.close_code == 1008
-        assert got.errors == [{"message": DIED, "error": failure.realtime_code, "code": 1008}]
+        for socket_got in sockets:
+            got = await socket_got
+            assert got.close_code == 1008
+            assert got.errors == [{"message": DIED, "error": failure.realtime_code, "code": 1008}], got.frames
 
         error = await control.next("error")
         assert (error["code"], error["message"], error["id"]) == (failure.realtime_code, DIED, "doomed")

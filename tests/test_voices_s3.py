@@ -11,11 +11,13 @@ from redis.asyncio import Redis
 from zsynth import protocol
 from zsynth.app import create_app
 from zsynth.config import Settings
+from zsynth.voices import is_clone_id
 from zsynth.voices.library import VOICE_LIBRARY
 
 from .helpers import make_settings, status_and_code
 from .s3_helpers import PREFIX, bucket_keys, create_bucket, start_front
 from .voice_clips import reference_file
+from .ws_helpers import collect
 
 
 async def clone(front, name: str) -> str:
@@ -120,3 +122,37 @@ async def test_a_removal_whose_announcement_was_lost_is_settled_by_the_periodic_
         await asyncio.sleep(0.1)
     assert await status_and_code(await box.get(f"/v1/voices/{voice_id}")) == (404, "voice_not_found")
     assert not (tmp_path / "voices" / voice_id).exists()
+
+
+async def test_an_unauthenticated_socket_never_makes_the_front_fetch_a_voice(
+    aiohttp_client, aws_endpoint, private_redis_url, tmp_path
+):
+    """A realtime upgrade authenticates in band, so the routes let it through with no key. Naming a cloned voice this
+    box lacks must not make the front read the bucket before the caller is known: the socket gets the same in-band
+    refusal as for any other voice id, and the library has not looked for the voice. With the key, it does look."""
+    key = "s3-socket-key"
+    bucket = await create_bucket()
+    front = await start_front(aiohttp_client, private_redis_url, tmp_path, bucket, api_keys=(key,))
+    library = front.app[VOICE_LIBRARY]
+    missing = "custom-" + "N0tInTheBucket00"
+    assert is_clone_id(missing)
+
+    async def refusal(voice_id: str) -> list[dict[str, object]]:
+        ws = await front.ws_connect(f"/v1/text-to-speech/{voice_id}/stream-input?output_format=pcm_16000")
+        await ws.send_json({"text": " "})  # no xi_api_key: refused in band
+        got = await collect(ws, timeout=20)
+        assert got.close_code == 1008, got.frames
+        return got.errors
+
+    assert await refusal(missing) == await refusal("no-such-voice")
+    assert missing not in library.missing and len(library.missing) == 0, "the bucket was read for a stranger"
+
+    # The same socket with the key: the voice is looked for (and is not there), after authentication.
+    ws = await front.ws_connect(
+        f"/v1/text-to-speech/{missing}/stream-input?output_format=pcm_16000", headers={"xi-api-key": key}
+    )
+    await ws.send_json({"text": " "})
+    await ws.send_json({"text": "Hello there.", "flush": True})
+    got = await collect(ws, timeout=20)
+    assert [(e["error"], e["code"]) for e in got.errors] == [("voice_not_found", 1008)], got.frames
+    assert missing in library.missing

@@ -1,9 +1,15 @@
-"""One synthesis service behind every transport: a request becomes a job, the job is queued, failures are classified.
+"""One synthesis service behind every transport: it owns a job's whole life, from the request to its last event.
 
-The HTTP routes (whole, stream, with-timestamps, OpenAI's speech route), both realtime sockets and the avatar build
-their job with :meth:`SynthesisService.build` and queue it with :meth:`SynthesisService.submit`. What goes wrong on
-the way or while the job runs is classified once by :func:`classify` into a :class:`Failure`; each transport only
-renders it in its envelope:
+The HTTP routes (whole, stream, with-timestamps, OpenAI's speech route), both realtime sockets and the avatar each
+parse their wire format into a :class:`SynthesisRequest` and hand it to :meth:`SynthesisService.speak`. In this
+order it resolves the voice (a cloned voice this box lacks is fetched from the voice library first: this runs after
+the caller was authenticated), prepares the text, waits for the owner's share of the queue (realtime requests only;
+batch ones are refused at once), queues the job and returns a :class:`Speech`: the job (its id and voice for the
+headers), what the text became, and its chunk events. Leaving the speech (``async with``, or
+:meth:`Speech.close`) cancels the job unless it ended; so does cancelling ``speak`` itself while it queues.
+
+Whatever goes wrong on the way or while the job runs is classified once, here, into a :class:`Failure` and raised as
+:class:`SynthesisFailed`, the only error that leaves the service; each transport only renders it in its envelope:
 
 ==============================  ==========================================  =================================
 kind                            HTTP (status, code, Retry-After)            socket ``error`` / avatar ``code``
@@ -26,21 +32,31 @@ down and a Redis that does not answer.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any, Final, Literal
 
 from aiohttp import web
+from redis.exceptions import RedisError
 
 from .auth import Credential
 from .config import Settings
-from .dictionaries.store import DICTIONARIES, DictionaryStore, StorageUnavailable
+from .dictionaries.store import DICTIONARIES, DictionaryStore
+from .dictionaries.store import StorageUnavailable as DictionariesUnavailable
 from .dispatch import DISPATCHER, Dispatcher, JobFailed, JobStream
 from .keys import SETTINGS
-from .protocol import ErrorCode, Job, Priority
+from .logs import quoted
+from .protocol import ErrorCode, Event, Job, Priority
 from .spoken import Spoken
 from .textprep import TextOptionError, TextOptions, prepare
 from .voices.catalog import VOICES, VoiceCatalog
+from .voices.library import VOICE_LIBRARY, VoiceLibrary, VoiceMissing
+from .voices.library import StorageUnavailable as VoicesUnavailable
+
+logger = logging.getLogger(__name__)
 
 FailureKind = Literal[
     "busy",
@@ -66,6 +82,12 @@ TRANSIENT_CODES: Final = frozenset(
     }
 )
 UNAVAILABLE_CODE: Final = "synthesis_unavailable"  # the realtime transports' code for the unavailable kinds
+VOICE_RETRY_AFTER_S: Final = 5  # a voice library bucket that did not answer (the voice routes' own Retry-After)
+
+#: What may go wrong on the way or while a job runs: :func:`classify` turns each into a :class:`Failure`.
+Classified = (
+    JobFailed | TextOptionError | DictionariesUnavailable | VoicesUnavailable | VoiceMissing | RedisError | OSError
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +100,8 @@ class Failure:
     realtime_code: str  # a socket error frame's ``error``, an avatar ``error`` event's ``code``
     message: str
     retry_after: int | None = None  # seconds, sent as Retry-After over HTTP
-    param: str | None = None  # the request field at fault, for the invalid kind
+    param: str | None = None  # the request field at fault, for the invalid and voice_not_found kinds
+    reason: str = ""  # what went wrong underneath, for the logs (a job's own error code, say)
 
     @property
     def headers(self) -> dict[str, str]:
@@ -87,44 +110,59 @@ class Failure:
 
 
 class SynthesisFailed(Exception):
-    """A job could not be built or queued; carries its classified failure."""
+    """A job could not be built, queued or finished; carries its classified failure."""
 
     def __init__(self, failure: Failure) -> None:
         super().__init__(failure.message)
         self.failure = failure
 
 
-def classify(err: JobFailed | TextOptionError | StorageUnavailable) -> Failure:
+def classify(err: Classified) -> Failure:
     """The one mapping from what went wrong to what every transport shows.
 
     Bad voice settings never get here: each transport's request model refuses them before a job is built.
     """
     if isinstance(err, TextOptionError):
-        return Failure("invalid", err.status, err.code, err.code, err.message, param=err.param)
-    if isinstance(err, StorageUnavailable):
+        return Failure("invalid", err.status, err.code, err.code, err.message, param=err.param, reason=err.code)
+    if isinstance(err, DictionariesUnavailable):
         message = f"Pronunciation dictionaries cannot be read ({err})."
         return Failure(
-            "dictionary_storage_unavailable", 503, "dictionary_storage_unavailable", UNAVAILABLE_CODE, message, 1
+            "dictionary_storage_unavailable",
+            503,
+            "dictionary_storage_unavailable",
+            UNAVAILABLE_CODE,
+            message,
+            1,
+            reason="dictionary_storage",
         )
+    if isinstance(err, VoiceMissing):
+        code = "voice_not_found"
+        return Failure("voice_not_found", 404, code, code, err.message, param="voice_id", reason="voices")
+    if isinstance(err, VoicesUnavailable):
+        code = "voice_storage_unavailable"
+        message = f"The voice library's storage cannot be reached ({err}); nothing was changed. Try again shortly."
+        return Failure("voice_storage_unavailable", 503, code, code, message, VOICE_RETRY_AFTER_S, reason="voices")
+    if isinstance(err, RedisError | OSError):  # Redis unreachable or slow, outside the dispatcher's own calls
+        return unreachable(reason="redis_unavailable")
     code, message = err.code, err.message
     if code == ErrorCode.QUEUE_FULL:
-        return Failure("busy", 429, "system_busy", "system_busy", message, 1)
+        return Failure("busy", 429, "system_busy", "system_busy", message, 1, reason=code)
     if code in TRANSIENT_CODES:
-        return unreachable(message)
+        return unreachable(message, reason=code)
     if code == ErrorCode.INPUT_TOO_COMPLEX:  # the job took its worker past its memory ceiling: retrying fails again
-        return Failure("invalid", 400, code, code, message, param="text")
+        return Failure("invalid", 400, code, code, message, param="text", reason=code)
     if code == ErrorCode.VOICE_NOT_FOUND:  # the worker could not load the voice (it never speaks another one)
-        return Failure("voice_not_found", 404, code, code, message)
+        return Failure("voice_not_found", 404, code, code, message, reason=code)
     if code == ErrorCode.VOICE_STORAGE_UNAVAILABLE:
-        return Failure("voice_storage_unavailable", 503, code, code, message, 5)
+        return Failure("voice_storage_unavailable", 503, code, code, message, VOICE_RETRY_AFTER_S, reason=code)
     # synthesis_failed, invalid_output_format, error, cancelled (its client has gone: only the metrics see it), and a
     # code this front does not know (from a newer worker): the service's own fault.
-    return Failure("internal", 500, code, code, message)
+    return Failure("internal", 500, code, code, message, reason=code)
 
 
-def unreachable(message: str = "The speech service is unavailable.") -> Failure:
+def unreachable(message: str = "The speech service is unavailable.", *, reason: str = "unavailable") -> Failure:
     """The "try again later" failure: a transient job failure, or a queue that could not be reached (Redis down)."""
-    return Failure("unavailable", 503, "system_busy", UNAVAILABLE_CODE, message, 1)
+    return Failure("unavailable", 503, "system_busy", UNAVAILABLE_CODE, message, 1, reason=reason)
 
 
 def queue_owner(credential: Credential | None) -> str | None:
@@ -139,7 +177,8 @@ class SynthesisRequest:
 
     ``options`` None means the text is spoken as written (the avatar's ``speak`` takes no text options); otherwise
     break tags, pronunciation dictionaries and normalization apply (:mod:`zsynth.textprep`). Either way its words are
-    bounded for the engine.
+    bounded for the engine. A ``realtime`` request whose owner's share of the queue is taken waits for room (up to
+    the first-chunk deadline); a ``batch`` one is refused at once (busy).
     """
 
     text: str
@@ -161,8 +200,44 @@ class Prepared:
     spoken: Spoken
 
 
+class Speech:
+    """One queued job: its record, what its text became, and its audio events; closing it cancels the job.
+
+    Use as an async context manager (``async with await service.speak(...) as speech``), or call :meth:`close`.
+    """
+
+    def __init__(self, stream: JobStream, spoken: Spoken) -> None:
+        self._stream = stream
+        self.spoken = spoken
+
+    @property
+    def job(self) -> Job:
+        """The job as queued (``job_id`` and the ``voice_id`` actually spoken go in the HTTP headers)."""
+        return self._stream.job
+
+    async def chunks(self) -> AsyncIterator[Event]:
+        """Yield the job's chunk events until it is done; SynthesisFailed when it fails or misses a deadline."""
+        try:
+            async for event in self._stream.chunks():
+                yield event
+        except JobFailed as err:
+            raise SynthesisFailed(classify(err)) from err
+
+    async def close(self) -> None:
+        """Stop listening; the job is cancelled on its worker unless it already ended."""
+        await self._stream.close()
+
+    async def __aenter__(self) -> Speech:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, err: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+
 class SynthesisService:
-    """Builds jobs from synthesis requests and queues them through the dispatcher."""
+    """The one owner of a job's life: voice, text, queue share, queueing, events and failures."""
 
     def __init__(
         self,
@@ -171,28 +246,76 @@ class SynthesisService:
         *,
         dictionaries: DictionaryStore | None = None,
         voices: VoiceCatalog | None = None,
+        library: VoiceLibrary | None = None,
     ) -> None:
         self.settings = settings
         self.dispatcher = dispatcher
         self.dictionaries = dictionaries
         self.voices = voices
+        self.library = library
 
     @classmethod
     def of(cls, app: web.Application) -> SynthesisService:
-        """The service over an application's dispatcher, dictionaries and voice catalog (those it has)."""
-        return cls(app[SETTINGS], app[DISPATCHER], dictionaries=app.get(DICTIONARIES), voices=app.get(VOICES))
+        """The service over an application's dispatcher, dictionaries, voice catalog and library (those it has)."""
+        return cls(
+            app[SETTINGS],
+            app[DISPATCHER],
+            dictionaries=app.get(DICTIONARIES),
+            voices=app.get(VOICES),
+            library=app.get(VOICE_LIBRARY),
+        )
+
+    async def speak(self, request: SynthesisRequest, *, owner: str | None = None) -> Speech:
+        """Queue ``request``'s job (counted against ``owner``'s share of the queue) and return its speech.
+
+        SynthesisFailed (and nothing else) when the voice, the text, the queue or Redis refuse it. Cancelled while
+        it queues, the job is cancelled too: a caller that went away never leaves a job behind.
+        """
+        try:
+            prepared = await self.build(request)
+            job = prepared.job
+            level = logging.DEBUG if request.priority == "realtime" else logging.INFO
+            logger.log(
+                level,
+                "request %s: job %s voice %s (asked %s) format %s (%d chars)",
+                job.request_id,
+                job.job_id,
+                job.voice_id,
+                quoted(request.voice_id),
+                job.output_format,
+                len(request.text),
+                extra={"request_id": job.request_id, "job_id": job.job_id},
+            )
+            if owner is not None and request.priority == "realtime":
+                # Past the owner's share, wait for one of its own jobs to end, so other keys' jobs go first. Nothing
+                # may await between this wait and the push, or the share just seen free could be taken again.
+                await self.dispatcher.wait_for_share(owner, self.settings.first_chunk_timeout_s)
+            return Speech(await self._queue(job, owner), prepared.spoken)
+        except (JobFailed, TextOptionError, DictionariesUnavailable, VoicesUnavailable, VoiceMissing) as err:
+            raise SynthesisFailed(classify(err)) from err
+        except (RedisError, OSError) as err:
+            logger.warning("request %s: speech unavailable: %r", request.request_id, err)
+            raise SynthesisFailed(classify(err)) from err
+
+    async def _queue(self, job: Job, owner: str | None) -> JobStream:
+        try:
+            return await self.dispatcher.submit(job, owner=owner)
+        except asyncio.CancelledError:
+            # Cut short while pushing: the job may be on the queue already. A cancelled job is dropped unrun.
+            await self.dispatcher.cancel(job.job_id)
+            raise
 
     async def build(self, request: SynthesisRequest) -> Prepared:
-        """The job for ``request``: its text prepared, its voice resolved; SynthesisFailed when that fails.
+        """The job :meth:`speak` queues for ``request``: its voice resolved (a cloned voice this box lacks fetched
+        from the library), its text prepared. Raises what :func:`classify` takes.
 
-        Every transport builds its jobs here, so every job's text has been through the one text stage
-        (:func:`zsynth.textprep.prepare`): options applied, words bounded for the engine.
+        Every job's text goes through the one text stage (:func:`zsynth.textprep.prepare`): options applied, words
+        bounded for the engine.
         """
+        if self.library is not None:
+            await self.library.require(request.voice_id)
         engine, bound = self.settings.engine, self.settings.max_word_chars
-        try:
-            spoken = await prepare(request.text, request.options, engine, self.dictionaries, max_word_chars=bound)
-        except (TextOptionError, StorageUnavailable) as err:
-            raise SynthesisFailed(classify(err)) from err
+        spoken = await prepare(request.text, request.options, engine, self.dictionaries, max_word_chars=bound)
         text = spoken.text if spoken.changed else request.text
         voice_id = self.voices.resolve(request.voice_id) if self.voices is not None else request.voice_id
         job = Job(
@@ -206,19 +329,3 @@ class SynthesisService:
             seed=request.seed,  # the dispatcher sets the start deadline
         )
         return Prepared(job, spoken)
-
-    async def wait_for_share(self, owner: str | None, wait_s: float) -> None:
-        """Return once ``owner`` may queue a job (at once without one); SynthesisFailed (busy) after ``wait_s``."""
-        if owner is None:
-            return
-        try:
-            await self.dispatcher.wait_for_share(owner, wait_s)
-        except JobFailed as err:
-            raise SynthesisFailed(classify(err)) from err
-
-    async def submit(self, job: Job, *, owner: str | None = None) -> JobStream:
-        """Queue ``job`` (counted against ``owner``'s share of the queue); SynthesisFailed when it cannot be."""
-        try:
-            return await self.dispatcher.submit(job, owner=owner)
-        except JobFailed as err:
-            raise SynthesisFailed(classify(err)) from err

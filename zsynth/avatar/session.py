@@ -11,12 +11,11 @@ from typing import Any, Final
 
 from aiohttp import web
 from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
-from redis.exceptions import RedisError
 
 from ..config import Settings
-from ..dispatch import Dispatcher, JobFailed
+from ..dispatch import Dispatcher
 from ..ratelimit import TokenBucket
-from ..synthesis import Failure, SynthesisFailed, SynthesisService, classify, unreachable
+from ..synthesis import Failure, SynthesisFailed, SynthesisService
 from .errors import AvatarError
 from .media import AvatarVideoTrack, Playout, SpeechAudioTrack
 from .renderers.base import AvatarRenderer
@@ -261,22 +260,24 @@ class AvatarSession:
         framer = Framer(task)
         job_id = "-"
         try:
-            prepared = await self.synthesis.build(task.synthesis_request(self.session_id))
-            job_id = prepared.job.job_id
-            async with await self.synthesis.submit(prepared.job) as stream:
+            async with await self.synthesis.speak(task.synthesis_request(self.session_id)) as speech:
+                job_id = speech.job.job_id
                 logger.info("session %s: task %s is job %s", self.session_id, task.task_id, job_id)
-                async for event in stream.chunks():
+                async for event in speech.chunks():
                     await self._enqueue(framer.push(event))
                 await self._enqueue(framer.flush())
-        except JobFailed as err:
-            logger.warning("session %s: job %s failed: %s %s", self.session_id, job_id, err.code, err.message)
-            self._speech_failed(task, classify(err))
         except SynthesisFailed as err:
-            logger.warning("session %s: job %s not queued: %s", self.session_id, job_id, err.failure.message)
-            self._speech_failed(task, err.failure)
-        except (RedisError, OSError) as err:
-            logger.warning("session %s: speech unavailable: %r", self.session_id, err)
-            self._speech_failed(task, unreachable())
+            failure = err.failure
+            logger.warning(
+                "session %s: task %s (job %s) failed: %s (%s: %s)",
+                self.session_id,
+                task.task_id,
+                job_id,
+                failure.kind,
+                failure.reason,
+                failure.message,
+            )
+            self._speech_failed(task, failure)
         finally:
             task.feeding_done = True
             if task.fully_played:

@@ -34,11 +34,10 @@ TABLES: Final[tuple[Endpoints, ...]] = (
 
 
 def setup_services(app: web.Application) -> None:
-    """The lifecycles and middleware the routes rely on (call before :func:`~zsynth.endpoints.add_endpoints`).
+    """The lifecycles the routes rely on (call before :func:`~zsynth.endpoints.add_endpoints`).
 
     The voice library and the dictionary store are services (``zsynth.voices.lifecycle``,
     ``zsynth.dictionaries.lifecycle``): the routes, the synthesis service and the sockets read what they set.
     """
     app.cleanup_ctx.extend([voices_context, dictionaries_context])
-    voices.setup(app)
     ws.setup(app)

@@ -206,8 +206,6 @@ class DictionaryUpdate(BaseModel):
     archived: Annotated[bool | None, pydantic.BeforeValidator(_archived)] = None
 
 
-
-
 _CREATED: Final = json_body("The new dictionary and its first version.", DictionaryCreated)
 _WITH_RULES: Final = json_body("The dictionary and its latest rules.", DictionaryWithRules)
 

@@ -1,7 +1,8 @@
 """OpenAI's speech API, ``POST /v1/audio/speech``: one more front door to the same synthesis path.
 
-The request is checked here, then goes through :func:`tts.submit` (keys, token scope, queue bound, metrics and the
-swap-out rule are the ElevenLabs routes' own), and the audio is streamed back as the worker makes it. Errors use
+The request is checked here, then goes through the synthesis service like the ElevenLabs routes' own
+(:func:`zsynth.routes.synthesis_http.speak`: keys, token scope, queue bound, metrics, the fetch of a cloned voice
+this box lacks and the swap-out rule), and the audio is streamed back as the worker makes it. Errors use
 OpenAI's envelope (rendered by the error middleware for every path under ``/v1/audio/``) with the status codes of the
 ElevenLabs routes.
 
@@ -49,7 +50,7 @@ from .bodies import (
     spoken_text_field,
     text_options,
 )
-from .tts import TtsRequest, audio_headers, finish_stream, first_chunk, submit
+from .synthesis_http import TtsRequest, audio_headers, finish_stream, first_chunk, speak
 
 routes = Endpoints()
 
@@ -214,11 +215,11 @@ async def speech(request: web.Request) -> web.StreamResponse:
     """Synthesize ``input`` and stream it back as it is made (or as server-sent events)."""
     speech_request = await parse_speech_request(request)
     tts, fmt = speech_request.tts, speech_request.response_format
-    async with await submit(request, tts) as job_stream:
+    async with await speak(request, tts) as speech:
         encoder = fmt.encoder()  # made while the job waits for a worker
-        chunks = job_stream.chunks()
+        chunks = speech.chunks()
         first = await first_chunk(chunks)
-        headers = audio_headers(request, tts, job_stream.job)
+        headers = audio_headers(request, tts, speech.job)
         headers["Content-Type"] = "text/event-stream" if speech_request.sse else fmt.media_type
         if speech_request.sse:
             headers["Cache-Control"] = "no-cache"
@@ -249,4 +250,4 @@ async def speech(request: web.Request) -> web.StreamResponse:
                 usage = {"input_tokens": chars, "output_tokens": 0, "total_tokens": chars}
                 await response.write(_sse({"type": "speech.audio.done", "usage": usage}))
 
-        return await finish_stream(request, response, job_stream, write_all())
+        return await finish_stream(request, response, speech, write_all())

@@ -19,12 +19,19 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..alignment import CharAlignment, Timeline, join_chunks
-from ..dispatch import JobFailed
 from ..endpoints import Endpoints
 from ..marks import CLOSE, OPEN
 from ..spoken import AlignmentMapper, Spoken
 from .apidoc import AUDIO_HEADERS, json_body
-from .tts import audio_headers, finish_stream, first_chunk, job_failure, parse_tts_request, submit, synthesis_doc
+from .synthesis_http import (
+    audio_headers,
+    every_chunk,
+    finish_stream,
+    first_chunk,
+    parse_tts_request,
+    speak,
+    synthesis_doc,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -124,26 +131,23 @@ async def convert_with_timestamps(request: web.Request) -> web.Response:
     audio: list[bytes] = []
     parts: list[tuple[float, CharAlignment]] = []
     timeline = Timeline()
-    async with await submit(request, tts, alignment=True) as stream:
-        try:
-            async for event in stream.chunks():
-                audio.append(event.audio)
-                part = timeline.place(event.meta)
-                if part is not None:
-                    parts.append(part)
-        except JobFailed as err:
-            raise job_failure(err) from err
+    async with await speak(request, tts, alignment=True) as speech:
+        for event in await every_chunk(speech):
+            audio.append(event.audio)
+            part = timeline.place(event.meta)
+            if part is not None:
+                parts.append(part)
         chars, starts, ends = join_chunks(parts)
         if ends:
             # An encoder's final flush can carry a few ms after the last character starts: it is that character's.
             ends[-1] = max(ends[-1], round(timeline.placed_s, 3))
-        aligned, normalized = _Alignments(tts.spoken).bodies((chars, starts, ends), final=True)
+        aligned, normalized = _Alignments(speech.spoken).bodies((chars, starts, ends), final=True)
         body = {
             "audio_base64": base64.b64encode(b"".join(audio)).decode("ascii"),
             "alignment": aligned,
             "normalized_alignment": normalized,
         }
-        return web.Response(text=_json(body), headers=audio_headers(request, tts, stream.job) | JSON_TYPE)
+        return web.Response(text=_json(body), headers=audio_headers(request, tts, speech.job) | JSON_TYPE)
 
 
 @routes.post(
@@ -164,13 +168,13 @@ async def convert_with_timestamps(request: web.Request) -> web.Response:
 async def stream_with_timestamps(request: web.Request) -> web.StreamResponse:
     """One JSON object per line, per chunk, as the worker makes them."""
     tts = await parse_tts_request(request, "stream")
-    async with await submit(request, tts, alignment=True) as job_stream:
-        chunks = job_stream.chunks()
+    async with await speak(request, tts, alignment=True) as speech:
+        chunks = speech.chunks()
         first = await first_chunk(chunks)
-        response = web.StreamResponse(headers=audio_headers(request, tts, job_stream.job) | JSON_TYPE)
+        response = web.StreamResponse(headers=audio_headers(request, tts, speech.job) | JSON_TYPE)
         await response.prepare(request)
         timeline = Timeline()
-        alignments = _Alignments(tts.spoken)
+        alignments = _Alignments(speech.spoken)
 
         async def write_all() -> None:
             event = first
@@ -190,4 +194,4 @@ async def stream_with_timestamps(request: web.Request) -> web.StreamResponse:
                 await response.write((_json(line) + "\n").encode())
                 event = following
 
-        return await finish_stream(request, response, job_stream, write_all())
+        return await finish_stream(request, response, speech, write_all())

@@ -21,7 +21,6 @@ from typing import Annotated, Any, Final
 
 import pydantic
 from aiohttp import web
-from aiohttp.typedefs import Handler
 from pydantic import BaseModel, Field
 
 from ..endpoints import Access, Endpoints, json_body_bytes, refusal, validate
@@ -29,11 +28,10 @@ from ..errors import ApiError
 from ..jsonbody import BadJson, loads
 from ..keys import REQUEST_ID, SETTINGS
 from ..multipart import BoundedMultipart
-from ..voices import DEFAULT_SETTINGS, StoredVoice, VoiceCatalog, is_clone_id
-from ..voices.bucket import VoiceRefused
+from ..voices import DEFAULT_SETTINGS, StoredVoice, VoiceCatalog
 from ..voices.catalog import VOICES, clone_object, new_clone_meta
 from ..voices.clips import ADVICE, STORE_RATE, Clip, ClipError, decode_clips, encode_wav
-from ..voices.library import VOICE_LIBRARY, StorageUnavailable, VoiceGone
+from ..voices.library import VOICE_LIBRARY, StorageUnavailable, VoiceGone, VoiceMissing
 from ..voices.store import reference_name, revision
 from .apidoc import json_body
 from .bodies import api_error, checked_voice_settings, one_of, refusing
@@ -105,35 +103,20 @@ def voice_not_found(voice_id: str) -> ApiError:
     return ApiError(404, "voice_not_found", f"A voice with the voice_id {voice_id} was not found.", param="voice_id")
 
 
-@web.middleware
-async def fetch_missing_voice(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Before any route with a ``{voice_id}`` that is a cloned voice's id this box lacks: fetch it from the library.
-
-    The request waits at most ``ZSYNTH_VOICES_FETCH_WAIT``; a voice that is in the bucket is then spoken (or shown),
-    one that is not (or whose clip fails the upload checks) gets 404 ``voice_not_found``, never the swap-out voice;
-    a bucket that does not answer gets 503.
-    Runs after authentication (it is the innermost middleware), so only callers with a valid key make it fetch.
-    """
-    voice_id = request.match_info.get("voice_id")
-    if voice_id and is_clone_id(voice_id) and not request.app[VOICES].store.has(voice_id):
-        try:
-            found = await request.app[VOICE_LIBRARY].ensure(voice_id)
-        except StorageUnavailable as err:
-            raise storage_unavailable(err) from err
-        except VoiceRefused as err:  # the bucket holds it, but in a form no box takes (a clip over the limits)
-            raise ApiError(
-                404, "voice_not_found", f"The voice {voice_id} cannot be used: {err}.", param="voice_id"
-            ) from err
-        if not found:
-            raise voice_not_found(voice_id)
-    return await handler(request)
-
-
 # ----- listing and settings --------------------------------------------------------------------------------------
 
 
-def _voice_or_404(catalog: VoiceCatalog, voice_id: str) -> dict[str, Any]:
-    voice = catalog.get(voice_id)
+async def voice_or_404(request: web.Request, voice_id: str) -> dict[str, Any]:
+    """The voice object of ``voice_id``; a cloned voice this box lacks is fetched from the library first (waiting at
+    most ``ZSYNTH_VOICES_FETCH_WAIT``). 404 ``voice_not_found`` when there is no such voice here or in the bucket
+    (or the bucket holds it in a form no box takes), 503 when the bucket does not answer; never the swap-out voice."""
+    try:
+        await request.app[VOICE_LIBRARY].require(voice_id)
+    except StorageUnavailable as err:
+        raise storage_unavailable(err) from err
+    except VoiceMissing as err:
+        raise ApiError(404, "voice_not_found", err.message, param="voice_id") from err
+    voice = request.app[VOICES].get(voice_id)
     if voice is None:
         raise voice_not_found(voice_id)
     return voice
@@ -309,7 +292,7 @@ async def list_v2(request: web.Request, query: VoiceListQuery) -> web.Response:
 )
 async def get_voice(request: web.Request) -> web.Response:
     """``GET /v1/voices/{voice_id}``: one voice, or 404 ``voice_not_found`` (no swap-out here)."""
-    return web.json_response(_voice_or_404(request.app[VOICES], request.match_info["voice_id"]))
+    return web.json_response(await voice_or_404(request, request.match_info["voice_id"]))
 
 
 @routes.get(
@@ -337,7 +320,7 @@ async def default_settings(request: web.Request) -> web.Response:
 )
 async def voice_settings(request: web.Request) -> web.Response:
     """``GET /v1/voices/{voice_id}/settings``: the voice's saved settings (the defaults where none were saved)."""
-    return web.json_response(_voice_or_404(request.app[VOICES], request.match_info["voice_id"])["settings"])
+    return web.json_response((await voice_or_404(request, request.match_info["voice_id"]))["settings"])
 
 
 # ----- cloning -----------------------------------------------------------------------------------------------------
@@ -490,7 +473,7 @@ async def delete(request: web.Request) -> web.Response:
         raise ApiError(
             400, "voice_not_deletable", f"{voice_id} is the pinned swap-out voice (ZSYNTH_SWAPOUT_DEFAULT_VOICE)."
         )
-    _voice_or_404(catalog, voice_id)
+    await voice_or_404(request, voice_id)
     try:
         await request.app[VOICE_LIBRARY].remove(voice_id)
     except StorageUnavailable as err:
@@ -520,7 +503,7 @@ async def edit(request: web.Request) -> web.Response:
     voice_id = request.match_info["voice_id"]
     catalog = request.app[VOICES]
     _refuse_builtin_change(catalog, voice_id, "renamed or edited")
-    _voice_or_404(catalog, voice_id)
+    await voice_or_404(request, voice_id)
     upload = await read_upload(request)
     name = _name(upload.fields.get("name"), required=False)
     changes: dict[str, Any] = {}
@@ -595,7 +578,7 @@ async def edit_settings(request: web.Request) -> web.Response:
     """
     voice_id = request.match_info["voice_id"]
     catalog = request.app[VOICES]
-    voice = _voice_or_404(catalog, voice_id)
+    voice = await voice_or_404(request, voice_id)
     try:
         # The message quotes the parser's complaint, so this handler reads its body itself (it takes no body=).
         raw = loads(await json_body_bytes(request, api_error))
@@ -612,9 +595,3 @@ async def edit_settings(request: web.Request) -> web.Response:
     else:
         await _save_edit(request, voice_id, {"settings": saved}, None)
     return web.json_response({"status": "ok"})
-
-
-def setup(app: web.Application) -> None:
-    """The fetch of clones this box lacks (the routes are on :data:`routes`; the library's lifecycle is
-    :func:`zsynth.voices.lifecycle.voices_context`)."""
-    app.middlewares.append(fetch_missing_voice)

@@ -217,8 +217,9 @@ class VoiceCatalog:
     def resolve(self, voice_id: str) -> str:
         """The voice id synthesis will actually use for ``voice_id``.
 
-        A cloned voice's id is never swapped: the voice is fetched from the library before the job is queued (the
-        voice routes' middleware) and a worker that still cannot load it fails the job. Only ids that are neither
+        A cloned voice's id is never swapped: the synthesis service fetches it from the library before the job is
+        queued (:meth:`~zsynth.voices.library.VoiceLibrary.require`) and a worker that still cannot load it fails
+        the job. Only ids that are neither
         clone ids nor built-in ids get the swap-out voice.
         """
         if voice_id in self.builtins or is_clone_id(voice_id):

@@ -67,6 +67,16 @@ class VoiceGone(LookupError):
     """The voice is not in the library (never was, or was removed)."""
 
 
+class VoiceMissing(LookupError):
+    """A cloned voice a caller asked for that this box neither has nor can fetch: answered 404 ``voice_not_found``
+    (with ``message``), never spoken by another voice."""
+
+    def __init__(self, voice_id: str, message: str) -> None:
+        super().__init__(message)
+        self.voice_id = voice_id
+        self.message = message
+
+
 class MissingIds:
     """Clone ids the bucket lately answered it does not have: each for ``ttl_s`` seconds, at most ``size`` of them
     (the oldest leave first), so made-up ids neither cost bucket reads each time nor grow memory without bound."""
@@ -385,6 +395,21 @@ class VoiceLibrary:
                 return await asyncio.shield(task)
         except TimeoutError as err:
             raise StorageUnavailable(f"fetching {voice_id} took longer than {self.fetch_wait_s:g} s") from err
+
+    async def require(self, voice_id: str) -> None:
+        """Make sure a voice id a caller named is usable here: a cloned voice's id this disk lacks is fetched
+        (:meth:`ensure`). VoiceMissing when the library does not have it (or holds it in a form no box takes);
+        StorageUnavailable when the bucket did not answer. Other ids return at once (built-in voices, and the ids
+        the catalog gives the swap-out voice). The speech routes and the voice routes both ask here, after the
+        caller was authenticated."""
+        if not is_clone_id(voice_id) or self.store.has(voice_id):
+            return
+        try:
+            found = await self.ensure(voice_id)
+        except VoiceRefused as err:  # the bucket holds it, but in a form no box takes (a clip over the limits)
+            raise VoiceMissing(voice_id, f"The voice {voice_id} cannot be used: {err}.") from err
+        if not found:
+            raise VoiceMissing(voice_id, f"A voice with the voice_id {voice_id} was not found.")
 
     async def _fetch(self, voice_id: str) -> bool:
         assert self.bucket is not None

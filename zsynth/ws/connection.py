@@ -28,7 +28,6 @@ from ..endpoints import parse_query
 from ..keys import REQUEST_ID, SETTINGS, WS_PER_CREDENTIAL
 from ..ratelimit import TokenBucket
 from ..voice_settings import InvalidParameter, check_voice_settings
-from ..voices.catalog import VOICES
 from .query import RealtimeQuery
 
 logger = logging.getLogger(__name__)
@@ -88,8 +87,9 @@ def parse_params(request: web.Request) -> StreamParams:
     query = parse_query(request, RealtimeQuery, ws_error)
     inactivity = query.inactivity_timeout
     return StreamParams(
-        # Resolved once per socket: an unknown id is spoken by the swap-out voice, as on the HTTP routes.
-        voice_id=request.app[VOICES].resolve(request.match_info["voice_id"]),
+        # As asked: the synthesis service resolves it for each job, once the socket is authenticated (an unknown id
+        # is spoken by the swap-out voice, a cloned voice this box lacks is fetched first, as on the HTTP routes).
+        voice_id=request.match_info["voice_id"],
         fmt=query.output_format,
         model_id=query.model_id,
         inactivity_s=request.app[SETTINGS].ws_inactivity_timeout_s if inactivity is None else inactivity,

@@ -23,14 +23,11 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
-from redis.exceptions import RedisError
-
 from ..alignment import CharAlignment, Timeline
-from ..dispatch import JobFailed, JobStream
 from ..keys import SETTINGS
 from ..protocol import Event
 from ..spoken import AlignmentMapper
-from ..synthesis import Failure, SynthesisFailed, SynthesisRequest, SynthesisService, classify, queue_owner, unreachable
+from ..synthesis import Failure, Speech, SynthesisFailed, SynthesisRequest, SynthesisService, queue_owner, unreachable
 from ..textprep import TextOptions
 from .connection import Connection, StreamParams, WsError
 
@@ -79,16 +76,14 @@ class Speaker:
         self._chars_sent = False
         self._audio_ms = 0.0  # audio already sent for this context: where the next frame starts
         self._sending = False  # inside a socket send, which must not be cut short (see interrupt)
-        self._submitting = False  # inside dispatcher.submit: cut short, the job could be queued and never cancelled
         self._interrupted = False
         self._finisher: asyncio.Task[Any] | None = None  # the task sending the last frames and the close
         self._segments: asyncio.Queue[str | None] = asyncio.Queue()
         self._queued_chars = 0  # characters in _segments (not yet submitted)
         self._owner = queue_owner(conn.credential)
-        self.params_wait_s = conn.request.app[SETTINGS].first_chunk_timeout_s
-        self._streams: asyncio.Queue[JobStream | None] = asyncio.Queue()
+        self._speeches: asyncio.Queue[Speech | None] = asyncio.Queue()
         self._slots = asyncio.Semaphore(LOOKAHEAD)
-        self._live: set[JobStream] = set()
+        self._live: set[Speech] = set()
         self._tasks = [
             asyncio.create_task(self._submit_loop(), name=f"ws-submit-{conn.socket_id}"),
             asyncio.create_task(self._forward_loop(), name=f"ws-forward-{conn.socket_id}"),
@@ -163,22 +158,22 @@ class Speaker:
 
         Queued segments are dropped and the submitted jobs cancelled (a running one stops within one piece on its
         worker). A send already under way is let finish first: cancelling a socket write part way could corrupt
-        the stream of frames the other contexts still use. So is a job being queued, so that it is cancelled too.
+        the stream of frames the other contexts still use. A job being queued is cancelled by the synthesis service
+        itself when its queueing is cut short.
         """
         self.ended = True
         self._interrupted = True
         submit, forward = self._tasks
-        if not self._submitting:
-            submit.cancel()  # it waits for a segment or a slot
+        submit.cancel()  # it waits for a segment, a slot or the queue
         if not self._sending:
             forward.cancel()  # it waits for a segment or an event, never inside a send
         await self._close_live()
 
     async def _close_live(self) -> None:
-        """Wait for both loops to end, then close every submitted stream (which cancels its job on its worker)."""
+        """Wait for both loops to end, then close every submitted speech (which cancels its job on its worker)."""
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for stream in list(self._live):
-            await stream.close()  # cancels the job on its worker unless it already ended
+        for speech in list(self._live):
+            await speech.close()  # cancels the job on its worker unless it already ended
         self._live.clear()
         self.pending = 0
 
@@ -189,7 +184,7 @@ class Speaker:
         while True:
             segment = await self._segments.get()
             if segment is None:
-                await self._streams.put(None)
+                await self._speeches.put(None)
                 return
             self._queued_chars -= len(segment)
             await self._slots.acquire()
@@ -205,37 +200,26 @@ class Speaker:
                 priority="realtime",
             )
             try:
-                prepared = await service.build(request)
-                # Past the key's share of the queue, wait for one of its own jobs to end, so other keys' jobs go
-                # first; bounded by the first-chunk deadline, and cut short by an interrupt. The wait and the push
-                # are two calls on purpose: an interrupt may cut the wait but not the push (_submitting), and
-                # nothing may await between them, or the share just seen free could be taken again.
-                await service.wait_for_share(self._owner, self.params_wait_s)
-                self._submitting = True
-                stream = await service.submit(prepared.job, owner=self._owner)
+                # Past the key's share of the queue, the service waits for one of its own jobs to end (bounded by
+                # the first-chunk deadline), so other keys' jobs go first; an interrupt may cut that wait short.
+                speech = await service.speak(request, owner=self._owner)
             except SynthesisFailed as err:
-                # Bad text options, or the queue (or this key's share of it) stayed full for the whole wait.
+                # A voice or text options it refused, the queue (or this key's share) full for the whole wait, Redis.
                 logger.info("socket %s: segment not queued: %s", self.conn.socket_id, err.failure.message)
                 await self._fail(err.failure)
-                return
-            except (RedisError, OSError) as err:  # Redis unreachable or slow: the socket cannot be served
-                logger.warning("socket %s: could not queue a segment: %r", self.conn.socket_id, err)
-                await self._fail(unreachable())
                 return
             except Exception:  # a defect (in text preparation, say): its traceback goes to the log
                 logger.exception("socket %s: could not build or queue a segment", self.conn.socket_id)
                 await self._fail(unreachable())
                 return
-            finally:
-                self._submitting = False
-            self._live.add(stream)
-            job = prepared.job
-            if prepared.spoken is not None and prepared.spoken.changed:
-                self._mappers[job.job_id] = AlignmentMapper(prepared.spoken)
+            self._live.add(speech)
+            job = speech.job
+            if speech.spoken.changed:
+                self._mappers[job.job_id] = AlignmentMapper(speech.spoken)
             if self._interrupted:
                 return  # interrupt() cancels every live job once this task has ended
             logger.debug("socket %s: segment job %s (%d chars)", self.conn.socket_id, job.job_id, len(segment))
-            await self._streams.put(stream)
+            await self._speeches.put(speech)
 
     async def _fail(self, failure: Failure) -> None:
         """End the socket with the failure's error frame (this task sends it and closes)."""
@@ -245,29 +229,29 @@ class Speaker:
     async def _forward_loop(self) -> None:
         try:
             while True:
-                stream = await self._streams.get()
-                if stream is None:
+                speech = await self._speeches.get()
+                if speech is None:
                     break
                 try:
                     job_start = True
-                    self._mapper = self._mappers.pop(stream.job.job_id, None)
-                    async for event in stream.chunks():
+                    self._mapper = self._mappers.pop(speech.job.job_id, None)
+                    async for event in speech.chunks():
                         job_start = await self._forward(event, job_start)
                         if self._interrupted:
                             return
-                except JobFailed as err:
-                    failure = classify(err)
+                except SynthesisFailed as err:
+                    failure = err.failure
                     logger.info(
                         "socket %s: job %s failed: %s (%s)",
                         self.conn.socket_id,
-                        stream.job.job_id,
+                        speech.job.job_id,
                         failure.kind,
-                        err.code,
+                        failure.reason,
                     )
                     raise WsError(failure.realtime_code, failure.message) from err
                 finally:
-                    await stream.close()
-                    self._live.discard(stream)
+                    await speech.close()
+                    self._live.discard(speech)
                     self._slots.release()
                     self.pending -= 1
                     self.touch()
