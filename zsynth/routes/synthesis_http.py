@@ -27,19 +27,17 @@ from ..answer_headers import (
 )
 from ..audio import ALLOWED_OUTPUT_FORMATS, DEFAULT_OUTPUT_FORMAT, OutputFormat, OutputFormatError, parse_output_format
 from ..auth import CREDENTIAL
-from ..endpoints import Access, parse_body, parse_query, refusal
+from ..endpoints import Access, refusal
 from ..errors import ApiError
-from ..keys import REQUEST_ID, SETTINGS
+from ..keys import REQUEST_ID
 from ..protocol import Event, Job
 from ..synthesis import Failure, Speech, SynthesisFailed, SynthesisRequest, SynthesisService, queue_owner
 from ..textprep import TextOptions
 from ..voice_settings import InvalidParameter, check_seed
 from .apidoc import AUDIO_HEADERS
 from .bodies import (
-    MAX_TEXT_CHARS,
     Locators,
     Normalization,
-    api_error,
     checked_model_id,
     checked_voice_settings,
     model_id_field,
@@ -127,7 +125,7 @@ class TextToSpeechRequest(BaseModel):
         return {} if self.voice_settings is None else self.voice_settings.model_dump(exclude_unset=True)
 
 
-class _FormatQuery(BaseModel):
+class FormatQuery(BaseModel):
     route: ClassVar[str]
     output_format: str
 
@@ -153,14 +151,14 @@ def _format_field(route: str) -> Any:
     )
 
 
-class ConvertQuery(_FormatQuery):
+class ConvertQuery(FormatQuery):
     """The query of the whole-body synthesis routes (wav too)."""
 
     route: ClassVar[str] = "convert"
     output_format: str = _format_field("convert")
 
 
-class StreamQuery(_FormatQuery):
+class StreamQuery(FormatQuery):
     """The query of the streaming synthesis routes."""
 
     route: ClassVar[str] = "stream"
@@ -168,7 +166,7 @@ class StreamQuery(_FormatQuery):
 
 
 #: Each synthesis route's query model.
-QUERIES: Final[dict[str, type[_FormatQuery]]] = {"convert": ConvertQuery, "stream": StreamQuery}
+QUERIES: Final[dict[str, type[FormatQuery]]] = {"convert": ConvertQuery, "stream": StreamQuery}
 _BAD_BODY: Final = "The request body must be a JSON object with a 'text' field."
 
 
@@ -188,6 +186,7 @@ def synthesis_doc(route: str, operation_id: str, summary: str, ok: dict[str, Any
     return {
         "access": Access.TOKEN,
         "body": TextToSpeechRequest,
+        "bad_json": _BAD_BODY,
         "query": QUERIES[route],
         "operationId": operation_id,
         "tags": ["text-to-speech"],
@@ -198,11 +197,9 @@ def synthesis_doc(route: str, operation_id: str, summary: str, ok: dict[str, Any
     }
 
 
-async def parse_tts_request(request: web.Request, route: str) -> TtsRequest:
-    """Validate path, query and JSON body; raise ApiError with the ElevenLabs envelope on bad input."""
-    query = parse_query(request, QUERIES[route], api_error)
-    context = {MAX_TEXT_CHARS: request.app[SETTINGS].max_text_chars}
-    body = await parse_body(request, TextToSpeechRequest, api_error, bad_json=_BAD_BODY, context=context)
+def tts_request(request: web.Request, body: TextToSpeechRequest, query: FormatQuery) -> TtsRequest:
+    """The request of an ElevenLabs synthesis route, from the path and its declared body and query (parsed, with the
+    ElevenLabs envelope on bad input, before the handler runs: :func:`zsynth.endpoints.bind`)."""
     return TtsRequest(
         request.match_info["voice_id"],
         body.text,

@@ -24,13 +24,16 @@ from ..marks import CLOSE, OPEN
 from ..spoken import AlignmentMapper, Spoken
 from .apidoc import AUDIO_HEADERS, json_body
 from .synthesis_http import (
+    ConvertQuery,
+    StreamQuery,
+    TextToSpeechRequest,
     audio_headers,
     every_chunk,
     finish_stream,
     first_chunk,
-    parse_tts_request,
     speak,
     synthesis_doc,
+    tts_request,
 )
 
 logger = logging.getLogger(__name__)
@@ -125,9 +128,9 @@ def _json(payload: dict[str, Any]) -> str:
         ),
     ),
 )
-async def convert_with_timestamps(request: web.Request) -> web.Response:
+async def convert_with_timestamps(request: web.Request, body: TextToSpeechRequest, query: ConvertQuery) -> web.Response:
     """The whole audio as base64 plus the alignment of the whole text, once synthesis is complete."""
-    tts = await parse_tts_request(request, "convert")
+    tts = tts_request(request, body, query)
     audio: list[bytes] = []
     parts: list[tuple[float, CharAlignment]] = []
     timeline = Timeline()
@@ -165,9 +168,11 @@ async def convert_with_timestamps(request: web.Request) -> web.Response:
         ),
     ),
 )
-async def stream_with_timestamps(request: web.Request) -> web.StreamResponse:
+async def stream_with_timestamps(
+    request: web.Request, body: TextToSpeechRequest, query: StreamQuery
+) -> web.StreamResponse:
     """One JSON object per line, per chunk, as the worker makes them."""
-    tts = await parse_tts_request(request, "stream")
+    tts = tts_request(request, body, query)
     async with await speak(request, tts, alignment=True) as speech:
         chunks = speech.chunks()
         first = await first_chunk(chunks)

@@ -6,13 +6,16 @@ from aiohttp import web
 
 from ..endpoints import Endpoints
 from .synthesis_http import (
+    ConvertQuery,
+    StreamQuery,
+    TextToSpeechRequest,
     audio_headers,
     every_chunk,
     finish_stream,
     first_chunk,
-    parse_tts_request,
     speak,
     synthesis_doc,
+    tts_request,
 )
 
 routes = Endpoints()
@@ -22,9 +25,9 @@ routes = Endpoints()
     "/v1/text-to-speech/{voice_id}",
     **synthesis_doc("convert", "text_to_speech", "Synthesize; answer when complete."),
 )
-async def convert(request: web.Request) -> web.Response:
+async def convert(request: web.Request, body: TextToSpeechRequest, query: ConvertQuery) -> web.Response:
     """Whole-body synthesis: the answer is sent once the audio is complete."""
-    tts = await parse_tts_request(request, "convert")
+    tts = tts_request(request, body, query)
     async with await speak(request, tts) as speech:
         audio = b"".join(event.audio for event in await every_chunk(speech))
         return web.Response(body=audio, headers=audio_headers(request, tts, speech.job))
@@ -34,14 +37,14 @@ async def convert(request: web.Request) -> web.Response:
     "/v1/text-to-speech/{voice_id}/stream",
     **synthesis_doc("stream", "text_to_speech_stream", "Synthesize; stream each chunk as soon as it is ready."),
 )
-async def stream(request: web.Request) -> web.StreamResponse:
+async def stream(request: web.Request, body: TextToSpeechRequest, query: StreamQuery) -> web.StreamResponse:
     """Chunked synthesis: each chunk is written as soon as the worker publishes it.
 
     Errors before the first byte are answered with the JSON envelope (503 for transient ones). After that the
     status is already sent, so a failure ends the response without the final chunk, which clients detect as an
     incomplete transfer.
     """
-    tts = await parse_tts_request(request, "stream")
+    tts = tts_request(request, body, query)
     async with await speak(request, tts) as speech:
         chunks = speech.chunks()
         first = await first_chunk(chunks)
