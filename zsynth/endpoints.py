@@ -29,6 +29,7 @@ import pydantic_core
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from .envelope import ErrorEnvelope
 from .jsonbody import BadJson, BodyTooLarge, loads, read_limited
 from .keys import SETTINGS
 
@@ -66,6 +67,8 @@ class Endpoint:
     websocket: bool = False
     #: OpenAPI operation fields the models do not give (operationId, tags, summary, responses, parameters...).
     doc: Mapping[str, Any] = field(default_factory=dict)
+    #: The envelope of its errors when it is not its server's (the OpenAI route's), at run time and in the document.
+    error_envelope: type[ErrorEnvelope] | None = None
 
 
 class Endpoints:
@@ -87,14 +90,17 @@ class Endpoints:
         body: type[pydantic.BaseModel] | None = None,
         query: type[pydantic.BaseModel] | None = None,
         websocket: bool = False,
+        error_envelope: type[ErrorEnvelope] | None = None,
         **doc: Any,
     ) -> Callable[[Handler], Handler]:
-        """Declare ``method path`` with the decorated handler; ``doc`` holds OpenAPI operation fields, and
-        ``errors`` (the statuses the route answers in its server's error envelope; ``error_envelope`` a route's own
-        envelope), which :mod:`zsynth.openapi.generate` turns into responses."""
+        """Declare ``method path`` with the decorated handler; ``error_envelope`` the route's own error envelope;
+        ``doc`` holds OpenAPI operation fields, and ``errors`` (the statuses the route answers in its error envelope),
+        which :mod:`zsynth.openapi.generate` turns into responses."""
 
         def register(handler: Handler) -> Handler:
-            self._items.append(Endpoint(method.upper(), path, handler, access, cors, body, query, websocket, doc))
+            self._items.append(
+                Endpoint(method.upper(), path, handler, access, cors, body, query, websocket, doc, error_envelope)
+            )
             return handler
 
         return register

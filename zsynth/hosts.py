@@ -31,7 +31,7 @@ from .auth import AUTHENTICATOR
 from .config import Settings
 from .keys import REQUEST_ID
 from .logs import quoted
-from .middleware import Refusal
+from .envelope import Refusal
 
 logger = logging.getLogger(__name__)
 

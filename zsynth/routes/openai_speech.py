@@ -2,8 +2,8 @@
 
 The request is checked here, then goes through :func:`tts.submit` (keys, token scope, queue bound, metrics and the
 swap-out rule are the ElevenLabs routes' own), and the audio is streamed back as the worker makes it. Errors use
-OpenAI's envelope (rendered by the error middleware for every path under ``/v1/audio/``) with the status codes of the
-ElevenLabs routes.
+OpenAI's envelope (the route declares it; the error middleware and the document read the declaration) with the status
+codes of the ElevenLabs routes.
 
 * ``voice``: a name from ZSYNTH_OPENAI_VOICES (e.g. ``alloy=joe``), any zsynth voice id (clones included), or
   ``{"id": ...}``; anything else gets the swap-out voice.
