@@ -58,4 +58,3 @@ class ErrorEnvelope(pydantic.BaseModel):
 def render(envelope: type[ErrorEnvelope], error: Refusal, request_id: str) -> web.Response:
     """``error`` answered in ``envelope``."""
     return envelope.of(error, request_id).response(error, request_id)
-

@@ -17,7 +17,6 @@ from ..config import Settings
 from ..endpoints import Access
 from .generate import ErrorDocs, Schema, paths_and_schemas
 
-
 INFO: Final = {
     "title": "zsynth avatar streaming server",
     "description": "Session tokens, WebRTC signalling and management of the avatar streaming server. Errors "
