@@ -124,17 +124,8 @@ class Endpoints:
 
 #: Each registered route's declaration (HEAD routes map to their GET's).
 ENDPOINTS: Final = web.AppKey("endpoints", dict[web.AbstractRoute, Endpoint])
-#: The serialized OpenAPI document of this app, built on first use (set by the app factory).
-OPENAPI_DOCUMENT: Final[web.AppKey[Callable[[], bytes]]] = web.AppKey("openapi_document")
-
-
 #: The media type of JSON bodies and of the OpenAPI documents.
 JSON: Final = "application/json"
-
-
-async def serve_openapi(request: web.Request) -> web.Response:
-    """``GET /openapi.json`` on either server: the document ``app[OPENAPI_DOCUMENT]`` builds (once per process)."""
-    return web.Response(body=request.app[OPENAPI_DOCUMENT](), content_type=JSON)
 
 
 def add_endpoints(app: web.Application, *tables: Endpoints) -> None:

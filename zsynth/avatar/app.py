@@ -13,12 +13,12 @@ from ..auth import AUTHENTICATOR, CREDENTIAL_HEADERS, Authenticator
 from ..config import Settings
 from ..cors import any_origin, setup_cors
 from ..dispatch import DISPATCHER
-from ..endpoints import OPENAPI_DOCUMENT
 from ..hosts import host_guard
 from ..keys import SETTINGS
 from ..metrics import METRICS, Metrics
 from ..middleware import request_id_middleware
 from ..openapi import document_bytes
+from ..operations import OPENAPI_DOCUMENT
 from ..server import run_server
 from ..services import dispatcher, redis_client
 from .access import avatar_access_middleware, open_write_middleware
