@@ -67,21 +67,25 @@ def error_middleware_for(envelope: type[ErrorEnvelope]) -> Middleware:
     An HTTP error below 400 (a redirect) or one that already carries a JSON body passes through unchanged.
     """
 
+    async def answer(request: web.Request, error: Refusal) -> web.Response:
+        return render(await envelope_of(request, envelope), error, request.get(REQUEST_ID, ""))
+
+    # Each answer is made inside its except clause: a caught exception kept past it would hold its traceback, and
+    # with it the request's frames (a refused upload's bytes), in a cycle until the next garbage collection.
     @web.middleware
     async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
             return await handler(request)
         except Refusal as err:
-            error = err
+            return await answer(request, err)
         except web.HTTPException as exc:
             if exc.status < 400 or exc.content_type == "application/json":
                 raise
             code = HTTP_ERROR_CODES.get(exc.status, "invalid_request")
             allow = {k: v for k, v in exc.headers.items() if k == "Allow"}
-            error = Refusal(exc.status, code, exc.reason, headers=allow)
+            return await answer(request, Refusal(exc.status, code, exc.reason, headers=allow))
         except Exception:
             logger.exception("request %s failed", request.get(REQUEST_ID) or "-")
-            error = Refusal(500, "internal_error", INTERNAL_MESSAGE)
-        return render(await envelope_of(request, envelope), error, request.get(REQUEST_ID, ""))
+            return await answer(request, Refusal(500, "internal_error", INTERNAL_MESSAGE))
 
     return error_middleware
