@@ -3,12 +3,27 @@ the models refuse bad input with the API's own codes, fields and messages."""
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
+from pydantic import BaseModel
 
 from zsynth.app import create_app
-from zsynth.endpoints import ENDPOINTS, Access, all_endpoints, query_data, validate
-from zsynth.errors import ApiError
+from zsynth.endpoints import (
+    ENDPOINTS,
+    Access,
+    Endpoints,
+    Later,
+    Parsing,
+    add_endpoints,
+    all_endpoints,
+    query_data,
+    validate,
+)
+from zsynth.errors import ApiError, error_middleware
+from zsynth.keys import SETTINGS
 from zsynth.routes import TABLES
 from zsynth.routes.bodies import MAX_TEXT_CHARS, api_error
 from zsynth.routes.dictionaries import DictionaryListQuery, RulesRequest
@@ -16,7 +31,7 @@ from zsynth.routes.openai_speech import OpenAISpeechRequest
 from zsynth.routes.tts import TextToSpeechRequest
 from zsynth.routes.voices import VoiceListQuery
 
-from .helpers import make_settings
+from .helpers import make_settings, status_and_code
 
 KEY = "endpoints-test-key"
 
@@ -152,3 +167,113 @@ def test_models_give_the_handlers_checked_values():
 def test_query_reads_the_first_value_and_every_value_of_a_list():
     request = make_mocked_request("GET", "/v2/voices?voice_ids=a&voice_ids=b&sort=name&sort=bogus&other=1")
     assert query_data(request, VoiceListQuery) == {"voice_ids": ["a", "b"], "sort": "name"}
+
+
+# ----- handlers take their declared models -------------------------------------------------------------------------
+
+
+class _Query(BaseModel):
+    n: int = 1
+
+
+class _Body(BaseModel):
+    text: str
+
+
+_TEST_PARSING = Parsing(api_error, "Send a JSON object.")
+
+
+def _table() -> Endpoints:
+    routes = Endpoints()
+
+    @routes.post("/now", access=Access.PUBLIC, query=_Query, body=_Body)
+    async def now(request: web.Request, query: _Query, body: _Body) -> web.Response:
+        return web.json_response({"n": query.n, "text": body.text})
+
+    @routes.post("/later/{thing}", access=Access.PUBLIC, body=_Body, bad_json="This route's own message.")
+    async def later(request: web.Request, body: Later[_Body]) -> web.Response:
+        if request.match_info["thing"] != "known":
+            raise ApiError(404, "not_found", "No such thing.")
+        return web.json_response({"text": (await body.read()).text})
+
+    @routes.post("/optional", access=Access.PUBLIC, body=_Body, body_required=False)
+    async def optional(request: web.Request, body: _Body) -> web.Response:
+        return web.json_response({"text": body.text})
+
+    return routes
+
+
+@pytest.fixture
+async def bound(aiohttp_client, redis_url, data_dir):
+    app = web.Application(middlewares=[error_middleware])
+    app[SETTINGS] = make_settings(redis_url, data_dir)  # the JSON body limit
+    add_endpoints(app, _table(), parsing=_TEST_PARSING)
+    return await aiohttp_client(app)
+
+
+async def test_a_handler_gets_its_declared_models_parsed(bound):
+    resp = await bound.post("/now?n=3", json={"text": "hi"})
+    assert resp.status == 200 and await resp.json() == {"n": 3, "text": "hi"}
+    # The query is checked first, the body then, in the server's envelope with its messages.
+    resp = await bound.post("/now?n=x", data=b"not json")
+    assert await status_and_code(resp) == (422, "invalid_parameters")
+    resp = await bound.post("/now", data=b"not json")
+    assert await status_and_code(resp) == (400, "invalid_json")
+    resp = await bound.post("/now", data=b"[]")
+    assert (await resp.json())["detail"]["message"] == "Send a JSON object."
+    # A required body may not be missing; an optional one is {} (and then validated).
+    assert await status_and_code(await bound.post("/now")) == (400, "invalid_json")
+    assert await status_and_code(await bound.post("/optional")) == (422, "invalid_parameters")
+
+
+async def test_a_later_body_is_read_after_the_handler_s_own_checks(bound):
+    # The handler's 404 comes first, whatever the body holds.
+    assert await status_and_code(await bound.post("/later/other", data=b"not json")) == (404, "not_found")
+    resp = await bound.post("/later/known", data=b"not json")
+    detail = (await resp.json())["detail"]
+    assert (resp.status, detail["code"], detail["message"]) == (400, "invalid_json", "This route's own message.")
+    resp = await bound.post("/later/known", json={"text": "hi"})
+    assert await resp.json() == {"text": "hi"}
+
+
+def test_a_handler_annotation_must_match_its_declaration():
+    routes = Endpoints()
+
+    @routes.post("/wrong", access=Access.PUBLIC, body=_Body)
+    async def wrong(request: web.Request, body: _Query) -> web.Response:
+        return web.json_response({})
+
+    with pytest.raises(TypeError, match="declaration names _Body"):
+        add_endpoints(web.Application(), routes, parsing=_TEST_PARSING)
+    undeclared = Endpoints()
+
+    @undeclared.get("/undeclared", access=Access.PUBLIC)
+    async def takes(request: web.Request, query: _Query) -> web.Response:
+        return web.json_response({})
+
+    with pytest.raises(TypeError, match="names no query model"):
+        add_endpoints(web.Application(), undeclared, parsing=_TEST_PARSING)
+    with pytest.raises(TypeError, match="needs parsing="):
+        add_endpoints(web.Application(), _table())
+
+
+def test_the_routes_that_read_their_declared_body_themselves(app):
+    own = {
+        (e.method, e.path)
+        for e in all_endpoints(app)
+        if e.body is not None and "body" not in inspect.signature(e.handler).parameters
+    }
+    # The tts, with-timestamps and OpenAI speech routes still parse by hand (converted once their rewrite lands).
+    unconverted = {"zsynth.routes.tts", "zsynth.routes.timestamps", "zsynth.routes.openai_speech"}
+    own -= {(e.method, e.path) for e in all_endpoints(app) if e.handler.__module__ in unconverted}
+    # settings/edit quotes the parser's complaint in its message.
+    assert own == {("POST", "/v1/voices/{voice_id}/settings/edit")}
+
+
+async def test_an_unknown_dictionary_is_answered_before_its_body_is_read(aiohttp_client, app):
+    client = await aiohttp_client(app)
+    headers = {"xi-api-key": KEY}
+    for path in ("", "/add-rules", "/remove-rules", "/set-rules"):
+        method = "PATCH" if not path else "POST"
+        resp = await client.request(method, f"/v1/pronunciation-dictionaries/nope{path}", data=b"{", headers=headers)
+        assert await status_and_code(resp) == (404, "pronunciation_dictionary_not_found"), path

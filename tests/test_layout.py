@@ -70,3 +70,93 @@ def test_the_cycle_finder_finds_a_cycle():
 
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert cycles(graph) == [["a", "b", "c"]]
+
+
+# Route modules that still import another route module; each pair goes when its fix lands.
+KNOWN_ROUTE_IMPORTS = {
+    # removed when H1 lands (the shared synthesis helpers leave routes/tts.py)
+    ("zsynth.routes.timestamps", "zsynth.routes.tts"),
+    ("zsynth.routes.openai_speech", "zsynth.routes.tts"),
+}
+#: Service packages: they raise domain exceptions and never import the HTTP layer that renders them.
+SERVICE_PACKAGES = ("zsynth.voices", "zsynth.dictionaries")
+HTTP_LAYER = ("zsynth.routes", "zsynth.avatar.routes", "zsynth.errors", "zsynth.endpoints")
+
+
+def declares_routes(source: str) -> bool:
+    """``source`` has a module-level ``routes = Endpoints()``: it declares routes."""
+    for node in ast.parse(source).body:
+        target, value = (
+            (node.targets[0], node.value)
+            if isinstance(node, ast.Assign) and len(node.targets) == 1
+            else (node.target, node.value)
+            if isinstance(node, ast.AnnAssign)
+            else (None, None)
+        )
+        if (
+            isinstance(target, ast.Name)
+            and target.id == "routes"
+            and isinstance(value, ast.Call)
+            and isinstance(value.func, ast.Name)
+            and value.func.id == "Endpoints"
+        ):
+            return True
+    return False
+
+
+def lateral_route_imports(
+    graph: dict[str, set[str]], route_modules: set[str], packages: set[str]
+) -> set[tuple[str, str]]:
+    """(importer, imported) for every route module importing another route module.
+
+    A package's ``__init__`` (a name in ``packages``) may import the route modules below it: it is the registry that
+    lists their tables (``zsynth/avatar/routes/__init__.py`` declares routes too).
+    """
+    return {
+        (module, target)
+        for module in route_modules
+        for target in graph[module] & route_modules
+        if not (module in packages and target.startswith(module + "."))
+    }
+
+
+def _project() -> tuple[dict[str, Path], dict[str, set[str]]]:
+    from scripts.import_cycles import DEFAULT_PACKAGES, ROOT, edges, module_name
+
+    modules = {module_name(p): p for package in DEFAULT_PACKAGES for p in sorted((ROOT / package).rglob("*.py"))}
+    return modules, edges(modules, False)
+
+
+def test_no_route_module_imports_another():
+    """Code two route modules share lives in a non-route module (bodies, apidoc, *_models, a service)."""
+    modules, graph = _project()
+    route_modules = {name for name, path in modules.items() if declares_routes(path.read_text())}
+    assert {"zsynth.routes.voices", "zsynth.routes.tts", "zsynth.ws", "zsynth.avatar.routes.connect"} <= route_modules
+    assert "zsynth.routes.voice_models" not in route_modules
+    packages = {name for name, path in modules.items() if path.name == "__init__.py"}
+    found = lateral_route_imports(graph, route_modules, packages)
+    assert found - KNOWN_ROUTE_IMPORTS == set(), "move what they share into a non-route module"
+
+
+def test_the_route_import_check_sees_a_lateral_import():
+    graph = {"app.routes": {"app.routes.a"}, "app.routes.a": {"app.routes.b"}, "app.routes.b": set()}
+    route_modules = {"app.routes", "app.routes.a", "app.routes.b"}
+    assert lateral_route_imports(graph, route_modules, {"app.routes"}) == {("app.routes.a", "app.routes.b")}
+    assert declares_routes("routes = Endpoints()")
+    assert declares_routes("routes: Final = Endpoints()")
+    assert not declares_routes("def f():\n    routes = Endpoints()")
+    assert not declares_routes("routes = TABLES")
+
+
+def test_service_packages_do_not_import_the_http_layer():
+    """The voice library and the dictionary store raise domain exceptions; the routes render them (ApiError)."""
+    modules, graph = _project()
+    found = {
+        (module, target)
+        for module in modules
+        if any(module == p or module.startswith(p + ".") for p in SERVICE_PACKAGES)
+        for target in graph[module]
+        if any(target == h or target.startswith(h + ".") for h in HTTP_LAYER)
+    }
+    assert {"zsynth.voices.lifecycle", "zsynth.dictionaries.lifecycle"} <= set(modules)
+    assert found == set()

@@ -1,4 +1,5 @@
-"""Unit tests of the pure parts: the text buffer's schedule, the character alignment and the audio frame."""
+"""Unit tests of the pure parts: the text buffer's schedule, the character alignment, the audio frame and the
+sockets' query string."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ import json
 import pytest
 
 from zsynth.alignment import CharAlignment, Timeline, char_alignment, join_chunks
+from zsynth.endpoints import validate
 from zsynth.ws.buffer import ScheduleError, TextBuffer, parse_schedule
+from zsynth.ws.connection import WsError, ws_error
+from zsynth.ws.query import RealtimeQuery
 from zsynth.ws.speaker import MAX_FRAME_AUDIO_BYTES, _frames, audio_frame
 
 
@@ -186,3 +190,78 @@ def test_a_large_chunk_is_split_into_frames_with_its_characters():
     assert "".join(c for _, a in frames if a for c in a["chars"]) == "Split me into frames."
     # One frame when the chunk fits: the chunk's own alignment, unchanged.
     assert _frames(audio[:1000], alignment) == [(audio[:1000], alignment.websocket())]
+
+
+# ----- the sockets' query string ------------------------------------------------------------------------------------
+
+
+def _query(**data: str) -> RealtimeQuery:
+    return validate(RealtimeQuery, data, ws_error)
+
+
+def _refused_query(**data: str) -> tuple[str, str]:
+    with pytest.raises(WsError) as err:
+        _query(**data)
+    return err.value.error, err.value.message
+
+
+def test_realtime_query_defaults():
+    query = _query()
+    assert query.output_format.name == "mp3_44100_128"
+    assert query.inactivity_timeout is None  # the server's ZSYNTH_WS_INACTIVITY_TIMEOUT_S
+    assert (query.seed, query.model_id, query.language_code, query.apply_text_normalization) == (None,) * 4
+    assert (query.sync_alignment, query.auto_mode, query.enable_logging) == (False, False, True)
+    # An empty value is a missing one, for every parameter.
+    empty = {name: "" for name in RealtimeQuery.model_fields}
+    assert _query(**empty) == query
+
+
+def test_realtime_query_reads_what_the_sockets_accept():
+    query = _query(
+        output_format="pcm_16000",
+        inactivity_timeout=" 180 ",
+        seed="+42",
+        sync_alignment="TRUE",
+        auto_mode="1",
+        enable_logging="no",
+        model_id="eleven_flash_v2_5",
+        language_code="en",
+        apply_text_normalization="whatever",  # kept as sent: checked with the first message
+    )
+    assert (query.output_format.name, query.inactivity_timeout, query.seed) == ("pcm_16000", 180.0, 42)
+    assert (query.sync_alignment, query.auto_mode, query.enable_logging) == (True, True, False)
+    assert (query.model_id, query.language_code, query.apply_text_normalization) == (
+        "eleven_flash_v2_5",
+        "en",
+        "whatever",
+    )
+    assert _query(inactivity_timeout="5", seed="0").inactivity_timeout == 5.0
+
+
+@pytest.mark.parametrize(
+    ("data", "code", "message"),
+    [
+        ({"inactivity_timeout": "4"}, "invalid_parameters", "from 5 to 180 (got 4)."),
+        ({"inactivity_timeout": "2.5"}, "invalid_parameters", "inactivity_timeout must be a whole number of seconds."),
+        # Too large for a float: refused like any other out-of-range value (it used to end the socket abruptly).
+        ({"inactivity_timeout": "9" * 400}, "invalid_parameters", "from 5 to 180 (got 999"),
+        ({"seed": "-1"}, "invalid_parameters", "Field 'seed' must be an integer 0..4294967295."),
+        ({"seed": "x"}, "invalid_parameters", "Field 'seed' must be an integer 0..4294967295."),
+        ({"sync_alignment": "maybe"}, "invalid_parameters", "Query parameter 'sync_alignment' must be true or false."),
+        ({"enable_logging": "2"}, "invalid_parameters", "Query parameter 'enable_logging' must be true or false."),
+    ],
+)
+def test_realtime_query_refusals(data, code, message):
+    refused_code, refused_message = _refused_query(**data)
+    assert refused_code == code and message in refused_message
+
+
+def test_realtime_query_answers_the_first_bad_parameter_in_the_order_checked():
+    bad = {"enable_logging": "2", "auto_mode": "x", "seed": "x", "inactivity_timeout": "1", "output_format": "nope"}
+    assert _refused_query(**bad)[0] == "invalid_output_format"
+    del bad["output_format"]
+    assert "inactivity_timeout" in _refused_query(**bad)[1]
+    del bad["inactivity_timeout"]
+    assert "seed" in _refused_query(**bad)[1]
+    del bad["seed"]
+    assert "'auto_mode'" in _refused_query(**bad)[1]

@@ -7,7 +7,12 @@ import json
 
 import pytest
 
+from zsynth.access import CORS_EXPOSE_HEADERS
+from zsynth.answer_headers import AUDIO_HEADER_NAMES
+from zsynth.routes.apidoc import AUDIO_HEADERS
+
 from .helpers import assert_speech, decode_audio
+from .openapi_helpers import DOC
 from .ws_helpers import squash
 
 TEXT = "The quick brown fox jumps over the lazy dog. Then it runs back home,   before the rain starts!"
@@ -63,6 +68,28 @@ async def test_stream_with_timestamps_lines(client):
                 merged[key].extend(line["alignment"][key])
     # Times are absolute (from the start of the whole audio) on every line.
     _check_alignment(merged, TEXT, duration)
+
+
+def test_the_audio_headers_are_named_once() -> None:
+    """The OpenAPI document describes, and CORS exposes, the headers the routes write."""
+    assert tuple(AUDIO_HEADERS) == AUDIO_HEADER_NAMES
+    assert set(AUDIO_HEADER_NAMES) <= set(CORS_EXPOSE_HEADERS)
+
+
+@pytest.mark.parametrize("route", ["with-timestamps", "stream/with-timestamps"])
+async def test_with_timestamps_answers_carry_every_documented_audio_header(client, route):
+    """Like every TTS answer, with x-model-id when the request named a model (the OpenAPI document used to leave it
+    out of these two routes)."""
+    resp = await client.post(
+        f"/v1/text-to-speech/any-voice/{route}?output_format=pcm_16000",
+        json={"text": "Hello there.", "model_id": "eleven_x"},
+    )
+    assert resp.status == 200, await resp.text()
+    await resp.read()
+    documented = DOC["paths"][f"/v1/text-to-speech/{{voice_id}}/{route}"]["post"]["responses"]["200"]["headers"]
+    assert tuple(documented) == AUDIO_HEADER_NAMES
+    assert all(resp.headers[name] for name in documented)
+    assert resp.headers["x-model-id"] == "eleven_x"
 
 
 async def test_with_timestamps_errors_use_the_envelope(client):

@@ -27,6 +27,7 @@ from redis.typing import EncodableT
 
 from zsynth import protocol
 from zsynth.config import Settings
+from zsynth.protocol import ErrorCode
 
 logger = logging.getLogger(__name__)
 
@@ -235,7 +236,7 @@ class JobGuard:
         worker_id = self.settings.worker_id
         ids = (job.job_id, worker_id)
         logger.critical("[job %s worker %s] RSS %d MB and the job has not stopped: restarting", *ids, rss // 10**6)
-        terminal = protocol.error_event(seq(), protocol.INPUT_TOO_COMPLEX, TOO_COMPLEX_MESSAGE)
+        terminal = protocol.error_event(seq(), ErrorCode.INPUT_TOO_COMPLEX, TOO_COMPLEX_MESSAGE)
         terminal.job_id = job.job_id
         terminal.meta.update(worker_id=worker_id, finished_at=time.time())
         state: dict[EncodableT, EncodableT] = {"state": "error", **{k: str(v) for k, v in terminal.meta.items()}}

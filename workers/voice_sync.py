@@ -16,6 +16,7 @@ import logging
 
 from zsynth.aws import client_config
 from zsynth.config import Settings
+from zsynth.protocol import ErrorCode
 from zsynth.voices import StoredVoice, VoiceStore, is_clone_id
 from zsynth.voices.bucket import VoiceBucket, VoiceRefused
 from zsynth.voices.clips import ADVICE, ClipError, clip_header
@@ -29,7 +30,7 @@ logger = logging.getLogger(__name__)
 class VoiceUnavailable(RuntimeError):
     """A job's voice cannot be loaded; ``code`` is the error code its client gets."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: ErrorCode, message: str) -> None:
         super().__init__(message)
         self.code = code
 
@@ -92,34 +93,34 @@ class WorkerVoices:
         except (ClipError, ValueError) as err:
             reason = err.message.removesuffix(ADVICE).strip(" .") if isinstance(err, ClipError) else str(err)
             raise VoiceUnavailable(
-                "voice_not_found",
+                ErrorCode.VOICE_NOT_FOUND,
                 f"The voice {stored.voice_id} cannot be used: its reference clip is refused ({reason}); "
                 "no other voice was used.",
             ) from err
 
     def _fetch(self, voice_id: str) -> StoredVoice:
         if self._loop is None:
-            raise VoiceUnavailable("voice_not_found", f"The voice {voice_id} is not on this box.")
+            raise VoiceUnavailable(ErrorCode.VOICE_NOT_FOUND, f"The voice {voice_id} is not on this box.")
         future = asyncio.run_coroutine_threadsafe(self.library.ensure(voice_id), self._loop)
         try:
             found = future.result(timeout=self.settings.voices_fetch_wait_s + 5.0)
         except VoiceRefused as err:
             raise VoiceUnavailable(
-                "voice_not_found",
+                ErrorCode.VOICE_NOT_FOUND,
                 f"The voice {voice_id} cannot be used: the voice library holds it in a form that is refused ({err}); "
                 "no other voice was used.",
             ) from err
         except (StorageUnavailable, TimeoutError) as err:
             future.cancel()
             raise VoiceUnavailable(
-                "voice_storage_unavailable",
+                ErrorCode.VOICE_STORAGE_UNAVAILABLE,
                 f"The voice {voice_id} is not on this box and the voice library's storage did not answer ({err}); "
                 "no other voice was used. Try again shortly.",
             ) from err
         stored = self.store.get(voice_id) if found else None
         if stored is None:
             raise VoiceUnavailable(
-                "voice_not_found",
+                ErrorCode.VOICE_NOT_FOUND,
                 f"The voice {voice_id} is not in the voice library (removed, or never cloned); "
                 "no other voice was used.",
             )

@@ -41,6 +41,7 @@ from redis.typing import EncodableT
 from zsynth import protocol
 from zsynth.audio import Encoder, OutputFormat, OutputFormatError, parse_output_format
 from zsynth.config import Settings
+from zsynth.protocol import ErrorCode
 from zsynth.supervise import Supervisor
 
 from .engines import Engine, VoiceSpec
@@ -186,9 +187,11 @@ class Worker:
             with contextlib.suppress(ValueError, TypeError):
                 job = protocol.Job.from_json(raw)
                 if await self.redis.hexists(protocol.job_key(job.job_id), protocol.MEMORY_FIELD):
-                    error = protocol.error_event(job.seq, protocol.INPUT_TOO_COMPLEX, TOO_COMPLEX_MESSAGE)
+                    error = protocol.error_event(job.seq, ErrorCode.INPUT_TOO_COMPLEX, TOO_COMPLEX_MESSAGE)
                 else:
-                    error = protocol.error_event(job.seq, "worker_restarted", "The worker restarted during this job.")
+                    error = protocol.error_event(
+                        job.seq, ErrorCode.WORKER_RESTARTED, "The worker restarted during this job."
+                    )
                 await self._record_terminal(job, error, release=raw)
         if leftovers:
             await self.redis.delete(self.processing)
@@ -256,10 +259,12 @@ class Worker:
                 job = protocol.Job.from_json(raw)
                 log = JobLog(logger, {"job_id": job.job_id, "worker_id": worker_id})
                 if await self.redis.hexists(protocol.job_key(job.job_id), protocol.MEMORY_FIELD):
-                    error = protocol.error_event(protocol.ANY_SEQ, protocol.INPUT_TOO_COMPLEX, TOO_COMPLEX_MESSAGE)
+                    error = protocol.error_event(protocol.ANY_SEQ, ErrorCode.INPUT_TOO_COMPLEX, TOO_COMPLEX_MESSAGE)
                     log.warning("failed: its worker died after it passed the memory ceiling (not run again)")
                 else:
-                    error = protocol.error_event(protocol.ANY_SEQ, "worker_died", "The worker died while speaking.")
+                    error = protocol.error_event(
+                        protocol.ANY_SEQ, ErrorCode.WORKER_DIED, "The worker died while speaking."
+                    )
                     log.warning("failed: its worker died")
                 await self._record_terminal(job, error)
             failed_total += len(failed)
@@ -321,18 +326,18 @@ class Worker:
             await self._shed_memory(log)
         return None
 
-    async def _skip_reason(self, job: protocol.Job) -> tuple[str, str] | None:
+    async def _skip_reason(self, job: protocol.Job) -> tuple[ErrorCode, str] | None:
         # A remainder has started: its client is listening for the rest, whatever the start deadline said.
         if not job.resumed and job.start_deadline and time.time() > job.start_deadline:
-            return "deadline_exceeded", "The job waited in the queue past its deadline."
+            return ErrorCode.DEADLINE_EXCEEDED, "The job waited in the queue past its deadline."
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.exists(protocol.cancel_key(job.job_id))
             pipe.hexists(protocol.job_key(job.job_id), protocol.MEMORY_FIELD)
             cancelled, poison = await pipe.execute()
         if poison:  # e.g. the remainder of a job that passed the memory ceiling: never run again
-            return protocol.INPUT_TOO_COMPLEX, TOO_COMPLEX_MESSAGE
+            return ErrorCode.INPUT_TOO_COMPLEX, TOO_COMPLEX_MESSAGE
         if cancelled:
-            return "cancelled", "The client went away before the job started."
+            return ErrorCode.CANCELLED, "The client went away before the job started."
         return None
 
     async def _synthesize(
@@ -353,7 +358,7 @@ class Worker:
         try:
             fmt = parse_output_format(job.output_format, route="convert")
         except OutputFormatError as err:
-            return protocol.error_event(0, "invalid_output_format", str(err))
+            return protocol.error_event(0, ErrorCode.INVALID_OUTPUT_FORMAT, str(err))
         loop = asyncio.get_running_loop()
         try:
             await loop.run_in_executor(None, self._produce, job, raw, fmt, progress)
@@ -366,21 +371,23 @@ class Worker:
             return protocol.error_event(progress.seq, err.code, str(err))
         except MemoryError:
             log.error("synthesis ran out of memory")
-            return protocol.error_event(progress.seq, protocol.INPUT_TOO_COMPLEX, TOO_COMPLEX_MESSAGE)
+            return protocol.error_event(progress.seq, ErrorCode.INPUT_TOO_COMPLEX, TOO_COMPLEX_MESSAGE)
         except Exception as err:
             if self.memory.over:  # what an engine raises while memory runs out is not the cause
                 log.error("synthesis failed over the memory ceiling: %r", err)
-                return protocol.error_event(progress.seq, protocol.INPUT_TOO_COMPLEX, TOO_COMPLEX_MESSAGE)
+                return protocol.error_event(progress.seq, ErrorCode.INPUT_TOO_COMPLEX, TOO_COMPLEX_MESSAGE)
             log.error("synthesis failed: %r", err)
-            return protocol.error_event(progress.seq, "synthesis_failed", f"Synthesis failed: {err}")
+            return protocol.error_event(progress.seq, ErrorCode.SYNTHESIS_FAILED, f"Synthesis failed: {err}")
         if self.memory.over:
-            return protocol.error_event(progress.seq, protocol.INPUT_TOO_COMPLEX, TOO_COMPLEX_MESSAGE)
+            return protocol.error_event(progress.seq, ErrorCode.INPUT_TOO_COMPLEX, TOO_COMPLEX_MESSAGE)
         if progress.yielded:
             return None
         if self._abort.is_set():
             if self._force:
-                return protocol.error_event(progress.seq, "worker_stopping", "The worker was stopped during this job.")
-            return protocol.error_event(progress.seq, "cancelled", "The job was cancelled.")
+                return protocol.error_event(
+                    progress.seq, ErrorCode.WORKER_STOPPING, "The worker was stopped during this job."
+                )
+            return protocol.error_event(progress.seq, ErrorCode.CANCELLED, "The job was cancelled.")
         return protocol.Event(
             "done",
             progress.seq,

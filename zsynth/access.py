@@ -15,6 +15,7 @@ from aiohttp import hdrs, web
 from yarl import URL
 
 from . import cors
+from .answer_headers import AUDIO_HEADER_NAMES
 from .auth import AUTHENTICATOR, CREDENTIAL_HEADERS, Authenticator
 from .errors import ApiError, Handler
 from .gate import Gate, access_middleware
@@ -25,14 +26,7 @@ from .logs import quoted
 logger = logging.getLogger(__name__)
 
 CORS_ALLOW_HEADERS: Final = (*CREDENTIAL_HEADERS, "Content-Type", "Accept")
-CORS_EXPOSE_HEADERS: Final = (
-    "request-id",
-    "character-cost",
-    "history-item-id",
-    "x-voice-id",
-    "x-model-id",
-    "Retry-After",
-)
+CORS_EXPOSE_HEADERS: Final = (*AUDIO_HEADER_NAMES, "Retry-After")
 
 
 async def authenticator_ctx(app: web.Application) -> AsyncIterator[None]:

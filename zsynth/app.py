@@ -15,6 +15,7 @@ from .middleware import request_id_middleware
 from .openapi import document_bytes
 from .operations import OPENAPI_DOCUMENT
 from .routes import TABLES, setup_services
+from .routes.bodies import PARSING
 from .server import run_server
 from .services import dispatcher, redis_client
 
@@ -35,7 +36,7 @@ def create_app(settings: Settings) -> web.Application:
     app[METRICS] = Metrics()
     app.cleanup_ctx.extend([authenticator_ctx, redis_client, dispatcher])
     setup_services(app)
-    add_endpoints(app, *TABLES)
+    add_endpoints(app, *TABLES, parsing=PARSING)
     app[OPENAPI_DOCUMENT] = lambda: document_bytes("speech", settings)
     setup_cors(app, settings.cors_origins)
     return app

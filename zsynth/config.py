@@ -246,7 +246,8 @@ class Settings:
     # Connections of the three servers (zsynth/connections.py): seconds a new connection (or a kept-alive one that
     # starts its next request) has to finish its request headers (and its TLS handshake) before it is closed; seconds
     # an idle kept-alive connection stays open; connections one client address (an IPv6 /64) may hold open at once,
-    # more are answered 503 and closed (0: no cap; behind a reverse proxy every client shares its address).
+    # more are answered 503 and closed (0: no cap; the trusted proxies below, whose connections are every client's,
+    # are never capped).
     header_timeout_s: float = _env("HEADER_TIMEOUT", _positive_float, default=10.0)
     keepalive_timeout_s: float = _env("KEEPALIVE_TIMEOUT", _positive_float, default=75.0)
     max_connections_per_address: int = _env("MAX_CONNECTIONS_PER_ADDRESS", _non_negative_int, default=256)

@@ -23,6 +23,7 @@ from redis.exceptions import RedisError
 from . import protocol
 from .config import Settings
 from .metrics import Metrics
+from .protocol import ErrorCode
 from .supervise import Supervisor
 
 logger = logging.getLogger(__name__)
@@ -37,7 +38,10 @@ def _text(value: bytes | str) -> str:
 
 
 class JobFailed(Exception):
-    """A job ended in an error event (or its deadline); carries the machine code and the message."""
+    """A job ended in an error event (or its deadline); carries the machine code and the message.
+
+    ``code`` is an :class:`~zsynth.protocol.ErrorCode` value, or whatever code a (newer) worker sent.
+    """
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
@@ -46,7 +50,7 @@ class JobFailed(Exception):
 
 
 def _share_full(limit: int) -> JobFailed:
-    return JobFailed("queue_full", f"This key already has {limit} jobs queued or running here; retry shortly.")
+    return JobFailed(ErrorCode.QUEUE_FULL, f"This key already has {limit} jobs queued or running here; retry shortly.")
 
 
 class JobStream:
@@ -76,7 +80,7 @@ class JobStream:
         """Stop listening; cancel the job unless it already ended."""
         if not self.finished:
             self.finished = True
-            self._record("cancelled")
+            self._record(ErrorCode.CANCELLED)
             await self.dispatcher.cancel(self.job.job_id)
         await self.dispatcher.release(self.job.job_id)
 
@@ -90,15 +94,15 @@ class JobStream:
             recovered = await self.dispatcher.recover_terminal(self.job.job_id, self._expected_seq)
             if recovered is None:
                 self.finished = True
-                self._record("timeout")
+                self._record(ErrorCode.TIMEOUT)
                 await self.dispatcher.cancel(self.job.job_id)
                 raise JobFailed(
-                    "timeout", f"No audio from the engine within {timeout:g} s; the service may be overloaded."
+                    ErrorCode.TIMEOUT, f"No audio from the engine within {timeout:g} s; the service may be overloaded."
                 ) from None
             event = recovered
         if event.seq != self._expected_seq and not (event.terminal and event.seq == protocol.ANY_SEQ):
             raise JobFailed(
-                "lost_events", f"Audio events were lost (expected #{self._expected_seq}, got #{event.seq})."
+                ErrorCode.LOST_EVENTS, f"Audio events were lost (expected #{self._expected_seq}, got #{event.seq})."
             )
         self._expected_seq += 1
         waited = event.meta.get("waited_s")
@@ -109,7 +113,7 @@ class JobStream:
         if event.terminal:
             self.finished = True
             self.terminal = event
-            self._record("done" if event.kind == "done" else str(event.meta.get("code", "error")), event)
+            self._record("done" if event.kind == "done" else str(event.meta.get("code", ErrorCode.ERROR)), event)
         elif self.first_chunk_at is None:
             self.first_chunk_at = time.monotonic()
             self.dispatcher.metrics.ttfa.labels(self.job.priority).observe(self.first_chunk_at - self.submitted_at)
@@ -134,7 +138,9 @@ class JobStream:
             elif event.kind == "done":
                 return
             else:
-                raise JobFailed(str(event.meta.get("code", "error")), str(event.meta.get("message", "Job failed.")))
+                raise JobFailed(
+                    str(event.meta.get("code", ErrorCode.ERROR)), str(event.meta.get("message", "Job failed."))
+                )
 
 
 class Dispatcher:
@@ -171,7 +177,7 @@ class Dispatcher:
     async def close(self) -> None:
         """Stop the listener and fail every waiting stream."""
         await self.supervisor.close()
-        self._fail_all("shutting_down", "The server is shutting down.")
+        self._fail_all(ErrorCode.SHUTTING_DOWN, "The server is shutting down.")
         if self._pubsub is not None:
             await self._pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
 
@@ -233,13 +239,13 @@ class Dispatcher:
         except (RedisError, OSError, TimeoutError) as err:
             await self.release(job.job_id)
             logger.warning("job %s not queued: redis unavailable (%r)", job.job_id, err)
-            raise JobFailed("redis_unavailable", "The job queue is unavailable; retry shortly.") from err
+            raise JobFailed(ErrorCode.REDIS_UNAVAILABLE, "The job queue is unavailable; retry shortly.") from err
         except BaseException:
             await self.release(job.job_id)
             raise
         if not pushed:
             await self.release(job.job_id)
-            raise JobFailed("queue_full", "The service is at capacity; retry shortly.")
+            raise JobFailed(ErrorCode.QUEUE_FULL, "The service is at capacity; retry shortly.")
         logger.debug("job %s queued (%s, %d chars)", job.job_id, job.priority, len(job.text))
         return stream
 
@@ -268,7 +274,7 @@ class Dispatcher:
                 return protocol.Event("done" if kind == "done" else "error", seq, meta)
         return None
 
-    def _fail_all(self, code: str, message: str) -> None:
+    def _fail_all(self, code: ErrorCode, message: str) -> None:
         """End every waiting stream: events published while the connection was down are lost."""
         for stream in self._streams.values():
             stream.queue.put_nowait(protocol.error_event(protocol.ANY_SEQ, code, message))
@@ -282,7 +288,7 @@ class Dispatcher:
                 raise
             except Exception as err:  # the connection dropped: redis-py reconnects and resubscribes on next read
                 logger.warning("dispatch listener lost redis: %s", err)
-                self._fail_all("redis_unavailable", "The connection to the job queue was lost; retry shortly.")
+                self._fail_all(ErrorCode.REDIS_UNAVAILABLE, "The connection to the job queue was lost; retry shortly.")
                 await asyncio.sleep(0.5)
                 continue
             if message is None:

@@ -2,38 +2,58 @@
 
 A declaration names the handler, who may call it (:class:`Access`), whether pages on other origins may call it
 (``cors``), the pydantic models of its JSON body and its query string, and the OpenAPI fields no model expresses
-(operation id, tag, summary, responses). The access middleware, the CORS set-up and the OpenAPI generator read the
-declarations (``app[ENDPOINTS]`` or a module's :class:`Endpoints` table); nothing else keeps a table of paths.
+(operation id, tag, summary, responses). The access middleware, the CORS set-up, the OpenAPI generator and the
+request parsing read the declarations (``app[ENDPOINTS]`` or a module's :class:`Endpoints` table); nothing else keeps
+a table of paths, and a handler gets its models from its declaration.
 
-A route module declares its routes on a module-level table::
+A route module declares its routes on a module-level table; the handler gets the declared models, parsed::
 
     routes = Endpoints()
 
-    @routes.post("/v1/tokens/ephemeral", access=Access.FULL, cors=False, body=TokenRequest, operation_id=...)
-    async def mint(request: web.Request) -> web.Response:
-        body = await parse_body(request, TokenRequest, ...)
+    @routes.post("/v1/tokens/ephemeral", access=Access.FULL, cors=False, body=TokenRequest, operationId=...)
+    async def mint(request: web.Request, body: TokenRequest) -> web.Response:
+        ttl = body.ttl_seconds
 
-and the app factory adds the tables with :func:`add_endpoints`.
+and the app factory adds the tables with :func:`add_endpoints`, giving its server's :class:`Parsing` (error
+envelope, messages for a body that is not JSON, validation context).
+
+How a handler takes its declared models (:func:`bind` checks the annotations against the declaration):
+
+* ``query: Model``: the query string, parsed before the handler runs.
+* ``body: Model``: the JSON body, read and parsed before the handler runs (after the query: a bad query is answered
+  first). The access middleware has run before, so a refused credential never gets its body read.
+* ``body: Later[Model]``: the JSON body, read when the handler awaits ``body.read()``: after the checks that must
+  answer first (the dictionary routes answer 404 for an unknown dictionary whatever the body holds).
+* No ``body`` parameter: the handler reads its body itself (``POST /v1/voices/{voice_id}/settings/edit``, whose
+  message quotes the parser's complaint). Multipart uploads declare no body model (their ``requestBody`` is
+  written in the OpenAPI fields).
+
+The realtime sockets declare no query model: they read theirs (:class:`zsynth.ws.query.RealtimeQuery`) after the
+upgrade, so that a refusal is an error frame and a 1008 close.
 """
 
 from __future__ import annotations
 
 import enum
+import functools
+import inspect
 import typing
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol, TypeVar
+from typing import Any, Final, Generic, Literal, Protocol, TypeVar
 
 import pydantic
 import pydantic_core
 from aiohttp import web
-from aiohttp.typedefs import Handler
 
 from .envelope import ErrorEnvelope
 from .jsonbody import BadJson, BodyTooLarge, loads, read_limited
 from .keys import SETTINGS
 
 M = TypeVar("M", bound=pydantic.BaseModel)
+#: A route handler: the request, and the declared ``body=`` / ``query=`` its signature names (see the module doc).
+RouteHandler = Callable[..., Awaitable[web.StreamResponse]]
+H = TypeVar("H", bound=RouteHandler)
 
 
 class Access(enum.Enum):
@@ -57,12 +77,17 @@ class Endpoint:
 
     method: str
     path: str
-    handler: Handler
+    #: The handler as written (add_endpoints registers it bound to its declared models: :func:`bind`).
+    handler: RouteHandler
     access: Access
     #: Whether pages on the allowed origins (ZSYNTH_CORS_ORIGINS) may call it cross-origin.
     cors: bool = True
     body: type[pydantic.BaseModel] | None = None
     query: type[pydantic.BaseModel] | None = None
+    #: False: a missing or blank body is ``{}`` (and the OpenAPI request body is optional).
+    body_required: bool = True
+    #: The message of 400 ``invalid_json`` for this route's body (None: its server's :attr:`Parsing.bad_json`).
+    bad_json: str | None = None
     #: A WebSocket route: outside OpenAPI.
     websocket: bool = False
     #: OpenAPI operation fields the models do not give (operationId, tags, summary, responses, parameters...).
@@ -89,35 +114,50 @@ class Endpoints:
         cors: bool = True,
         body: type[pydantic.BaseModel] | None = None,
         query: type[pydantic.BaseModel] | None = None,
+        body_required: bool = True,
+        bad_json: str | None = None,
         websocket: bool = False,
         error_envelope: type[ErrorEnvelope] | None = None,
         **doc: Any,
-    ) -> Callable[[Handler], Handler]:
-        """Declare ``method path`` with the decorated handler; ``error_envelope`` the route's own error envelope;
-        ``doc`` holds OpenAPI operation fields, and ``errors`` (the statuses the route answers in its error envelope),
-        which :mod:`zsynth.openapi.generate` turns into responses."""
+    ) -> Callable[[H], H]:
+        """Declare ``method path`` with the decorated handler (returned as written); ``error_envelope`` the route's
+        own error envelope; ``doc`` holds OpenAPI operation fields, and ``errors`` (the statuses the route answers in
+        its error envelope), which :mod:`zsynth.openapi.generate` turns into responses."""
 
-        def register(handler: Handler) -> Handler:
+        def register(handler: H) -> H:
             self._items.append(
-                Endpoint(method.upper(), path, handler, access, cors, body, query, websocket, doc, error_envelope)
+                Endpoint(
+                    method.upper(),
+                    path,
+                    handler,
+                    access,
+                    cors,
+                    body,
+                    query,
+                    body_required,
+                    bad_json,
+                    websocket,
+                    doc,
+                    error_envelope,
+                )
             )
             return handler
 
         return register
 
-    def get(self, path: str, **kwargs: Any) -> Callable[[Handler], Handler]:
+    def get(self, path: str, **kwargs: Any) -> Callable[[H], H]:
         """Declare a GET route (HEAD is answered too)."""
         return self.route("GET", path, **kwargs)
 
-    def post(self, path: str, **kwargs: Any) -> Callable[[Handler], Handler]:
+    def post(self, path: str, **kwargs: Any) -> Callable[[H], H]:
         """Declare a POST route."""
         return self.route("POST", path, **kwargs)
 
-    def patch(self, path: str, **kwargs: Any) -> Callable[[Handler], Handler]:
+    def patch(self, path: str, **kwargs: Any) -> Callable[[H], H]:
         """Declare a PATCH route."""
         return self.route("PATCH", path, **kwargs)
 
-    def delete(self, path: str, **kwargs: Any) -> Callable[[Handler], Handler]:
+    def delete(self, path: str, **kwargs: Any) -> Callable[[H], H]:
         """Declare a DELETE route."""
         return self.route("DELETE", path, **kwargs)
 
@@ -128,21 +168,23 @@ ENDPOINTS: Final = web.AppKey("endpoints", dict[web.AbstractRoute, Endpoint])
 JSON: Final = "application/json"
 
 
-def add_endpoints(app: web.Application, *tables: Endpoints) -> None:
-    """Register every declared route on ``app`` and remember its declaration."""
+def add_endpoints(app: web.Application, *tables: Endpoints, parsing: Parsing | None = None) -> None:
+    """Register every declared route on ``app``, bound to its declared models (:func:`bind`; ``parsing`` is the
+    server's way of refusing them: required when a handler takes a model), and remember its declaration."""
     registry = app.get(ENDPOINTS)
     if registry is None:
         registry = app[ENDPOINTS] = {}
     for table in tables:
         for endpoint in table:
+            handler = bind(endpoint, parsing)
             if endpoint.method == "GET":
                 # add_get also registers HEAD, as plain aiohttp routes do.
-                route = app.router.add_get(endpoint.path, endpoint.handler)
+                route = app.router.add_get(endpoint.path, handler)
                 for other in route.resource or ():
                     if other.method == "HEAD":
                         registry[other] = endpoint
             else:
-                route = app.router.add_route(endpoint.method, endpoint.path, endpoint.handler)
+                route = app.router.add_route(endpoint.method, endpoint.path, handler)
             registry[route] = endpoint
 
 
@@ -295,3 +337,100 @@ def parse_query(
 ) -> M:
     """The query string as ``model`` (see :func:`query_data`)."""
     return validate(model, query_data(request, model), error, context)
+
+
+# ----- declared models, given to the handlers ----------------------------------------------------------------------
+
+
+def _no_context(request: web.Request) -> Mapping[str, Any]:
+    return {}
+
+
+@dataclass(frozen=True, slots=True)
+class Parsing:
+    """How one server refuses the declared bodies and queries of its routes."""
+
+    #: Builds the server's error (its envelope) from a refusal.
+    error: ErrorFactory
+    #: The message of 400 ``invalid_json`` for a body that is not JSON, or what it makes of the parser's complaint
+    #: (a route's own :attr:`Endpoint.bad_json` wins).
+    bad_json: str | Callable[[BadJson], str]
+    #: The message for a body that is JSON but not an object (None: the ``bad_json`` one).
+    not_object: str | None = None
+    #: The validation context of a request (e.g. :data:`MAX_TEXT_CHARS`).
+    context: Callable[[web.Request], Mapping[str, Any]] = _no_context
+
+
+class Later(Generic[M]):
+    """A declared JSON body that the handler reads when it chooses (``body: Later[Model]``), refused as its server
+    refuses bodies; read once, later reads give the same model."""
+
+    __slots__ = ("_read", "_model")
+
+    def __init__(self, read: Callable[[], Awaitable[M]]) -> None:
+        self._read = read
+        self._model: M | None = None
+
+    async def read(self) -> M:
+        """The body as the declared model (the server's error when it is refused)."""
+        if self._model is None:
+            self._model = await self._read()
+        return self._model
+
+
+def _takes(endpoint: Endpoint, name: str, model: type[pydantic.BaseModel] | None) -> Literal["now", "later"] | None:
+    """How the handler takes the declared ``model`` as ``name``: "now", "later" (a :class:`Later`), or None (it
+    does not take it); TypeError when its annotation does not match the declaration."""
+    handler = endpoint.handler
+    if name not in inspect.signature(handler).parameters:
+        return None
+    where = f"{endpoint.method} {endpoint.path}: {handler.__qualname__}"
+    if model is None:
+        raise TypeError(f"{where} takes {name}= but its declaration names no {name} model")
+    hint = typing.get_type_hints(handler).get(name)
+    if hint is model:
+        return "now"
+    if name == "body" and typing.get_origin(hint) is Later and typing.get_args(hint) == (model,):
+        return "later"
+    raise TypeError(f"{where}: {name} is annotated {hint!r}, but the declaration names {model.__name__}")
+
+
+def bind(endpoint: Endpoint, parsing: Parsing | None) -> RouteHandler:
+    """The handler to register for ``endpoint``: the handler as written when it takes no declared model; otherwise
+    one that parses the query, then the body (or hands it a :class:`Later`), as its signature asks, and calls it
+    with ``query=`` / ``body=``. TypeError (at start-up) when a handler's annotation and its declaration disagree."""
+    handler = endpoint.handler
+    query_model, body_model = endpoint.query, endpoint.body
+    query_mode = _takes(endpoint, "query", query_model)
+    body_mode = _takes(endpoint, "body", body_model)
+    if query_mode is None and body_mode is None:
+        return handler
+    if parsing is None:
+        raise TypeError(f"{endpoint.method} {endpoint.path} takes its declared models: add_endpoints needs parsing=")
+    rules = parsing
+    bad_json = endpoint.bad_json if endpoint.bad_json is not None else rules.bad_json
+    optional = not endpoint.body_required
+
+    @functools.wraps(handler)
+    async def parsed(request: web.Request) -> web.StreamResponse:
+        context = rules.context(request)
+        kwargs: dict[str, object] = {}
+        if query_model is not None and query_mode is not None:
+            kwargs["query"] = parse_query(request, query_model, rules.error, context)
+        if body_model is not None and body_mode is not None:
+
+            async def read() -> pydantic.BaseModel:
+                return await parse_body(
+                    request,
+                    body_model,
+                    rules.error,
+                    bad_json=bad_json,
+                    not_object=rules.not_object,
+                    context=context,
+                    optional=optional,
+                )
+
+            kwargs["body"] = await read() if body_mode == "now" else Later(read)
+        return await handler(request, **kwargs)
+
+    return parsed

@@ -30,6 +30,7 @@ import json
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from typing import Any, Final, Literal
 
 PREFIX: Final = "zsynth:"
@@ -38,7 +39,8 @@ REALTIME_TAIL: Final = PREFIX + "queue:realtime_tail"  # JSON of the newest real
 BATCH_TAIL: Final = PREFIX + "queue:batch_tail"  # JSON of the newest unstarted batch job pushed (same idea)
 CANCEL_CHANNEL: Final = PREFIX + "cancel"  # pub/sub: job ids to stop now
 WORKERS: Final = PREFIX + "workers"  # set of worker ids that have ever registered
-VOICE_MIRROR_FAILURES: Final = PREFIX + "voices:mirror_failures"  # counter: S3 mirror attempts that failed
+# Counter: failed voice-bucket operations (the name is from when voices were mirrored to S3 in the background).
+VOICE_MIRROR_FAILURES: Final = PREFIX + "voices:mirror_failures"
 # Counter: tombstones a front's start-up (or resync) put in the bucket for removals made through its API while the
 # bucket did not know of them (each is also logged).
 VOICE_TOMBSTONES_UPLOADED: Final = PREFIX + "voices:tombstones_uploaded"
@@ -101,13 +103,41 @@ def cancel_key(job_id: str) -> str:
 # Field of job_key set with the first chunk: a job whose audio started is never given to another worker.
 STARTED_FIELD: Final = "first_chunk_at"
 # Field of job_key set (to the RSS in bytes) when the job took its worker past its memory ceiling: such a job is never
-# run again, by a reaper, a restarted worker or a worker claiming its remainder; it ends with INPUT_TOO_COMPLEX.
+# run again, by a reaper, a restarted worker or a worker claiming its remainder; it ends with
+# ErrorCode.INPUT_TOO_COMPLEX.
 MEMORY_FIELD: Final = "memory_exceeded"
 # A job whose worker died is run again at most once in all (when its audio had not started), never when marked above.
 MAX_ATTEMPTS: Final = 2
-# Error code (400-class: the request is wrong, retrying it fails again) of a job that took its worker past its memory
-# ceiling.
-INPUT_TOO_COMPLEX: Final = "input_too_complex"
+
+
+class ErrorCode(StrEnum):
+    """The code of a failed job: in a worker's ``error`` event on Redis, or raised by the front's dispatcher.
+
+    The values are the wire form and never change (a front and a worker of different versions share the queue). A
+    front may still meet a code that is not here (from a newer worker): it is handled as an internal failure.
+    """
+
+    # Sent by a worker.
+    INPUT_TOO_COMPLEX = "input_too_complex"  # the job took its worker past its memory ceiling: retrying fails again
+    WORKER_RESTARTED = "worker_restarted"  # the worker restarted during the job
+    WORKER_DIED = "worker_died"  # the worker died during the job, which is not run again (a reaper says so)
+    WORKER_STOPPING = "worker_stopping"  # the worker was told twice to stop during the job
+    DEADLINE_EXCEEDED = "deadline_exceeded"  # the job waited in the queue past its start deadline
+    CANCELLED = "cancelled"  # the job's client went away
+    VOICE_NOT_FOUND = "voice_not_found"  # the worker cannot load the job's voice (it never speaks another one)
+    VOICE_STORAGE_UNAVAILABLE = "voice_storage_unavailable"  # the voice library's storage did not answer
+    INVALID_OUTPUT_FORMAT = "invalid_output_format"  # the job names an output format the worker cannot encode
+    SYNTHESIS_FAILED = "synthesis_failed"  # the engine raised
+    # Raised by the front's dispatcher.
+    QUEUE_FULL = "queue_full"  # the queue, or the credential's share of it, is full
+    REDIS_UNAVAILABLE = "redis_unavailable"  # Redis did not take the job, or the front lost it
+    TIMEOUT = "timeout"  # no event within the first-chunk or per-chunk deadline
+    LOST_EVENTS = "lost_events"  # an event's sequence number skipped one
+    SHUTTING_DOWN = "shutting_down"  # the front is stopping
+    # An error event without a code (never sent by a worker of this version).
+    ERROR = "error"
+
+
 # A terminal event published by someone other than the job's worker (a reaper) carries this sequence number:
 # the front accepts it whatever it has counted so far.
 ANY_SEQ: Final = -1
@@ -282,6 +312,6 @@ class Event:
         return self.kind != "chunk"
 
 
-def error_event(seq: int, code: str, message: str) -> Event:
+def error_event(seq: int, code: ErrorCode, message: str) -> Event:
     """A terminal error with a machine code and a human message."""
-    return Event("error", seq, {"code": code, "message": message})
+    return Event("error", seq, {"code": code.value, "message": message})

@@ -37,7 +37,7 @@ from .config import Settings
 from .dictionaries.store import DICTIONARIES, DictionaryStore, StorageUnavailable
 from .dispatch import DISPATCHER, Dispatcher, JobFailed, JobStream
 from .keys import SETTINGS
-from .protocol import INPUT_TOO_COMPLEX, Job, Priority
+from .protocol import ErrorCode, Job, Priority
 from .spoken import Spoken
 from .textprep import TextOptionError, TextOptions, prepare
 from .voices.catalog import VOICES, VoiceCatalog
@@ -55,14 +55,14 @@ FailureKind = Literal[
 # Job failure codes that mean "try again later" rather than "this request is wrong".
 TRANSIENT_CODES: Final = frozenset(
     {
-        "timeout",
-        "worker_restarted",
-        "worker_stopping",
-        "worker_died",
-        "shutting_down",
-        "lost_events",
-        "deadline_exceeded",
-        "redis_unavailable",
+        ErrorCode.TIMEOUT,
+        ErrorCode.WORKER_RESTARTED,
+        ErrorCode.WORKER_STOPPING,
+        ErrorCode.WORKER_DIED,
+        ErrorCode.SHUTTING_DOWN,
+        ErrorCode.LOST_EVENTS,
+        ErrorCode.DEADLINE_EXCEEDED,
+        ErrorCode.REDIS_UNAVAILABLE,
     }
 )
 UNAVAILABLE_CODE: Final = "synthesis_unavailable"  # the realtime transports' code for the unavailable kinds
@@ -107,16 +107,18 @@ def classify(err: JobFailed | TextOptionError | StorageUnavailable) -> Failure:
             "dictionary_storage_unavailable", 503, "dictionary_storage_unavailable", UNAVAILABLE_CODE, message, 1
         )
     code, message = err.code, err.message
-    if code == "queue_full":
+    if code == ErrorCode.QUEUE_FULL:
         return Failure("busy", 429, "system_busy", "system_busy", message, 1)
     if code in TRANSIENT_CODES:
         return unreachable(message)
-    if code == INPUT_TOO_COMPLEX:  # the job took its worker past its memory ceiling: retrying fails again
+    if code == ErrorCode.INPUT_TOO_COMPLEX:  # the job took its worker past its memory ceiling: retrying fails again
         return Failure("invalid", 400, code, code, message, param="text")
-    if code == "voice_not_found":  # the worker could not load the voice (it never speaks another one)
+    if code == ErrorCode.VOICE_NOT_FOUND:  # the worker could not load the voice (it never speaks another one)
         return Failure("voice_not_found", 404, code, code, message)
-    if code == "voice_storage_unavailable":
+    if code == ErrorCode.VOICE_STORAGE_UNAVAILABLE:
         return Failure("voice_storage_unavailable", 503, code, code, message, 5)
+    # synthesis_failed, invalid_output_format, error, cancelled (its client has gone: only the metrics see it), and a
+    # code this front does not know (from a newer worker): the service's own fault.
     return Failure("internal", 500, code, code, message)
 
 

@@ -149,13 +149,12 @@ def operation(
 ) -> Schema:
     """The operation object of one declared route, from its complete ``doc`` (:func:`documented`).
 
-    ``doc`` keys read here besides plain operation fields: ``path_params`` (name -> description) and
-    ``body_required`` (False for an optional JSON body); a ``requestBody`` in ``doc`` (multipart uploads) is kept
-    as written.
+    ``doc`` keys read here besides plain operation fields: ``path_params`` (name -> description); a
+    ``requestBody`` in ``doc`` (multipart uploads) is kept as written (a declared body is required unless its
+    declaration says ``body_required=False``).
     """
     doc = dict(doc)
     described: Mapping[str, str] = doc.pop("path_params", {})
-    body_required: bool = doc.pop("body_required", True)
     op: Schema = {key: _with_refs(value) for key, value in doc.items()}
     op["security"] = list(security[endpoint.access])
     parameters = path_parameters(endpoint.path, described)
@@ -165,7 +164,10 @@ def operation(
     if parameters:
         op["parameters"] = parameters
     if endpoint.body is not None and "requestBody" not in op:
-        op["requestBody"] = {"required": body_required, "content": {JSON: {"schema": ref(endpoint.body.__name__)}}}
+        op["requestBody"] = {
+            "required": endpoint.body_required,
+            "content": {JSON: {"schema": ref(endpoint.body.__name__)}},
+        }
     return op
 
 

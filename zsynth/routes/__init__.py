@@ -11,7 +11,9 @@ from typing import Final
 from aiohttp import web
 
 from .. import ws
+from ..dictionaries.lifecycle import dictionaries_context
 from ..endpoints import Endpoints
+from ..voices.lifecycle import voices_context
 from . import dictionaries, health, models, openai_speech, timestamps, tokens, tts, user, voices
 
 #: Every route table of the speech API, in registration order.
@@ -31,7 +33,11 @@ TABLES: Final[tuple[Endpoints, ...]] = (
 
 
 def setup_services(app: web.Application) -> None:
-    """The lifecycles and middleware the routes rely on (call before :func:`~zsynth.endpoints.add_endpoints`)."""
+    """The lifecycles and middleware the routes rely on (call before :func:`~zsynth.endpoints.add_endpoints`).
+
+    The voice library and the dictionary store are services (``zsynth.voices.lifecycle``,
+    ``zsynth.dictionaries.lifecycle``): the routes, the synthesis service and the sockets read what they set.
+    """
+    app.cleanup_ctx.extend([voices_context, dictionaries_context])
     voices.setup(app)
-    dictionaries.setup(app)
     ws.setup(app)

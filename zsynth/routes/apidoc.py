@@ -12,6 +12,13 @@ from typing import Any, Final
 
 from pydantic import Field
 
+from ..answer_headers import (
+    CHARACTER_COST_HEADER,
+    HISTORY_ITEM_ID_HEADER,
+    MODEL_ID_HEADER,
+    REQUEST_ID_HEADER,
+    VOICE_ID_HEADER,
+)
 from ..endpoints import JSON
 from ..errors import OpenAIError as OpenAIError  # the OpenAI route declares it
 
@@ -30,14 +37,14 @@ def optional(**kwargs: Any) -> Any:
 
 #: Headers ElevenLabs clients read on a TTS answer.
 AUDIO_HEADERS: Final[dict[str, Schema]] = {
-    "request-id": {"description": "This request's id (also in the logs).", "schema": {"type": "string"}},
-    "character-cost": {"description": "Characters billed (the text length).", "schema": {"type": "string"}},
-    "history-item-id": {"description": "The synthesis job's id.", "schema": {"type": "string"}},
-    "x-voice-id": {
+    REQUEST_ID_HEADER: {"description": "This request's id (also in the logs).", "schema": {"type": "string"}},
+    CHARACTER_COST_HEADER: {"description": "Characters billed (the text length).", "schema": {"type": "string"}},
+    HISTORY_ITEM_ID_HEADER: {"description": "The synthesis job's id.", "schema": {"type": "string"}},
+    VOICE_ID_HEADER: {
         "description": "The voice that spoke (the swap-out voice for unknown ids).",
         "schema": {"type": "string"},
     },
-    "x-model-id": {"description": "The request's model_id, when it had one.", "schema": {"type": "string"}},
+    MODEL_ID_HEADER: {"description": "The request's model_id, when it had one.", "schema": {"type": "string"}},
 }
 
 

@@ -11,12 +11,14 @@ from collections.abc import Callable
 from typing import Annotated, Any, Final
 
 import pydantic
+from aiohttp import web
 from pydantic import BaseModel, Field, ValidationInfo
 
 from .. import endpoints
 from ..endpoints import MAX_TEXT_CHARS as MAX_TEXT_CHARS  # re-exported: the routes pass it in their context
-from ..endpoints import refusal
+from ..endpoints import Parsing, refusal
 from ..errors import ApiError
+from ..keys import SETTINGS
 from ..textprep import MAX_LOCATORS, TextOptionError, TextOptions, parse_locators, parse_normalization
 from ..voice_settings import InvalidParameter, check_voice_settings
 
@@ -24,6 +26,15 @@ from ..voice_settings import InvalidParameter, check_voice_settings
 def api_error(http_status: int, code: str, message: str, param: str | None) -> ApiError:
     """The speech API's error for a refused request (the error factory of :func:`~zsynth.endpoints.parse_body`)."""
     return ApiError(http_status, code, message, param=param)
+
+
+def _context(request: web.Request) -> dict[str, Any]:
+    return {MAX_TEXT_CHARS: request.app[SETTINGS].max_text_chars}
+
+
+#: How the speech API refuses declared bodies and queries: its envelope, and every text held to
+#: ZSYNTH_MAX_TEXT_CHARS (a route's own ``bad_json`` message wins over this one).
+PARSING: Final = Parsing(api_error, "The request body must be a JSON object.", context=_context)
 
 
 def require(*names: str) -> Callable[[dict[str, Any]], None]:

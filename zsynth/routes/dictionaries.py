@@ -11,6 +11,9 @@ name dictionaries in ``pronunciation_dictionary_locators`` when they synthesize)
 dictionary from the list: requests that name it keep working, as upstream. A dictionary stored in a form this
 front cannot use (rules these checks refuse, written by another program) is 422
 ``pronunciation_dictionary_unreadable``; ``set-rules`` replaces its rules and ``DELETE`` removes it.
+
+The rule and response shapes are in :mod:`zsynth.routes.dictionary_models`; the store's lifecycle is
+:func:`zsynth.dictionaries.lifecycle.dictionaries_context`.
 """
 
 from __future__ import annotations
@@ -18,30 +21,36 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final
 
 import pydantic
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, RootModel, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
-from ..aws import client_config
-from ..dictionaries.rules import MAX_RULES, MAX_STRING_CHARS, Rule, RuleError, parse_pls, parse_rules, to_pls
+from ..dictionaries.rules import MAX_RULES, Rule, RuleError, parse_pls, parse_rules, to_pls
 from ..dictionaries.store import (
     DICTIONARIES,
-    BucketBackend,
     Dictionary,
-    DictionaryStore,
     DictionaryUnreadable,
-    DirectoryBackend,
     StorageUnavailable,
 )
-from ..endpoints import Access, Endpoints, parse_body, parse_query, refusal
+from ..endpoints import Access, Endpoints, Later, refusal
 from ..errors import ApiError
 from ..keys import REQUEST_ID, SETTINGS
 from ..multipart import BoundedMultipart
-from .apidoc import json_body, optional
-from .bodies import api_error, one_of, refusing, require
+from .apidoc import json_body
+from .bodies import one_of, refusing, require
+from .dictionary_models import (
+    ADD_FROM_FILE_BODY,
+    MAX_NAME_CHARS,
+    WORKSPACE_ACCESS,
+    DictionaryCreated,
+    DictionaryDeleted,
+    DictionaryPage,
+    DictionaryVersion,
+    DictionaryWithRules,
+    PronunciationRule,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -50,26 +59,10 @@ routes = Endpoints()
 BASE: Final = "/v1/pronunciation-dictionaries"
 MAX_LEXICON_BYTES: Final = 1024 * 1024
 MAX_LEXICON_BODY_BYTES: Final = 2 * MAX_LEXICON_BYTES
-MAX_NAME_CHARS: Final = 200
 PERMISSION: Final = "admin"
 CREATED_BY: Final = "zsynth"
-WORKSPACE_ACCESS: Final = ("admin", "editor", "commenter", "viewer")
 TAG: Final = "pronunciation dictionaries"
 _ID: Final = {"dictionary_id": "The dictionary's id."}
-
-
-async def dictionaries_context(app: web.Application) -> AsyncIterator[None]:
-    """The dictionary store: the voices' bucket when set, else the data directory."""
-    settings = app[SETTINGS]
-    backend: BucketBackend | DirectoryBackend
-    if settings.voices_bucket:
-        backend = BucketBackend(settings.voices_bucket, settings.dictionaries_prefix, client_config(settings))
-        await backend.open()
-    else:
-        backend = DirectoryBackend(settings.data_dir / "dictionaries")
-    app[DICTIONARIES] = DictionaryStore(backend, settings.dictionary_cache_bytes)
-    yield
-    await app[DICTIONARIES].close()
 
 
 def _unavailable(err: StorageUnavailable) -> ApiError:
@@ -160,38 +153,6 @@ def _archived(value: object) -> object:
     return value
 
 
-RuleText = Annotated[str, Field(pattern=r"\S", max_length=MAX_STRING_CHARS)]
-
-
-class AliasRule(BaseModel):
-    """Replace a string with another before speaking."""
-
-    type: Literal["alias"]
-    string_to_replace: RuleText
-    alias: RuleText
-    case_sensitive: bool | None = True
-    word_boundaries: bool | None = True
-
-
-class PhonemeRule(BaseModel):
-    """Speak a string with the given phonemes."""
-
-    type: Literal["phoneme"]
-    string_to_replace: RuleText
-    phoneme: RuleText
-    alphabet: Literal["ipa", "cmu-arpabet"]
-    case_sensitive: bool | None = True
-    word_boundaries: bool | None = True
-
-
-class PronunciationRule(RootModel[Annotated[AliasRule | PhonemeRule, Field(discriminator="type")]]):
-    """One rule of a dictionary."""
-
-    def to_rule(self) -> Rule:
-        """The rule as the store keeps it."""
-        return Rule(**self.root.model_dump())
-
-
 Name = Annotated[
     Annotated[str, Field(pattern=r"\S", max_length=MAX_NAME_CHARS)], pydantic.BeforeValidator(refusing(_name))
 ]
@@ -245,58 +206,6 @@ class DictionaryUpdate(BaseModel):
     archived: Annotated[bool | None, pydantic.BeforeValidator(_archived)] = None
 
 
-_BAD_BODY: Final = "The request body must be a JSON object."
-
-
-class DictionaryCreated(BaseModel):
-    """A new dictionary and its first version."""
-
-    id: str
-    name: str
-    created_by: str
-    creation_time_unix: int
-    version_id: str
-    version_rules_num: int
-    description: str | None = None
-    permission_on_resource: str = optional()
-
-
-class DictionaryMetadata(BaseModel):
-    """A dictionary as listed."""
-
-    id: str
-    latest_version_id: str
-    latest_version_rules_num: int
-    name: str
-    permission_on_resource: str = optional()
-    created_by: str
-    creation_time_unix: int
-    archived_time_unix: int | None = None
-    description: str | None = None
-
-
-class DictionaryWithRules(DictionaryMetadata):
-    """A dictionary and its latest version's rules."""
-
-    rules: list[PronunciationRule]
-
-
-class DictionaryPage(BaseModel):
-    """One page of dictionaries."""
-
-    pronunciation_dictionaries: list[DictionaryMetadata]
-    next_cursor: str | None = None
-    has_more: bool
-
-
-class DictionaryVersion(BaseModel):
-    """A new version."""
-
-    id: str
-    version_id: str
-    version_rules_num: int
-
-
 _CREATED: Final = json_body("The new dictionary and its first version.", DictionaryCreated)
 _WITH_RULES: Final = json_body("The dictionary and its latest rules.", DictionaryWithRules)
 
@@ -347,9 +256,8 @@ async def _dictionary(request: web.Request, *, with_rules: bool = True) -> Dicti
     responses={200: _CREATED},
     errors=(400, 413, 422),
 )
-async def add_from_rules(request: web.Request) -> web.Response:
+async def add_from_rules(request: web.Request, body: AddFromRulesRequest) -> web.Response:
     """A new dictionary from a JSON list of rules."""
-    body = await parse_body(request, AddFromRulesRequest, api_error, bad_json=_BAD_BODY)
     rules = [rule.to_rule() for rule in body.rules]
     dictionary = await _store_call(request.app[DICTIONARIES].create(body.name, body.description, rules))
     logger.info("request: dictionary %s created from %d rules", dictionary.id, len(rules))
@@ -381,28 +289,7 @@ async def _read_lexicon(request: web.Request) -> tuple[dict[str, str], bytes | N
     operationId="add_dictionary_from_file",
     tags=[TAG],
     summary="A new dictionary from a PLS lexicon.",
-    # A multipart upload, not a JSON body: no request model validates it, so its schema is written here.
-    requestBody={
-        "required": True,
-        "content": {
-            "multipart/form-data": {
-                "schema": {
-                    "type": "object",
-                    "required": ["name", "file"],
-                    "properties": {
-                        "name": {"type": "string", "pattern": "\\S", "maxLength": MAX_NAME_CHARS},
-                        "file": {
-                            "type": "string",
-                            "contentMediaType": "application/pls+xml",
-                            "description": "A PLS lexicon.",
-                        },
-                        "description": {"type": "string", "maxLength": 4000},
-                        "workspace_access": {"enum": list(WORKSPACE_ACCESS), "description": "Checked and ignored."},
-                    },
-                }
-            }
-        },
-    },
+    requestBody=ADD_FROM_FILE_BODY,
     responses={200: _CREATED},
     errors=(400, 413, 422),
 )
@@ -477,9 +364,8 @@ class DictionaryListQuery(BaseModel):
     responses={200: json_body("One page.", DictionaryPage)},
     errors=(422,),
 )
-async def list_dictionaries(request: web.Request) -> web.Response:
+async def list_dictionaries(request: web.Request, query: DictionaryListQuery) -> web.Response:
     """Every dictionary, newest first (``sort=name`` by name), paged by ``cursor`` and ``page_size`` (1-100)."""
-    query = parse_query(request, DictionaryListQuery, api_error)
     page_size, offset, sort, archived = query.page_size, int(query.cursor or 0), query.sort, query.include_archived
     direction = query.sort_direction
     metas = [
@@ -528,24 +414,18 @@ async def get_dictionary(request: web.Request) -> web.Response:
     responses={200: _WITH_RULES},
     errors=(400, 404, 422),
 )
-async def update_dictionary(request: web.Request) -> web.Response:
+async def update_dictionary(request: web.Request, body: Later[DictionaryUpdate]) -> web.Response:
     """Rename or archive (``archived: true``) a dictionary; no new version is made."""
     dictionary = await _dictionary(request)
-    body = await parse_body(request, DictionaryUpdate, api_error, bad_json=_BAD_BODY)
+    update = await body.read()
     store = request.app[DICTIONARIES]
     meta = dict(await _store_call(store.meta(dictionary.id, fresh=True)) or dictionary.meta())
-    if body.name is not None:
-        meta["name"] = body.name
-    if body.archived is not None:
-        meta["archived_time_unix"] = int(time.time()) if body.archived else None
+    if update.name is not None:
+        meta["name"] = update.name
+    if update.archived is not None:
+        meta["archived_time_unix"] = int(time.time()) if update.archived else None
     await _store_call(store.backend_put_meta(dictionary.id, meta))
     return web.json_response(_metadata(meta) | {"rules": [rule.to_json() for rule in dictionary.rules]})
-
-
-class DictionaryDeleted(BaseModel):
-    """The dictionary is gone."""
-
-    status: Literal["ok"]
 
 
 @routes.delete(
@@ -577,10 +457,10 @@ async def _new_version(request: web.Request, dictionary: Dictionary, rules: list
     BASE + "/{dictionary_id}/add-rules",
     **_rules_doc("add_dictionary_rules", "A new version with these rules added (same string: replaced).", RulesRequest),
 )
-async def add_rules(request: web.Request) -> web.Response:
+async def add_rules(request: web.Request, body: Later[RulesRequest]) -> web.Response:
     """A new version with the rules added (a rule for a string already there replaces it)."""
     dictionary = await _dictionary(request)
-    added = (await parse_body(request, RulesRequest, api_error, bad_json=_BAD_BODY)).parsed()
+    added = (await body.read()).parsed()
     strings = {rule.string_to_replace for rule in added}
     rules = [rule for rule in dictionary.rules if rule.string_to_replace not in strings] + added
     if len(rules) > MAX_RULES:  # every front re-reads the version through parse_rules, which holds to this bound
@@ -592,11 +472,10 @@ async def add_rules(request: web.Request) -> web.Response:
     BASE + "/{dictionary_id}/remove-rules",
     **_rules_doc("remove_dictionary_rules", "A new version without the rules for these strings.", RemoveRulesRequest),
 )
-async def remove_rules(request: web.Request) -> web.Response:
+async def remove_rules(request: web.Request, body: Later[RemoveRulesRequest]) -> web.Response:
     """A new version without the rules whose ``string_to_replace`` is listed."""
     dictionary = await _dictionary(request)
-    body = await parse_body(request, RemoveRulesRequest, api_error, bad_json=_BAD_BODY)
-    removed = set(body.rule_strings)
+    removed = set((await body.read()).rule_strings)
     rules = [rule for rule in dictionary.rules if rule.string_to_replace not in removed]
     return await _new_version(request, dictionary, rules)
 
@@ -605,11 +484,11 @@ async def remove_rules(request: web.Request) -> web.Response:
     BASE + "/{dictionary_id}/set-rules",
     **_rules_doc("set_dictionary_rules", "A new version holding exactly these rules.", RulesRequest),
 )
-async def set_rules(request: web.Request) -> web.Response:
+async def set_rules(request: web.Request, body: Later[RulesRequest]) -> web.Response:
     """A new version holding exactly the given rules (the latest ones are not read: this mends a version that
     cannot be read)."""
     dictionary = await _dictionary(request, with_rules=False)
-    rules = (await parse_body(request, RulesRequest, api_error, bad_json=_BAD_BODY)).parsed()
+    rules = (await body.read()).parsed()
     return await _new_version(request, dictionary, rules)
 
 
@@ -645,8 +524,3 @@ async def download(request: web.Request) -> web.Response:
         content_type="application/pls+xml",
         headers={"Content-Disposition": f'attachment; filename="{dictionary_id}-{version_id}.pls"'},
     )
-
-
-def setup(app: web.Application) -> None:
-    """The dictionary store's lifecycle (the routes are on :data:`routes`)."""
-    app.cleanup_ctx.append(dictionaries_context)

@@ -97,9 +97,6 @@ class AudioWithTimestamps(BaseModel):
     normalized_alignment: CharacterAlignment | None
 
 
-# The with-timestamps answers carry the TTS headers except x-model-id (the body is JSON, not audio).
-HEADERS: Final = {name: header for name, header in AUDIO_HEADERS.items() if name != "x-model-id"}
-
 # The with-timestamps routes answer JSON whatever the audio format inside it.
 JSON_TYPE: Final = {"Content-Type": "application/json"}
 
@@ -117,7 +114,7 @@ def _json(payload: dict[str, Any]) -> str:
         json_body(
             "One JSON object: the whole audio as base64 and the alignment of the whole text.",
             AudioWithTimestamps,
-            HEADERS,
+            AUDIO_HEADERS,
         ),
     ),
 )
@@ -160,7 +157,7 @@ async def convert_with_timestamps(request: web.Request) -> web.Response:
             "per line, per audio chunk. Times are from the start of the whole audio on every line. A job that fails "
             "mid-stream aborts the connection, so the body has no proper end.",
             AudioWithTimestamps,
-            HEADERS,
+            AUDIO_HEADERS,
         ),
     ),
 )

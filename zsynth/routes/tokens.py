@@ -10,11 +10,10 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..auth import AUTHENTICATOR, CREDENTIAL, TTL_DEFAULT, TTL_SCHEMA, AuthError, clamp_ttl
-from ..endpoints import Access, Endpoints, parse_body, refusal
+from ..endpoints import Access, Endpoints, refusal
 from ..errors import ApiError
 from ..keys import REQUEST_ID
 from .apidoc import json_body
-from .bodies import api_error
 
 logger = logging.getLogger(__name__)
 
@@ -60,15 +59,15 @@ class TokenResponse(BaseModel):
     cors=False,
     body=TokenRequest,
     body_required=False,
+    bad_json=_BAD_BODY,
     operationId="mint_token",
     tags=["tokens"],
     summary="Mint an ephemeral token a browser may use to synthesize and read voices.",
     responses={200: json_body("The new token (Cache-Control: no-store).", TokenResponse)},
     errors=(400, 413, 422, 501),
 )
-async def mint(request: web.Request) -> web.Response:
+async def mint(request: web.Request, body: TokenRequest) -> web.Response:
     """Mint a token valid for ``ttl_seconds`` (default 300, clamped to 30-600) for a browser to use."""
-    body = await parse_body(request, TokenRequest, api_error, bad_json=_BAD_BODY, optional=True)
     ttl = body.ttl_seconds
     try:
         token, expires_at = await request.app[AUTHENTICATOR].mint_token(ttl, parent=request[CREDENTIAL])

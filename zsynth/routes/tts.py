@@ -13,6 +13,13 @@ from aiohttp import web
 from aiohttp.client_exceptions import ClientConnectionResetError
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..answer_headers import (
+    CHARACTER_COST_HEADER,
+    HISTORY_ITEM_ID_HEADER,
+    MODEL_ID_HEADER,
+    REQUEST_ID_HEADER,
+    VOICE_ID_HEADER,
+)
 from ..audio import ALLOWED_OUTPUT_FORMATS, DEFAULT_OUTPUT_FORMAT, OutputFormat, OutputFormatError, parse_output_format
 from ..auth import CREDENTIAL
 from ..dispatch import JobFailed, JobStream
@@ -225,14 +232,14 @@ def audio_headers(request: web.Request, tts: TtsRequest, job: Job) -> dict[str, 
     """Headers ElevenLabs clients read on a TTS answer."""
     headers = {
         "Content-Type": tts.fmt.media_type,
-        "request-id": request[REQUEST_ID],
-        "character-cost": str(len(tts.text)),
-        "history-item-id": job.job_id,
-        "x-voice-id": job.voice_id,
+        REQUEST_ID_HEADER: request[REQUEST_ID],
+        CHARACTER_COST_HEADER: str(len(tts.text)),
+        HISTORY_ITEM_ID_HEADER: job.job_id,
+        VOICE_ID_HEADER: job.voice_id,
     }
     if tts.model_id:
         # aiohttp refuses to write a header holding a control character (header injection).
-        headers["x-model-id"] = _CONTROL_CHARS.sub("", tts.model_id)
+        headers[MODEL_ID_HEADER] = _CONTROL_CHARS.sub("", tts.model_id)
     return headers
 
 

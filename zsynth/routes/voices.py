@@ -5,6 +5,9 @@ edits (``POST /v1/voices/{id}/edit``, ``POST /v1/voices/{id}/settings/edit``) an
 Every change goes through the box's :class:`~zsynth.voices.library.VoiceLibrary`: with a bucket it is durable there
 before the answer, and a bucket that cannot be reached answers 503 ``voice_storage_unavailable`` with
 ``Retry-After`` and changes nothing. The changes are declared for full keys only (tokens may read).
+
+The response models and the multipart schemas are in :mod:`zsynth.routes.voice_models`; the library's lifecycle
+is :func:`zsynth.voices.lifecycle.voices_context`.
 """
 
 from __future__ import annotations
@@ -13,40 +16,46 @@ import asyncio
 import base64
 import binascii
 import logging
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final
 
 import pydantic
 from aiohttp import web
 from aiohttp.typedefs import Handler
 from pydantic import BaseModel, Field
 
-from .. import protocol
-from ..aws import client_config
-from ..endpoints import Access, Endpoints, json_body_bytes, parse_query, refusal, validate
+from ..endpoints import Access, Endpoints, json_body_bytes, refusal, validate
 from ..errors import ApiError
 from ..jsonbody import BadJson, loads
-from ..keys import REDIS, REQUEST_ID, SETTINGS
-from ..metrics import METRICS
+from ..keys import REQUEST_ID, SETTINGS
 from ..multipart import BoundedMultipart
-from ..supervise import Supervisor
-from ..voices import DEFAULT_SETTINGS, StoredVoice, VoiceCatalog, VoiceConfigError, VoiceStore, is_clone_id
-from ..voices.bucket import VoiceBucket, VoiceRefused
+from ..voices import DEFAULT_SETTINGS, StoredVoice, VoiceCatalog, is_clone_id
+from ..voices.bucket import VoiceRefused
 from ..voices.catalog import VOICES, clone_object, new_clone_meta
 from ..voices.clips import ADVICE, STORE_RATE, Clip, ClipError, decode_clips, encode_wav
-from ..voices.library import VOICE_LIBRARY, StorageUnavailable, VoiceGone, VoiceLibrary
+from ..voices.library import VOICE_LIBRARY, StorageUnavailable, VoiceGone
 from ..voices.store import reference_name, revision
 from .apidoc import json_body
 from .bodies import api_error, checked_voice_settings, one_of, refusing
+from .voice_models import (
+    CLONE_BODY,
+    EDIT_BODY,
+    MAX_FILES,
+    MAX_NAME_CHARS,
+    AddVoiceResponse,
+    DeleteResponse,
+    EditResponse,
+    Voice,
+    VoiceList,
+    VoicePage,
+    VoiceSettings,
+)
 
 logger = logging.getLogger(__name__)
 
 routes = Endpoints()
 
-MAX_FILES: Final = 10
 MAX_FIELD_BYTES: Final = 64 * 1024
-MAX_NAME_CHARS: Final = 200
 RETRY_AFTER_S: Final = 5
 SORTS: Final = ("created_at_unix", "name")
 # v2 voice_type values mapped to the categories they cover (clones are the caller's own, personal voices).
@@ -61,136 +70,12 @@ VOICE_TYPES: Final[dict[str, tuple[str, ...]]] = {
 }
 
 
-# ----- response shapes -------------------------------------------------------------------------------------------
-
-
-class VoiceSettings(BaseModel):
-    """The five voice settings, as listed and as saved."""
-
-    stability: float
-    similarity_boost: float
-    style: float
-    use_speaker_boost: bool
-    speed: float
-
-
-class Voice(BaseModel):
-    """The ElevenLabs Voice: every field the SDK's model names, required or not."""
-
-    voice_id: str
-    name: str
-    category: Literal["premade", "cloned"]
-    labels: dict[str, str]
-    description: str | None
-    preview_url: None
-    available_for_tiers: list[str]
-    high_quality_base_model_ids: list[str]
-    settings: VoiceSettings
-    samples: list[dict[str, Any]] | None
-    created_at_unix: int = Field(ge=0)
-    fine_tuning: dict[str, Any]
-    sharing: None
-    verified_languages: list[dict[str, Any]]
-    voice_verification: dict[str, Any]
-    is_owner: bool
-    is_legacy: bool
-
-
-class VoiceList(BaseModel):
-    """Every voice."""
-
-    voices: list[Voice]
-
-
-class VoicePage(BaseModel):
-    """One page of voices."""
-
-    voices: list[Voice]
-    has_more: bool
-    total_count: int = Field(ge=0)
-    next_page_token: str | None
-
-
-class AddVoiceResponse(BaseModel):
-    """The new voice's id."""
-
-    voice_id: str
-    requires_verification: bool
-
-
-class DeleteResponse(BaseModel):
-    """The voice is gone."""
-
-    status: Literal["ok"]
-
-
-class EditResponse(BaseModel):
-    """The change is saved."""
-
-    status: Literal["ok"]
-
-
 _VOICE_ID: Final = {"voice_id": "A voice id (built-in, or custom-... for clones)."}
 _STORAGE_503: Final = (
     " With ZSYNTH_VOICES_BUCKET set the change is in the bucket before the answer; a bucket that cannot be reached "
     "answers 503 voice_storage_unavailable with Retry-After and changes nothing."
 )
 _SETTINGS: Final = json_body("The settings.", VoiceSettings)
-_FILES: Final = {"contentType": "audio/*, application/octet-stream"}
-# Cloning and editing take multipart uploads (audio files and form fields), not JSON: no request model validates
-# them, so their schemas are written here.
-_CLONE_BODY: Final = {
-    "required": True,
-    "content": {
-        "multipart/form-data": {
-            "schema": {
-                "type": "object",
-                "required": ["name", "files"],
-                "properties": {
-                    "name": {"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARS},
-                    "files": {
-                        "type": "array",
-                        "minItems": 1,
-                        "maxItems": MAX_FILES,
-                        "description": "Reference clips (wav, flac, ogg or mp3; 'file' is accepted too), each at most "
-                        "ZSYNTH_VOICE_CLIP_MAX_BYTES.",
-                        "items": {"type": "string", "contentMediaType": "application/octet-stream"},
-                    },
-                    "description": {"type": "string"},
-                    "labels": {
-                        "type": "string",
-                        "description": 'A JSON object of strings, e.g. {"accent": "british"}.',
-                    },
-                },
-            },
-            "encoding": {"files": _FILES},
-        }
-    },
-}
-_EDIT_BODY: Final = {
-    "required": True,
-    "content": {
-        "multipart/form-data": {
-            "schema": {
-                "type": "object",
-                "required": ["name"],
-                "description": "Fields left out keep their value; new files replace the reference clip on every box.",
-                "properties": {
-                    "name": {"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARS},
-                    "description": {"type": "string"},
-                    "labels": {"type": "string", "description": 'A JSON object of strings; "null" keeps the labels.'},
-                    "files": {
-                        "type": "array",
-                        "maxItems": MAX_FILES,
-                        "description": "A new reference (same rules as cloning).",
-                        "items": {"type": "string", "contentMediaType": "application/octet-stream"},
-                    },
-                },
-            },
-            "encoding": {"files": _FILES},
-        }
-    },
-}
 
 
 def _delete_doc(operation_id: str) -> dict[str, Any]:
@@ -203,55 +88,6 @@ def _delete_doc(operation_id: str) -> dict[str, Any]:
         "responses": {200: json_body("Removed on every box (the bucket keeps a tombstone).", DeleteResponse)},
         "errors": (400, 404),
     }
-
-
-# ----- lifecycle -------------------------------------------------------------------------------------------------
-
-
-async def voices_context(app: web.Application) -> AsyncIterator[None]:
-    """Open the store and the voice library (catching up with the bucket and the log), check the swap-out pin."""
-    settings = app[SETTINGS]
-    store = VoiceStore(settings.voices_dir)
-    await asyncio.to_thread(store.ensure)
-    catalog = VoiceCatalog(store, settings.engine, settings.swapout_default_voice)
-
-    async def count_failure() -> None:
-        await app[REDIS].incr(protocol.VOICE_MIRROR_FAILURES)
-
-    bucket = (
-        VoiceBucket(
-            settings.voices_bucket,
-            settings.voices_prefix,
-            client_config(settings),
-            clip_max_bytes=settings.voice_clip_max_bytes,
-        )
-        if settings.voices_bucket
-        else None
-    )
-    library = VoiceLibrary(
-        store,
-        settings.redis_url,
-        bucket,
-        role="front",
-        fetch_wait_s=settings.voices_fetch_wait_s,
-        resync_s=settings.voices_resync_s,
-        on_failure=count_failure,
-        start_wait_s=settings.voices_start_wait_s,
-        supervisor=Supervisor(on_restart=app[METRICS].count_restart),
-        missing_ttl_s=settings.voices_missing_ttl_s,
-        missing_max=settings.voices_missing_max,
-    )
-    await library.start()
-    try:
-        catalog.check_swapout()
-    except VoiceConfigError as err:
-        logger.critical("%s", err)
-        await library.close()
-        raise
-    app[VOICES] = catalog
-    app[VOICE_LIBRARY] = library
-    yield
-    await library.close()
 
 
 def storage_unavailable(err: StorageUnavailable) -> ApiError:
@@ -442,9 +278,8 @@ def _sort(voices: list[dict[str, Any]], sort: str | None, direction: str | None)
     responses={200: json_body("One page.", VoicePage)},
     errors=(400, 422),
 )
-async def list_v2(request: web.Request) -> web.Response:
+async def list_v2(request: web.Request, query: VoiceListQuery) -> web.Response:
     """``GET /v2/voices``: filtered, sorted and paged with an opaque ``next_page_token``."""
-    query = parse_query(request, VoiceListQuery, api_error)
     page_size, offset = query.page_size, query.offset
     voices = _sort(_filter(request.app[VOICES].all(), query), query.sort, query.sort_direction)
     page = voices[offset : offset + page_size]
@@ -613,7 +448,7 @@ async def create_voice(request: web.Request) -> StoredVoice:
     operationId="clone_voice",
     tags=["voices"],
     summary="Clone a voice from a reference clip; answers the whole voice object." + _STORAGE_503,
-    requestBody=_CLONE_BODY,
+    requestBody=CLONE_BODY,
     responses={200: json_body("The new voice.", Voice)},
     errors=(400, 413, 422, 500),
 )
@@ -628,7 +463,7 @@ async def clone(request: web.Request) -> web.Response:
     operationId="add_voice",
     tags=["voices"],
     summary="Instant voice cloning (ElevenLabs shape of the answer)." + _STORAGE_503,
-    requestBody=_CLONE_BODY,
+    requestBody=CLONE_BODY,
     responses={200: json_body("The new voice's id.", AddVoiceResponse)},
     errors=(400, 413, 422, 500),
 )
@@ -672,7 +507,7 @@ async def delete(request: web.Request) -> web.Response:
     summary="Rename, describe, relabel or re-record a cloned voice (the SDK's voices.update); built-in voices "
     "answer 400 voice_not_editable." + _STORAGE_503,
     path_params=_VOICE_ID,
-    requestBody=_EDIT_BODY,
+    requestBody=EDIT_BODY,
     responses={200: json_body("Saved on every box.", EditResponse)},
     errors=(400, 404, 413, 422),
 )
@@ -762,7 +597,7 @@ async def edit_settings(request: web.Request) -> web.Response:
     catalog = request.app[VOICES]
     voice = _voice_or_404(catalog, voice_id)
     try:
-        # The message quotes the parser's complaint, so this body is read here rather than by parse_body.
+        # The message quotes the parser's complaint, so this handler reads its body itself (it takes no body=).
         raw = loads(await json_body_bytes(request, api_error))
     except BadJson as err:
         raise ApiError(400, "invalid_json", f"The body is not valid JSON: {err}") from err
@@ -780,6 +615,6 @@ async def edit_settings(request: web.Request) -> web.Response:
 
 
 def setup(app: web.Application) -> None:
-    """The voice library's lifecycle and the fetch of clones this box lacks (the routes are on :data:`routes`)."""
-    app.cleanup_ctx.append(voices_context)
+    """The fetch of clones this box lacks (the routes are on :data:`routes`; the library's lifecycle is
+    :func:`zsynth.voices.lifecycle.voices_context`)."""
     app.middlewares.append(fetch_missing_voice)

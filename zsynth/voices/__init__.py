@@ -2,7 +2,7 @@
 shared by several boxes (``.library``: the bucket in ``.bucket`` is the truth, Redis carries the announcements).
 
 Importing this package pulls in aiohttp's web module (the catalog's app key) but not aioboto3; import ``.library`` or
-``.bucket`` for that.
+``.bucket`` for that. ``.lifecycle`` opens the speech front's catalog and library.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from aiohttp import WSMsgType, web
 
 from .. import jsonbody
 from ..access import SOCKET_GATE
-from ..audio import OutputFormat, OutputFormatError, parse_output_format
+from ..audio import OutputFormat
 from ..auth import (
     AUTHENTICATOR,
     AuthError,
@@ -26,18 +26,16 @@ from ..auth import (
     secret_from_request,
     watch_credential,
 )
-from ..endpoints import Access, endpoint_of
+from ..endpoints import Access, endpoint_of, parse_query
 from ..gate import admit
 from ..keys import REQUEST_ID, SETTINGS, WS_PER_CREDENTIAL
 from ..ratelimit import TokenBucket
-from ..voice_settings import InvalidParameter, check_seed, check_voice_settings
+from ..voice_settings import InvalidParameter, check_voice_settings
 from ..voices.catalog import VOICES
+from .query import RealtimeQuery
 
 logger = logging.getLogger(__name__)
 
-# The range ElevenLabs accepts for ?inactivity_timeout= (the server's own default may be set outside it).
-MIN_INACTIVITY_S: Final = 5
-MAX_INACTIVITY_S: Final = 180
 CLOSE_POLICY: Final = 1008
 # Close reasons travel in a control frame: 125 bytes minus the 2-byte code.
 MAX_REASON_BYTES: Final = 123
@@ -68,6 +66,8 @@ class StreamParams:
     language_code: str | None
     seed: int | None
     enable_logging: bool
+    #: ``apply_text_normalization`` as sent (None: not sent), checked with the first message.
+    normalization: str | None = None
 
 
 def inactivity_error(params: StreamParams) -> WsError:
@@ -80,61 +80,28 @@ def inactivity_error(params: StreamParams) -> WsError:
     )
 
 
-def _query_bool(request: web.Request, name: str, default: bool) -> bool:
-    raw = request.query.get(name)
-    if raw is None or raw == "":
-        return default
-    lowered = raw.lower()
-    if lowered in ("true", "1", "yes"):
-        return True
-    if lowered in ("false", "0", "no"):
-        return False
-    raise WsError("invalid_parameters", f"Query parameter '{name}' must be true or false.")
+def ws_error(http_status: int, code: str, message: str, param: str | None) -> WsError:
+    """A refused query parameter as the sockets answer it: an error frame and a 1008 close (the upgrade is done)."""
+    return WsError(code, message)
 
 
 def parse_params(request: web.Request) -> StreamParams:
-    """Validate the socket's query parameters; raise WsError naming the bad one."""
-    settings = request.app[SETTINGS]
-    try:
-        fmt = parse_output_format(request.query.get("output_format"), route="websocket")
-    except OutputFormatError as err:
-        raise WsError("invalid_output_format", str(err)) from err
-    inactivity = settings.ws_inactivity_timeout_s
-    raw = request.query.get("inactivity_timeout")
-    if raw:
-        try:
-            inactivity = float(int(raw))
-        except ValueError as err:
-            raise WsError("invalid_parameters", "inactivity_timeout must be a whole number of seconds.") from err
-        if not MIN_INACTIVITY_S <= inactivity <= MAX_INACTIVITY_S:
-            raise WsError(
-                "invalid_parameters",
-                f"inactivity_timeout must be a whole number of seconds from {MIN_INACTIVITY_S} to "
-                f"{MAX_INACTIVITY_S} (got {raw}).",
-            )
-    seed: int | None = None
-    raw_seed = request.query.get("seed")
-    if raw_seed:
-        number: object
-        try:
-            number = int(raw_seed)
-        except ValueError:
-            number = raw_seed  # refused by check_seed, with the message HTTP gives
-        try:
-            seed = check_seed(number)
-        except InvalidParameter as err:
-            raise WsError(err.code, err.message) from err
+    """Validate the socket's query parameters (:class:`~zsynth.ws.query.RealtimeQuery`); raise WsError naming the
+    bad one."""
+    query = parse_query(request, RealtimeQuery, ws_error)
+    inactivity = query.inactivity_timeout
     return StreamParams(
         # Resolved once per socket: an unknown id is spoken by the swap-out voice, as on the HTTP routes.
         voice_id=request.app[VOICES].resolve(request.match_info["voice_id"]),
-        fmt=fmt,
-        model_id=request.query.get("model_id") or None,
-        inactivity_s=inactivity,
-        sync_alignment=_query_bool(request, "sync_alignment", False),
-        auto_mode=_query_bool(request, "auto_mode", False),
-        language_code=request.query.get("language_code") or None,
-        seed=seed,
-        enable_logging=_query_bool(request, "enable_logging", True),
+        fmt=query.output_format,
+        model_id=query.model_id,
+        inactivity_s=request.app[SETTINGS].ws_inactivity_timeout_s if inactivity is None else inactivity,
+        sync_alignment=query.sync_alignment,
+        auto_mode=query.auto_mode,
+        language_code=query.language_code,
+        seed=query.seed,
+        enable_logging=query.enable_logging,
+        normalization=query.apply_text_normalization,
     )
 
 

@@ -83,12 +83,12 @@ class MultiSession:
         buffer = make_buffer(message, self.params, self.conn.request.app[SETTINGS])
         own = "pronunciation_dictionary_locators" in message
         if own:
-            options = await socket_text_options(self.conn, message)
+            options = await socket_text_options(self.conn, self.params, message)
             if message is self.first:  # the first context's own options are the socket's: read them once
                 self._first_options = options
         else:
             if self._first_options is None:
-                self._first_options = await socket_text_options(self.conn, self.first)
+                self._first_options = await socket_text_options(self.conn, self.params, self.first)
             options = self._first_options
         speaker = Speaker(
             self.conn,

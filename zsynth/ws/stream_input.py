@@ -49,7 +49,7 @@ async def _serve(conn: Connection, speakers: list[Speaker]) -> None:
         await conn.send({"isFinal": True})
         await conn.close(1000)
 
-    options = await socket_text_options(conn, first)
+    options = await socket_text_options(conn, params, first)
     speaker = Speaker(conn, params, voice_settings_field(first), None, multi=False, on_done=finished, options=options)
     speakers.append(speaker)
     message: dict[str, Any] | None = first

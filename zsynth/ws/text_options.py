@@ -14,14 +14,14 @@ from ..dictionaries.store import DICTIONARIES, StorageUnavailable
 from ..keys import SETTINGS
 from ..synthesis import classify
 from ..textprep import TextOptionError, TextOptions, parse_options, prepare
-from .connection import Connection, WsError
+from .connection import Connection, StreamParams, WsError
 
 
-async def socket_text_options(conn: Connection, message: dict[str, Any]) -> TextOptions:
+async def socket_text_options(conn: Connection, params: StreamParams, message: dict[str, Any]) -> TextOptions:
     """The options of a first message (and the socket's query), with every named dictionary checked."""
     request = conn.request
     try:
-        options = parse_options(message, request.query.get("apply_text_normalization") or None)
+        options = parse_options(message, params.normalization)
         await prepare("", options, request.app[SETTINGS].engine, request.app.get(DICTIONARIES))
     except (TextOptionError, StorageUnavailable) as err:
         failure = classify(err)

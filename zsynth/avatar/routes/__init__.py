@@ -12,6 +12,7 @@ from aiohttp import web
 from ...endpoints import add_endpoints
 from ...operations import operation_routes
 from . import connect, control, manage, tokens
+from .body import PARSING
 
 #: /healthz, /metrics and /openapi.json: any page may read the probe and the document.
 operations = operation_routes(
@@ -28,4 +29,4 @@ TABLES: Final = (operations, tokens.routes, connect.routes, control.routes, mana
 
 def setup_routes(app: web.Application) -> None:
     """Register every route of the avatar server."""
-    add_endpoints(app, *TABLES)
+    add_endpoints(app, *TABLES, parsing=PARSING)

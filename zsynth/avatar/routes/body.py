@@ -1,16 +1,16 @@
-"""JSON request bodies of the avatar server, read as strict JSON and validated by the route's declared model."""
+"""JSON request bodies of the avatar server, read as strict JSON and validated by the route's declared model
+(:data:`PARSING`, given to :func:`~zsynth.endpoints.add_endpoints`)."""
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any, Final
 
 import pydantic
-from aiohttp import web
 
-from ...endpoints import JSON, parse_body
+from ...endpoints import JSON, Parsing
+from ...jsonbody import BadJson
 from ..errors import AvatarError
 
-M = TypeVar("M", bound=pydantic.BaseModel)
 Doc = dict[str, Any]
 
 
@@ -22,19 +22,13 @@ def avatar_error(http_status: int, code: str, message: str, param: str | None) -
     return AvatarError(http_status, code, message)
 
 
-async def read_body(request: web.Request, model: type[M], *, required: bool) -> M:
-    """The JSON object body as ``model``; an empty body is ``{}`` unless ``required``.
+def _bad_json(err: BadJson) -> str:
+    return f"The request body is not valid JSON: {err}."
 
-    Deep nesting, huge numbers, NaN and bad UTF-8 get 400 ``invalid_json`` too, never a 500.
-    """
-    return await parse_body(
-        request,
-        model,
-        avatar_error,
-        bad_json=lambda err: f"The request body is not valid JSON: {err}.",
-        not_object=_NOT_AN_OBJECT,
-        optional=not required,
-    )
+
+#: How the avatar server refuses declared bodies: its envelope; deep nesting, huge numbers, NaN and bad UTF-8 get
+#: 400 ``invalid_json`` too, never a 500.
+PARSING: Final = Parsing(avatar_error, _bad_json, not_object=_NOT_AN_OBJECT)
 
 
 def documented(description: str, schema: type[pydantic.BaseModel] | dict[str, object], media: str = JSON) -> Doc:

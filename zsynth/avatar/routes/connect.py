@@ -16,7 +16,7 @@ from ..errors import AvatarError
 from ..renderers.base import AVATARS
 from ..sdp import OfferLimits, check_offer
 from ..sessions import AVATAR_SESSIONS
-from .body import documented, read_body
+from .body import documented
 
 logger = logging.getLogger(__name__)
 
@@ -83,19 +83,18 @@ class ConnectAnswer(pydantic.BaseModel):
     responses={"200": documented("The SDP answer and the new session.", ConnectAnswer)},
     errors=(400, 404, 413, 500),
 )
-async def connect(request: web.Request) -> web.Response:
+async def connect(request: web.Request, body: ConnectRequest) -> web.Response:
     """Answer an SDP offer with a new session streaming the chosen avatar."""
     credential = request[CREDENTIAL]
-    offer = await read_body(request, ConnectRequest, required=True)
     settings = request.app[SETTINGS]
     # Before anything else: aiortc's cost grows with the square of the candidates listed.
-    checked = check_offer(offer.sdp, OfferLimits.from_settings(settings))
+    checked = check_offer(body.sdp, OfferLimits.from_settings(settings))
     avatars = request.app[AVATARS]
-    avatar_id = offer.avatar_id or next(iter(avatars))
+    avatar_id = body.avatar_id or next(iter(avatars))
     renderer = avatars.get(avatar_id)
     if renderer is None:
         raise AvatarError(404, "avatar_not_found", f"No avatar '{avatar_id}'; GET /v1/avatars lists them.")
-    voice_id = offer.voice_id or settings.avatar_voice_id
+    voice_id = body.voice_id or settings.avatar_voice_id
     registry = request.app[AVATAR_SESSIONS]
     session = registry.create(renderer, voice_id, credential.fingerprint, per_owner=not credential.is_full)
     watch_session(request, credential, session)

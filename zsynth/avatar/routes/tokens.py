@@ -10,7 +10,7 @@ from aiohttp import web
 from ...auth import AUTHENTICATOR, CREDENTIAL, TTL_DEFAULT, TTL_SCHEMA, AuthError, clamp_ttl
 from ...endpoints import Access, Endpoints, refusal
 from ..access import auth_error
-from .body import documented, read_body
+from .body import documented
 
 routes = Endpoints()
 
@@ -64,9 +64,8 @@ class SessionTokenData(pydantic.BaseModel):
     responses={"200": documented("The new session token.", SessionTokenData)},
     errors=(400, 413, 501),
 )
-async def create_token(request: web.Request) -> web.Response:
+async def create_token(request: web.Request, body: SessionTokenRequest) -> web.Response:
     """Mint a session token (scope ``tts``) living ``ttl_seconds``, clamped to 30-600 s."""
-    body = await read_body(request, SessionTokenRequest, required=False)
     try:
         # The minting key is the token's parent, as on the speech API: audited, and a token cannot mint tokens.
         token, expires_at = await request.app[AUTHENTICATOR].mint_token(
