@@ -112,19 +112,6 @@ async def test_every_request_model_is_in_the_served_document(aiohttp_client, app
         assert schemas[name].get("type") == "object", name
 
 
-async def test_unmatched_requests_still_need_a_key(aiohttp_client, app):
-    client = await aiohttp_client(app)
-    assert await status_and_code(await client.get("/v1/no-such-route")) == (401, "missing_api_key")
-    resp = await client.get("/v1/no-such-route", headers={"xi-api-key": KEY})
-    assert await status_and_code(resp) == (404, "not_found")
-    # A wrong method on a route that needs a key: the key first.
-    assert await status_and_code(await client.delete("/v1/models")) == (401, "missing_api_key")
-    resp = await client.delete("/v1/models", headers={"xi-api-key": KEY})
-    assert await status_and_code(resp) == (405, "method_not_allowed")
-    # A wrong method on a public probe is answered without one.
-    assert await status_and_code(await client.post("/healthz")) == (405, "method_not_allowed")
-
-
 def _refused(model, data, **context) -> ApiError:
     with pytest.raises(ApiError) as err:
         validate(model, data, api_error, context)

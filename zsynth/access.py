@@ -1,7 +1,8 @@
-"""Access control of the speech API: the authenticator's lifetime, the auth middleware and CORS.
+"""Access control of the speech API: the authenticator's lifetime, the words of its access checks
+(:class:`~zsynth.gate.Gate`, for HTTP and the realtime sockets), the auth middleware and CORS.
 
 Both read each route's declaration (:mod:`zsynth.endpoints`): its :class:`~zsynth.endpoints.Access` rule says who may
-call it, its ``cors`` flag whether pages on other origins may.
+call it (checked by :mod:`zsynth.gate`), its ``cors`` flag whether pages on other origins may.
 """
 
 from __future__ import annotations
@@ -15,21 +16,12 @@ from yarl import URL
 
 from . import cors
 from .answer_headers import AUDIO_HEADER_NAMES
-from .auth import (
-    AUTHENTICATOR,
-    CREDENTIAL,
-    CREDENTIAL_HEADERS,
-    Authenticator,
-    AuthError,
-    fingerprint,
-    read_credential,
-)
-from .endpoints import ENDPOINTS, Access, endpoint_of
+from .auth import AUTHENTICATOR, CREDENTIAL_HEADERS, Authenticator
 from .errors import ApiError, Handler
+from .gate import Gate, access_middleware
 from .hosts import is_loopback_name
 from .keys import REQUEST_ID, SETTINGS
 from .logs import quoted
-from .metrics import METRICS
 
 logger = logging.getLogger(__name__)
 
@@ -112,60 +104,20 @@ async def open_cors_middleware(request: web.Request, handler: Handler) -> web.St
     return await handler(request)
 
 
-async def required_access(request: web.Request) -> Access:
-    """The access rule of the route ``request`` matched.
+#: The speech API's HTTP routes: credentials in headers only.
+HTTP_GATE: Final = Gate(
+    query=None, insufficient_scope="Ephemeral tokens may only synthesize speech and read voices.", challenge=True
+)
+#: The realtime sockets: a token may also come as ``?authorization=`` (browsers cannot set headers on a WebSocket).
+SOCKET_GATE: Final = Gate(
+    query="authorization",
+    insufficient_scope=HTTP_GATE.insufficient_scope,
+    full_key_in_query="Query parameter 'authorization' takes an ephemeral token only; send full keys in the "
+    "xi-api-key header or the first message.",
+)
 
-    A WebSocket route authenticates in band only on a WebSocket upgrade; a plain GET to it needs a credential like
-    any other route. A request that matched no route (404, 405) needs a credential too, so that callers without one
-    learn nothing about which paths exist; only a path whose every route is public (a probe asked with another
-    method) is answered without one.
-    """
-    endpoint = endpoint_of(request)
-    if endpoint is not None:
-        if endpoint.access is Access.IN_BAND and request.headers.get(hdrs.UPGRADE, "").lower() != "websocket":
-            return Access.TOKEN
-        return endpoint.access
-    error = request.match_info.http_exception
-    if isinstance(error, web.HTTPMethodNotAllowed):
-        registry = request.app.get(ENDPOINTS, {})
-        found = set()
-        for method in error.allowed_methods - {hdrs.METH_OPTIONS}:
-            match = await request.app.router.resolve(request.clone(method=method))
-            declared = registry.get(match.route)
-            found.add(declared.access if declared is not None else Access.FULL)
-        if found == {Access.PUBLIC}:
-            return Access.PUBLIC
-    return Access.TOKEN
-
-
-@web.middleware
-async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Resolve the caller's credential into request[CREDENTIAL] as the route's access rule asks, or answer 401."""
-    if request.method == "OPTIONS":
-        return await handler(request)
-    access = await required_access(request)
-    if access in (Access.PUBLIC, Access.IN_BAND):
-        return await handler(request)
-    secret = read_credential(request).secret
-    try:
-        authenticator = request.app[AUTHENTICATOR]
-        credential = await authenticator.verify(secret, client=authenticator.client_of(request))
-        if not credential.is_full and access is Access.FULL:
-            raise AuthError("insufficient_scope", "Ephemeral tokens may only synthesize speech and read voices.")
-    except AuthError as err:
-        request.app[METRICS].auth_failures.labels(err.status).inc()
-        logger.info(
-            "request %s: %s %s refused: %s (key %s)",
-            request.get(REQUEST_ID, "-"),
-            request.method,
-            quoted(request.path),
-            err.status,
-            fingerprint(secret) if secret else "-",
-        )
-        headers = {"WWW-Authenticate": "Bearer"} if err.http_status == 401 else {"Retry-After": "1"}
-        raise ApiError(err.http_status, err.status, err.message, headers=headers) from err
-    request[CREDENTIAL] = credential
-    return await handler(request)
+#: Resolve the caller's credential into request[CREDENTIAL] as the route's access rule asks, or answer 401.
+auth_middleware: Final = access_middleware(HTTP_GATE)
 
 
 def setup_cors(app: web.Application, origins: tuple[str, ...]) -> None:

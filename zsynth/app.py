@@ -6,13 +6,14 @@ from aiohttp import web
 
 from .access import auth_middleware, authenticator_ctx, open_cors_middleware, setup_cors
 from .config import Settings
-from .endpoints import OPENAPI_DOCUMENT, add_endpoints
+from .endpoints import add_endpoints
 from .errors import error_middleware
 from .hosts import host_guard
 from .keys import SETTINGS
 from .metrics import METRICS, Metrics
 from .middleware import request_id_middleware
 from .openapi import document_bytes
+from .operations import OPENAPI_DOCUMENT
 from .routes import TABLES, setup_services
 from .routes.bodies import PARSING
 from .server import run_server

@@ -46,6 +46,7 @@ import pydantic
 import pydantic_core
 from aiohttp import web
 
+from .envelope import ErrorEnvelope
 from .jsonbody import BadJson, BodyTooLarge, loads, read_limited
 from .keys import SETTINGS
 
@@ -91,6 +92,8 @@ class Endpoint:
     websocket: bool = False
     #: OpenAPI operation fields the models do not give (operationId, tags, summary, responses, parameters...).
     doc: Mapping[str, Any] = field(default_factory=dict)
+    #: The envelope of its errors when it is not its server's (the OpenAI route's), at run time and in the document.
+    error_envelope: type[ErrorEnvelope] | None = None
 
 
 class Endpoints:
@@ -114,16 +117,28 @@ class Endpoints:
         body_required: bool = True,
         bad_json: str | None = None,
         websocket: bool = False,
+        error_envelope: type[ErrorEnvelope] | None = None,
         **doc: Any,
     ) -> Callable[[H], H]:
-        """Declare ``method path`` with the decorated handler (returned as written); ``doc`` holds OpenAPI
-        operation fields, and ``errors`` (the statuses the route answers in its server's error envelope;
-        ``error_envelope`` a route's own envelope), which :mod:`zsynth.openapi.generate` turns into responses."""
+        """Declare ``method path`` with the decorated handler (returned as written); ``error_envelope`` the route's
+        own error envelope; ``doc`` holds OpenAPI operation fields, and ``errors`` (the statuses the route answers in
+        its error envelope), which :mod:`zsynth.openapi.generate` turns into responses."""
 
         def register(handler: H) -> H:
             self._items.append(
                 Endpoint(
-                    method.upper(), path, handler, access, cors, body, query, body_required, bad_json, websocket, doc
+                    method.upper(),
+                    path,
+                    handler,
+                    access,
+                    cors,
+                    body,
+                    query,
+                    body_required,
+                    bad_json,
+                    websocket,
+                    doc,
+                    error_envelope,
                 )
             )
             return handler
@@ -149,17 +164,8 @@ class Endpoints:
 
 #: Each registered route's declaration (HEAD routes map to their GET's).
 ENDPOINTS: Final = web.AppKey("endpoints", dict[web.AbstractRoute, Endpoint])
-#: The serialized OpenAPI document of this app, built on first use (set by the app factory).
-OPENAPI_DOCUMENT: Final[web.AppKey[Callable[[], bytes]]] = web.AppKey("openapi_document")
-
-
 #: The media type of JSON bodies and of the OpenAPI documents.
 JSON: Final = "application/json"
-
-
-async def serve_openapi(request: web.Request) -> web.Response:
-    """``GET /openapi.json`` on either server: the document ``app[OPENAPI_DOCUMENT]`` builds (once per process)."""
-    return web.Response(body=request.app[OPENAPI_DOCUMENT](), content_type=JSON)
 
 
 def add_endpoints(app: web.Application, *tables: Endpoints, parsing: Parsing | None = None) -> None:

@@ -1,15 +1,15 @@
-"""The ElevenLabs error envelope, raised anywhere in a handler and rendered by one middleware."""
+"""The speech API's error envelopes: ElevenLabs' ``{"detail": {...}}`` for every route, OpenAI's
+``{"error": {...}}`` for the route that declares it. Each model is both the documented schema and the answer."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Annotated, Any, Final, Self
 
-from aiohttp import web
 from aiohttp.typedefs import Handler as Handler  # re-exported: handlers and middlewares type with it
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
-from .keys import REQUEST_ID
+from .envelope import ErrorEnvelope, Refusal
 from .middleware import error_middleware_for
 
 ERROR_TYPES: Final = {
@@ -27,8 +27,6 @@ ERROR_TYPES: Final = {
     503: "service_unavailable",
 }
 
-#: Routes under this prefix speak OpenAI's dialect, errors included.
-OPENAI_PREFIX: Final = "/v1/audio/"
 _OPENAI_TYPES: Final = {401: "authentication_error", 403: "permission_error", 429: "rate_limit_error"}
 
 
@@ -37,8 +35,8 @@ def openai_error_type(http_status: int) -> str:
     return _OPENAI_TYPES.get(http_status, "invalid_request_error" if http_status < 500 else "server_error")
 
 
-class ApiError(Exception):
-    """An error answered as ``{"detail": {"status", "code", "type", "message", "request_id"}}``."""
+class ApiError(Refusal):
+    """An error of the speech API, answered in the route's envelope (ElevenLabs' unless it declares OpenAI's)."""
 
     def __init__(
         self,
@@ -49,59 +47,82 @@ class ApiError(Exception):
         param: str | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> None:
-        super().__init__(message)
-        self.http_status = http_status
-        self.status = status
-        self.message = message
-        self.param = param
-        self.headers = dict(headers or {})
+        super().__init__(http_status, status, message, param=param, headers=headers)
 
-    def body(self, request_id: str) -> dict[str, Any]:
-        """Both generations of ElevenLabs fields: legacy ``status`` and current ``code``/``type``."""
-        detail: dict[str, Any] = {
-            "status": self.status,
-            "code": self.status,
-            "type": ERROR_TYPES.get(self.http_status, "internal_error"),
-            "message": self.message,
+    @property
+    def status(self) -> str:
+        """The ElevenLabs status (the envelope's ``status`` and ``code``)."""
+        return self.code
+
+
+def _no_default(schema: dict[str, Any]) -> None:
+    schema.pop("default", None)
+
+
+class ErrorDetail(BaseModel):
+    """Both generations of ElevenLabs error fields: legacy 'status' and current 'code'/'type'."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    status: str = Field(examples=["voice_not_found"])
+    code: str = Field(examples=["voice_not_found"])
+    type: str = Field(examples=["not_found"])
+    message: str
+    request_id: str
+    param: Annotated[str | None, WithJsonSchema({"type": "string"})] = Field(
+        default=None, description="The request field at fault, when there is one.", json_schema_extra=_no_default
+    )
+
+
+class Error(ErrorEnvelope):
+    """The error envelope of every failed request."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    detail: ErrorDetail
+
+    @classmethod
+    def of(cls, error: Refusal, request_id: str) -> Self:
+        """``{"detail": {"status", "code", "type", "message", "request_id"}}``, and ``param`` when there is one."""
+        fields: dict[str, Any] = {
+            "status": error.code,
+            "code": error.code,
+            "type": ERROR_TYPES.get(error.http_status, "internal_error"),
+            "message": error.message,
             "request_id": request_id,
         }
-        if self.param is not None:
-            detail["param"] = self.param
-        return {"detail": detail}
+        if error.param is not None:  # set only when there is one: unset fields are not sent
+            fields["param"] = error.param
+        return cls(detail=ErrorDetail(**fields))
 
-    def openai_body(self) -> dict[str, Any]:
-        """OpenAI's envelope, ``{"error": {"message", "type", "param", "code"}}`` (code: the ElevenLabs status)."""
-        return {
-            "error": {
-                "message": self.message,
-                "type": openai_error_type(self.http_status),
-                "param": self.param,
-                "code": self.status,
-            }
-        }
 
-    def response(self, request_id: str, *, openai: bool = False) -> web.Response:
-        """Render as a JSON response, in OpenAI's envelope when ``openai``."""
-        return web.json_response(
-            self.openai_body() if openai else self.body(request_id),
-            status=self.http_status,
-            headers={**self.headers, "request-id": request_id},
-            dumps=lambda obj: json.dumps(obj, ensure_ascii=False),
+class OpenAIErrorBody(BaseModel):
+    """OpenAI's error fields."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    message: str
+    type: str = Field(examples=["invalid_request_error"])
+    param: str | None
+    code: str | None
+
+
+class OpenAIError(ErrorEnvelope):
+    """OpenAI's error envelope; code is the zsynth status (e.g. invalid_api_key, system_busy)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    error: OpenAIErrorBody
+
+    @classmethod
+    def of(cls, error: Refusal, request_id: str) -> Self:
+        """``{"error": {"message", "type", "param", "code"}}`` (``code``: the ElevenLabs status)."""
+        body = OpenAIErrorBody(
+            message=error.message, type=openai_error_type(error.http_status), param=error.param, code=error.code
         )
+        return cls(error=body)
 
 
-class _ElevenLabsEnvelope:
-    """The speech API's envelope: ``{"detail": {...}}``, or OpenAI's ``{"error": {...}}`` under ``/v1/audio/``."""
-
-    error_type = ApiError
-
-    def make(self, http_status: int, code: str, message: str, headers: Mapping[str, str]) -> ApiError:
-        return ApiError(http_status, code, message, headers=headers)
-
-    def render(self, request: web.Request, error: ApiError) -> web.Response:
-        return error.response(request.get(REQUEST_ID, ""), openai=request.path.startswith(OPENAI_PREFIX))
-
-
-#: The speech API's error middleware (the demo server uses it too): ApiError and aiohttp's HTTP errors in the
-#: route's envelope; never a traceback.
-error_middleware: Final = error_middleware_for(_ElevenLabsEnvelope())
+#: The speech API's error middleware (the demo server uses it too): every error in the route's envelope (ElevenLabs'
+#: unless the route declares another); never a traceback.
+error_middleware: Final = error_middleware_for(Error)

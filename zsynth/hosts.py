@@ -29,9 +29,9 @@ from yarl import URL
 
 from .auth import AUTHENTICATOR
 from .config import Settings
+from .envelope import Refusal
 from .keys import REQUEST_ID
 from .logs import quoted
-from .middleware import Refusal
 
 logger = logging.getLogger(__name__)
 

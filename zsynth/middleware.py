@@ -1,16 +1,17 @@
-"""Middleware shared by the three servers: the request id, and one error middleware parametrised by the server's
-envelope (the speech API's ElevenLabs ``detail``, the avatar server's ``{code, message}``)."""
+"""Middleware every server shares: the request id, and one error middleware given the server's envelope (the speech
+API's ElevenLabs ``detail``, the avatar server's ``{code, message}``); a route may declare its own (OpenAI's)."""
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Mapping
-from typing import Final, Protocol, TypeVar
+from typing import Final
 
-from aiohttp import web
+from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler, Middleware
 
+from .endpoints import ENDPOINTS, Endpoint, endpoint_of
+from .envelope import ErrorEnvelope, Refusal, render
 from .keys import REQUEST_ID
 
 logger = logging.getLogger(__name__)
@@ -19,36 +20,6 @@ logger = logging.getLogger(__name__)
 #: The code an aiohttp HTTP error (unknown route, wrong method, body too large) gets in every envelope.
 HTTP_ERROR_CODES: Final = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
 INTERNAL_MESSAGE: Final = "Something went wrong on our side."
-
-E = TypeVar("E", bound=Exception)
-
-
-class Refusal(Exception):
-    """A refusal raised by middleware every server shares (the host allow-list); each server's error middleware
-    answers it in that server's envelope."""
-
-    def __init__(self, http_status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.http_status = http_status
-        self.code = code
-        self.message = message
-
-
-class Envelope(Protocol[E]):
-    """How one server answers errors: its exception type, how to build one, and how to render one."""
-
-    @property
-    def error_type(self) -> type[E]:
-        """The exception handlers raise to answer an error."""
-        ...
-
-    def make(self, http_status: int, code: str, message: str, headers: Mapping[str, str]) -> E:
-        """An error of this server for an aiohttp HTTP error or an unexpected exception."""
-        ...
-
-    def render(self, request: web.Request, error: E) -> web.Response:
-        """The response for ``error``, with the ``request-id`` header."""
-        ...
 
 
 @web.middleware
@@ -61,30 +32,60 @@ async def request_id_middleware(request: web.Request, handler: Handler) -> web.S
     return response
 
 
-def error_middleware_for(envelope: Envelope[E]) -> Middleware:
-    """The error middleware of a server: its own errors, a shared middleware's :class:`Refusal`, aiohttp's HTTP
-    errors (the ``Allow`` header kept) and any other exception (logged with the request id, answered 500
-    ``internal_error``) in ``envelope``; never a traceback.
+async def declarations_at(request: web.Request) -> list[Endpoint]:
+    """The declarations of the route ``request`` matched, or for a wrong method (405) of every route on its path;
+    empty for a path no route matches (404) and for undeclared routes."""
+    endpoint = endpoint_of(request)
+    if endpoint is not None:
+        return [endpoint]
+    error = request.match_info.http_exception
+    if not isinstance(error, web.HTTPMethodNotAllowed):
+        return []
+    registry = request.app.get(ENDPOINTS, {})
+    found = []
+    for method in sorted(error.allowed_methods - {hdrs.METH_OPTIONS}):
+        declared = registry.get((await request.app.router.resolve(request.clone(method=method))).route)
+        if declared is not None:
+            found.append(declared)
+    return found
+
+
+async def envelope_of(request: web.Request, default: type[ErrorEnvelope]) -> type[ErrorEnvelope]:
+    """The envelope ``request``'s errors are answered in: the one its route declares (on a 405, the one every route
+    of the path declares), else the server's ``default``."""
+    declared = {endpoint.error_envelope for endpoint in await declarations_at(request)}
+    if len(declared) == 1 and (envelope := declared.pop()) is not None:
+        return envelope
+    return default
+
+
+def error_middleware_for(envelope: type[ErrorEnvelope]) -> Middleware:
+    """The error middleware of a server whose envelope is ``envelope``: a :class:`Refusal` (the servers' errors are
+    refusals), aiohttp's HTTP errors (the ``Allow`` header kept) and any other exception (logged with the request
+    id, answered 500 ``internal_error``) in the route's envelope (:func:`envelope_of`); never a traceback.
 
     An HTTP error below 400 (a redirect) or one that already carries a JSON body passes through unchanged.
     """
 
+    async def answer(request: web.Request, error: Refusal) -> web.Response:
+        return render(await envelope_of(request, envelope), error, request.get(REQUEST_ID, ""))
+
+    # Each answer is made inside its except clause: a caught exception kept past it would hold its traceback, and
+    # with it the request's frames (a refused upload's bytes), in a cycle until the next garbage collection.
     @web.middleware
     async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
             return await handler(request)
-        except envelope.error_type as err:
-            return envelope.render(request, err)
         except Refusal as err:
-            return envelope.render(request, envelope.make(err.http_status, err.code, err.message, {}))
+            return await answer(request, err)
         except web.HTTPException as exc:
             if exc.status < 400 or exc.content_type == "application/json":
                 raise
             code = HTTP_ERROR_CODES.get(exc.status, "invalid_request")
             allow = {k: v for k, v in exc.headers.items() if k == "Allow"}
-            return envelope.render(request, envelope.make(exc.status, code, exc.reason, allow))
+            return await answer(request, Refusal(exc.status, code, exc.reason, headers=allow))
         except Exception:
             logger.exception("request %s failed", request.get(REQUEST_ID) or "-")
-            return envelope.render(request, envelope.make(500, "internal_error", INTERNAL_MESSAGE, {}))
+            return await answer(request, Refusal(500, "internal_error", INTERNAL_MESSAGE))
 
     return error_middleware

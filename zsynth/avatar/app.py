@@ -13,15 +13,15 @@ from ..auth import AUTHENTICATOR, CREDENTIAL_HEADERS, Authenticator
 from ..config import Settings
 from ..cors import any_origin, setup_cors
 from ..dispatch import DISPATCHER
-from ..endpoints import OPENAPI_DOCUMENT
 from ..hosts import host_guard
 from ..keys import SETTINGS
 from ..metrics import METRICS, Metrics
 from ..middleware import request_id_middleware
 from ..openapi import document_bytes
+from ..operations import OPENAPI_DOCUMENT
 from ..server import run_server
 from ..services import dispatcher, redis_client
-from .access import access_middleware, open_write_middleware
+from .access import avatar_access_middleware, open_write_middleware
 from .errors import avatar_error_middleware
 from .renderers import AvatarRenderer, builtin_avatars
 from .renderers.base import AVATARS
@@ -51,7 +51,7 @@ def create_avatar_app(settings: Settings, auth: Authenticator | None = None) -> 
             avatar_error_middleware,
             host_guard(settings),
             open_write_middleware,
-            access_middleware,
+            avatar_access_middleware,
         ],
         client_max_size=1024 * 1024,
     )

@@ -1,47 +1,36 @@
 """The avatar server's error envelope, ``{"code": ..., "message": ...}`` (the spec's shape for auth failures, used
-for every error of this server so clients parse one shape)."""
+for every error of this server so clients parse one shape); the model is both the documented schema and the answer."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Final
+from typing import Final, Self
 
-from aiohttp import web
+import pydantic
 
-from ..keys import REQUEST_ID
+from ..envelope import ErrorEnvelope, Refusal
 from ..middleware import error_middleware_for
 
 
-class AvatarError(Exception):
-    """An error answered as ``{"code", "message"}`` with an HTTP status."""
+class AvatarError(Refusal):
+    """An error of the avatar server (answered as ``{"code", "message"}`` with an HTTP status)."""
 
     def __init__(self, http_status: int, code: str, message: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.http_status = http_status
-        self.code = code
-        self.message = message
-        self.headers = headers or {}
-
-    def response(self, request_id: str) -> web.Response:
-        """Render as a JSON response."""
-        return web.json_response(
-            {"code": self.code, "message": self.message},
-            status=self.http_status,
-            headers={**self.headers, "request-id": request_id},
-        )
+        super().__init__(http_status, code, message, headers=headers)
 
 
-class _AvatarEnvelope:
-    """``{"code", "message"}``."""
+class Error(ErrorEnvelope):
+    """The error envelope of every failed request of the avatar server."""
 
-    error_type = AvatarError
+    model_config = pydantic.ConfigDict(extra="forbid")
 
-    def make(self, http_status: int, code: str, message: str, headers: Mapping[str, str]) -> AvatarError:
-        return AvatarError(http_status, code, message, dict(headers))
+    code: str = pydantic.Field(examples=["invalid_api_key", "session_not_found"])
+    message: str
 
-    def render(self, request: web.Request, error: AvatarError) -> web.Response:
-        return error.response(request.get(REQUEST_ID, ""))
+    @classmethod
+    def of(cls, error: Refusal, request_id: str) -> Self:
+        """``{"code", "message"}``: a field at fault is named in the message."""
+        return cls(code=error.code, message=error.message)
 
 
-#: The avatar server's error middleware: AvatarError and aiohttp's HTTP errors in this envelope; never a traceback.
-avatar_error_middleware: Final = error_middleware_for(_AvatarEnvelope())
+#: The avatar server's error middleware: every error in this envelope; never a traceback.
+avatar_error_middleware: Final = error_middleware_for(Error)

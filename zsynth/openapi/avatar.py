@@ -10,23 +10,12 @@ import copy
 from collections.abc import Mapping
 from typing import Any, Final
 
-import pydantic
-
 from .. import __version__
+from ..avatar.errors import Error
 from ..avatar.routes import TABLES
 from ..config import Settings
 from ..endpoints import Access
 from .generate import ErrorDocs, Schema, paths_and_schemas
-
-
-class Error(pydantic.BaseModel):
-    """The error envelope of every failed request of the avatar server."""
-
-    model_config = pydantic.ConfigDict(extra="forbid")
-
-    code: str = pydantic.Field(examples=["invalid_api_key", "session_not_found"])
-    message: str
-
 
 INFO: Final = {
     "title": "zsynth avatar streaming server",

@@ -36,13 +36,13 @@ class ErrorDocs:
     text: Mapping[int, str]
     auth_errors: tuple[int, ...]
 
-    def responses(self, endpoint: Endpoint, declared: Iterable[int], envelope: Any = None) -> dict[str, Schema]:
+    def responses(self, endpoint: Endpoint, declared: Iterable[int]) -> dict[str, Schema]:
         """The error responses of ``endpoint``: its ``declared`` statuses, plus the auth errors unless it is public,
-        in ``envelope`` (a route's own, such as OpenAI's) or the server's."""
+        in its declared envelope (a route's own, such as OpenAI's) or the server's."""
         statuses = set(declared)
         if endpoint.access is not Access.PUBLIC:
             statuses |= set(self.auth_errors)
-        schema = envelope or self.envelope
+        schema = endpoint.error_envelope or self.envelope
         return {
             str(status): {"description": self.text[status], "content": {JSON: {"schema": schema}}}
             for status in sorted(statuses)
@@ -136,12 +136,11 @@ def path_parameters(path: str, described: Mapping[str, str]) -> list[Schema]:
 
 def documented(endpoint: Endpoint, errors: ErrorDocs) -> dict[str, Any]:
     """The declaration's ``doc`` with its ``responses`` complete: the successes it declares (keyed by status) and
-    its ``errors`` (and ``error_envelope``, a route's own envelope) as error responses."""
+    its ``errors`` as error responses in its envelope (its declared ``error_envelope``, else the server's)."""
     doc = dict(endpoint.doc)
     declared = doc.pop("errors", ())
-    envelope = doc.pop("error_envelope", None)
     successes = {str(status): body for status, body in doc.get("responses", {}).items()}
-    doc["responses"] = successes | errors.responses(endpoint, declared, envelope)
+    doc["responses"] = successes | errors.responses(endpoint, declared)
     return doc
 
 

@@ -12,8 +12,8 @@ from typing import Any, Final
 from .. import __version__
 from ..config import Settings
 from ..endpoints import Access
+from ..errors import Error
 from ..routes import TABLES
-from ..routes.apidoc import Error
 from ..routes.bodies import TEXT_LIMIT_MARKER
 from .generate import ErrorDocs, paths_and_schemas
 
@@ -67,7 +67,7 @@ ERROR_TEXT: Final = {
 }
 
 #: The speech API's errors: every authenticated route may also answer 401, 403 and 503 besides its own. The OpenAI
-#: route declares its own envelope (``error_envelope``).
+#: route declares its own envelope (``error_envelope``), which its errors take at run time too.
 ERRORS: Final = ErrorDocs(Error, ERROR_TEXT, auth_errors=(401, 403, 503))
 
 

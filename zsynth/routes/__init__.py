@@ -14,13 +14,12 @@ from .. import ws
 from ..dictionaries.lifecycle import dictionaries_context
 from ..endpoints import Endpoints
 from ..voices.lifecycle import voices_context
-from . import dictionaries, document, health, metrics, models, openai_speech, timestamps, tokens, tts, user, voices
+from . import dictionaries, health, models, openai_speech, timestamps, tokens, tts, user, voices
 
 #: Every route table of the speech API, in registration order.
 TABLES: Final[tuple[Endpoints, ...]] = (
+    health.operations,
     health.routes,
-    document.routes,
-    metrics.routes,
     tts.routes,
     openai_speech.routes,
     tokens.routes,

@@ -1,4 +1,5 @@
-"""The OpenAPI fields of the speech routes' declarations: the error envelopes and the responses they share.
+"""The OpenAPI fields of the speech routes' declarations: the responses they share (the error envelopes are in
+:mod:`zsynth.errors`).
 
 The route modules write their operations' ``responses`` with these helpers; model classes in them become component
 schemas when :mod:`zsynth.openapi.speech` builds the document. Nothing here imports :mod:`zsynth.openapi`.
@@ -7,9 +8,9 @@ schemas when :mod:`zsynth.openapi.speech` builds the document. Nothing here impo
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, Final
+from typing import Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import Field
 
 from ..answer_headers import (
     CHARACTER_COST_HEADER,
@@ -19,6 +20,7 @@ from ..answer_headers import (
     VOICE_ID_HEADER,
 )
 from ..endpoints import JSON
+from ..errors import OpenAIError as OpenAIError  # the OpenAI route declares it
 
 Schema = dict[str, Any]
 
@@ -31,48 +33,6 @@ def no_default(schema: dict[str, Any]) -> None:
 def optional(**kwargs: Any) -> Any:
     """A response field the answer may leave out, but never sends as null (its schema has no default)."""
     return Field(default=None, json_schema_extra=no_default, **kwargs)
-
-
-class ErrorDetail(BaseModel):
-    """Both generations of ElevenLabs error fields: legacy 'status' and current 'code'/'type'."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    status: str = Field(examples=["voice_not_found"])
-    code: str = Field(examples=["voice_not_found"])
-    type: str = Field(examples=["not_found"])
-    message: str
-    request_id: str
-    param: Annotated[str | None, WithJsonSchema({"type": "string"})] = Field(
-        default=None, description="The request field at fault, when there is one.", json_schema_extra=no_default
-    )
-
-
-class Error(BaseModel):
-    """The error envelope of every failed request."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    detail: ErrorDetail
-
-
-class OpenAIErrorBody(BaseModel):
-    """OpenAI's error fields."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    message: str
-    type: str = Field(examples=["invalid_request_error"])
-    param: str | None
-    code: str | None
-
-
-class OpenAIError(BaseModel):
-    """OpenAI's error envelope; code is the zsynth status (e.g. invalid_api_key, system_busy)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    error: OpenAIErrorBody
 
 
 #: Headers ElevenLabs clients read on a TTS answer.

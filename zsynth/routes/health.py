@@ -1,4 +1,5 @@
-"""Liveness and readiness: ``GET /healthz`` (the process answers) and ``GET /readyz`` (Redis and a worker)."""
+"""Operations routes of the speech API: the kit's ``GET /healthz``, ``GET /metrics`` and ``GET /openapi.json``
+(:mod:`zsynth.operations`), and readiness, ``GET /readyz`` (Redis and a worker)."""
 
 from __future__ import annotations
 
@@ -12,16 +13,33 @@ from .. import protocol
 from ..dispatch import DISPATCHER
 from ..endpoints import Access, Endpoints
 from ..keys import REDIS
+from ..metrics import METRICS
+from ..operations import operation_routes
 from ..voices.library import VOICE_LIBRARY
 from .apidoc import json_body, optional
 
 routes = Endpoints()
 
 
-class Health(BaseModel):
-    """The process answers."""
+async def refresh_metrics(app: web.Application) -> None:
+    """Bring the Redis-backed gauges and the pool's up to date before ``/metrics`` renders them."""
+    registry = app[METRICS]
+    registry.observe_pool(app[REDIS].connection_pool)
+    try:
+        await registry.refresh_from_redis(app[REDIS])
+    except Exception:  # noqa: BLE001 - the process metrics are still worth serving while Redis is down
+        pass
 
-    status: Literal["ok"]
+
+#: /healthz, /metrics (needs a full key whenever keys are configured, see docs/operations.md) and /openapi.json;
+#: the probe and the document are for tools, not pages.
+operations = operation_routes(
+    cors=False,
+    liveness="Liveness: the process and its event loop answer.",
+    metrics_summary="Prometheus metrics of this front.",
+    metrics_text="Prometheus text format (queue depth, workers, jobs, latencies, audio produced).",
+    refresh=refresh_metrics,
+)
 
 
 class Readiness(BaseModel):
@@ -47,20 +65,6 @@ async def live_workers(app: web.Application) -> list[str]:
         return []
     beats = await redis.mget([protocol.heartbeat_key(i) for i in ids])
     return [i for i, beat in zip(ids, beats, strict=True) if beat is not None]
-
-
-@routes.get(
-    "/healthz",
-    access=Access.PUBLIC,
-    cors=False,
-    operationId="healthz",
-    tags=["operations"],
-    summary="Liveness: the process and its event loop answer.",
-    responses={"200": json_body("Alive.", Health)},
-)
-async def healthz(request: web.Request) -> web.Response:
-    """The process is up and its event loop answers."""
-    return web.json_response({"status": "ok"})
 
 
 @routes.get(

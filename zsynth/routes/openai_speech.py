@@ -3,8 +3,8 @@
 The request is checked here, then goes through the synthesis service like the ElevenLabs routes' own
 (:func:`zsynth.routes.synthesis_http.speak`: keys, token scope, queue bound, metrics, the fetch of a cloned voice
 this box lacks and the swap-out rule), and the audio is streamed back as the worker makes it. Errors use
-OpenAI's envelope (rendered by the error middleware for every path under ``/v1/audio/``) with the status codes of the
-ElevenLabs routes.
+OpenAI's envelope (the route declares it; the error middleware and the document read the declaration) with the status
+codes of the ElevenLabs routes.
 
 * ``voice``: a name from ZSYNTH_OPENAI_VOICES (e.g. ``alloy=joe``), any zsynth voice id (clones included), or
   ``{"id": ...}``; anything else gets the swap-out voice.

@@ -14,17 +14,20 @@ from typing import Any, Final
 from aiohttp import WSMsgType, web
 
 from .. import jsonbody
+from ..access import SOCKET_GATE
 from ..audio import OutputFormat
 from ..auth import (
     AUTHENTICATOR,
     AuthError,
     Credential,
+    Presented,
     read_credential,
     secret_from_message,
     secret_from_request,
     watch_credential,
 )
-from ..endpoints import parse_query
+from ..endpoints import Access, endpoint_of, parse_query
+from ..gate import admit
 from ..keys import REQUEST_ID, SETTINGS, WS_PER_CREDENTIAL
 from ..ratelimit import TokenBucket
 from ..voice_settings import InvalidParameter, check_voice_settings
@@ -261,24 +264,20 @@ class Connection:
             raise WsError("invalid_message", "The first message must carry a 'text' field (a single space).")
 
     async def authenticate(self, first: dict[str, Any]) -> Credential:
-        """Verify the credential from the upgrade request or the first message; WsError when refused.
+        """Verify the credential from the upgrade request or the first message against the route's declared access
+        rule, as HTTP requests are (:func:`zsynth.gate.admit`); WsError when refused.
 
         A full key in the ``?authorization=`` query is refused: a URL ends up in proxy and browser logs, so only
         short-lived tokens belong there.
         """
-        presented = read_credential(self.request, "authorization")
+        presented = read_credential(self.request, SOCKET_GATE.query)
         secret = presented.secret or secret_from_message(first)
-        authenticator = self.request.app[AUTHENTICATOR]
+        endpoint = endpoint_of(self.request)
+        access = endpoint.access if endpoint is not None else Access.FULL
         try:
-            self.credential = await authenticator.verify(secret, client=authenticator.client_of(self.request))
+            self.credential = await admit(self.request, SOCKET_GATE, access, Presented(secret, presented.in_query))
         except AuthError as err:
             raise WsError(err.status, err.message) from err
-        if presented.in_query and self.credential.kind == "full":
-            raise WsError(
-                "invalid_api_key",
-                "Query parameter 'authorization' takes an ephemeral token only; send full keys in the xi-api-key "
-                "header or the first message.",
-            )
         self.on_authenticated()
         if self.credential.kind != "open":
             # A token counts against the key that minted it: two tokens of one key hold no more than the key.
