@@ -263,9 +263,6 @@ def test_the_routes_that_read_their_declared_body_themselves(app):
         for e in all_endpoints(app)
         if e.body is not None and "body" not in inspect.signature(e.handler).parameters
     }
-    # The tts, with-timestamps and OpenAI speech routes still parse by hand (converted once their rewrite lands).
-    unconverted = {"zsynth.routes.openai_speech"}
-    own -= {(e.method, e.path) for e in all_endpoints(app) if e.handler.__module__ in unconverted}
     # settings/edit quotes the parser's complaint in its message.
     assert own == {("POST", "/v1/voices/{voice_id}/settings/edit")}
 

@@ -32,15 +32,13 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..audio import parse_output_format
-from ..endpoints import Access, Endpoints, parse_body, refusal
+from ..endpoints import Access, Endpoints, refusal
 from ..keys import SETTINGS
 from ..openai_audio import MAX_SPEED, MIN_SPEED, RESPONSE_FORMATS, STREAM_FORMATS, ResponseFormat
 from .apidoc import AUDIO_HEADERS, OpenAIError
 from .bodies import (
-    MAX_TEXT_CHARS,
     Locators,
     Normalization,
-    api_error,
     checked_model_id,
     model_id_field,
     one_of,
@@ -166,11 +164,9 @@ class OpenAISpeechRequest(BaseModel):
 _BAD_BODY: Final = "The request body must be a JSON object with 'input' and 'voice'."
 
 
-async def parse_speech_request(request: web.Request) -> SpeechRequest:
-    """Check the JSON body; raise ApiError (rendered in OpenAI's envelope) on bad input."""
+def speech_request(request: web.Request, body: OpenAISpeechRequest) -> SpeechRequest:
+    """The synthesis request of a declared body (parsed before the handler runs, refused in OpenAI's envelope)."""
     settings = request.app[SETTINGS]
-    context = {MAX_TEXT_CHARS: settings.max_text_chars}
-    body = await parse_body(request, OpenAISpeechRequest, api_error, bad_json=_BAD_BODY, context=context)
     fmt = RESPONSE_FORMATS[body.response_format or "mp3"]
     voice = body.voice
     assert isinstance(voice, str)  # the validator reads {"id": ...} into its string; VoiceId only documents it
@@ -194,6 +190,7 @@ def _sse(event: dict[str, Any]) -> bytes:
     PATH,
     access=Access.TOKEN,
     body=OpenAISpeechRequest,
+    bad_json=_BAD_BODY,
     operationId="openai_create_speech",
     tags=["openai"],
     summary="OpenAI speech API: synthesize input and stream it back.",
@@ -211,17 +208,17 @@ def _sse(event: dict[str, Any]) -> bytes:
     errors=(400, 404, 413, 422, 429, 500),
     error_envelope=OpenAIError,
 )
-async def speech(request: web.Request) -> web.StreamResponse:
+async def speech(request: web.Request, body: OpenAISpeechRequest) -> web.StreamResponse:
     """Synthesize ``input`` and stream it back as it is made (or as server-sent events)."""
-    speech_request = await parse_speech_request(request)
-    tts, fmt = speech_request.tts, speech_request.response_format
+    asked = speech_request(request, body)
+    tts, fmt = asked.tts, asked.response_format
     async with await speak(request, tts) as speech:
         encoder = fmt.encoder()  # made while the job waits for a worker
         chunks = speech.chunks()
         first = await first_chunk(chunks)
         headers = audio_headers(request, tts, speech.job)
-        headers["Content-Type"] = "text/event-stream" if speech_request.sse else fmt.media_type
-        if speech_request.sse:
+        headers["Content-Type"] = "text/event-stream" if asked.sse else fmt.media_type
+        if asked.sse:
             headers["Cache-Control"] = "no-cache"
         response = web.StreamResponse(headers=headers)
         await response.prepare(request)
@@ -234,7 +231,7 @@ async def speech(request: web.Request) -> web.StreamResponse:
         async def send(audio: bytes) -> None:
             if not audio:
                 return
-            if speech_request.sse:
+            if asked.sse:
                 await response.write(_sse({"type": "speech.audio.delta", "audio": base64.b64encode(audio).decode()}))
             else:
                 await response.write(audio)
@@ -245,7 +242,7 @@ async def speech(request: web.Request) -> web.StreamResponse:
                 async for event in chunks:
                     await send(await encode(event.audio))
             await send(await encode(None))
-            if speech_request.sse:
+            if asked.sse:
                 chars = len(tts.text)
                 usage = {"input_tokens": chars, "output_tokens": 0, "total_tokens": chars}
                 await response.write(_sse({"type": "speech.audio.done", "usage": usage}))
