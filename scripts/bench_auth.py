@@ -28,13 +28,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import aiohttp  # noqa: E402
 from aiohttp import web  # noqa: E402
 
-from zsynth.access import auth_middleware, authenticator_ctx  # noqa: E402
+from zsynth.access import authenticator_ctx  # noqa: E402
 from zsynth.auth import AUTHENTICATOR, Authenticator, AuthError  # noqa: E402
 from zsynth.config import Settings  # noqa: E402
 from zsynth.errors import error_middleware  # noqa: E402
 from zsynth.keys import SETTINGS  # noqa: E402
 from zsynth.keystore import KeyStore  # noqa: E402
 from zsynth.middleware import request_id_middleware  # noqa: E402
+from zsynth.speech_access import auth_middleware  # noqa: E402
 
 STATIC = "bench-static-key"
 

@@ -2,7 +2,7 @@
 
 The routes write them (:func:`zsynth.routes.tts.audio_headers`), the OpenAPI document describes them
 (:data:`zsynth.routes.apidoc.AUDIO_HEADERS`) and CORS lets pages on other origins read them
-(:data:`zsynth.access.CORS_EXPOSE_HEADERS`). Every speech route sends them, the with-timestamps routes included.
+(:data:`zsynth.speech_access.CORS_EXPOSE_HEADERS`). Every speech route sends them, the with-timestamps routes included.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from .access import auth_middleware, authenticator_ctx, open_cors_middleware, setup_cors
+from .access import authenticator_ctx
 from .config import Settings
 from .endpoints import add_endpoints
 from .errors import error_middleware
@@ -18,6 +18,7 @@ from .routes import TABLES, setup_services
 from .routes.bodies import PARSING
 from .server import run_server
 from .services import dispatcher, redis_client
+from .speech_access import auth_middleware, open_cors_middleware, setup_cors
 
 
 def create_app(settings: Settings) -> web.Application:

@@ -14,7 +14,6 @@ from typing import Any, Final
 from aiohttp import WSMsgType, web
 
 from .. import jsonbody
-from ..access import SOCKET_GATE
 from ..audio import OutputFormat
 from ..auth import (
     AUTHENTICATOR,
@@ -30,6 +29,7 @@ from ..endpoints import Access, endpoint_of, parse_query
 from ..gate import admit
 from ..keys import REQUEST_ID, SETTINGS, WS_PER_CREDENTIAL
 from ..ratelimit import TokenBucket
+from ..speech_access import SOCKET_GATE
 from ..voice_settings import InvalidParameter, check_voice_settings
 from .query import RealtimeQuery
 
