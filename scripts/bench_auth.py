@@ -28,14 +28,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import aiohttp  # noqa: E402
 from aiohttp import web  # noqa: E402
 
-from zsynth.access import authenticator_ctx  # noqa: E402
-from zsynth.auth import AUTHENTICATOR, Authenticator, AuthError  # noqa: E402
-from zsynth.config import Settings  # noqa: E402
-from zsynth.errors import error_middleware  # noqa: E402
-from zsynth.keys import SETTINGS  # noqa: E402
-from zsynth.keystore import KeyStore  # noqa: E402
-from zsynth.middleware import request_id_middleware  # noqa: E402
-from zsynth.speech_access import auth_middleware  # noqa: E402
+from zsynth.core.config import Settings
+from zsynth.kit.access import authenticator_ctx
+from zsynth.kit.errors import error_middleware
+from zsynth.kit.middleware import request_id_middleware
+from zsynth.services.auth import AUTHENTICATOR, Authenticator, AuthError
+from zsynth.services.keys import SETTINGS
+from zsynth.services.keystore import KeyStore
+from zsynth.speech.access import auth_middleware
 
 STATIC = "bench-static-key"
 

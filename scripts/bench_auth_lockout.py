@@ -35,8 +35,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.helpers import front_process, moto_env, moto_server, redis_server  # noqa: E402
-from zsynth.auth import Authenticator  # noqa: E402
-from zsynth.keystore import KeyStore  # noqa: E402
+from zsynth.services.auth import Authenticator  # noqa: E402
+from zsynth.services.keystore import KeyStore  # noqa: E402
 
 TIMEOUT = aiohttp.ClientTimeout(total=10)
 

@@ -34,7 +34,7 @@ from tests.helpers import WorkerProcess, free_port, redis_server  # noqa: E402
 TEXT = " ".join(["The quick brown fox jumps over the lazy dog, and then it runs far away into the woods."] * 4)
 SERVER = (
     "import aioice.ice; aioice.ice.get_host_addresses = lambda use_ipv4=True, use_ipv6=True: ['127.0.0.1'];"
-    "from zsynth.config import Settings; from zsynth.avatar.app import run_avatar; run_avatar(Settings.from_env())"
+    "from zsynth.core.config import Settings; from zsynth.avatar.app import run_avatar; run_avatar(Settings.from_env())"
 )
 
 

@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from scripts import loadgen  # noqa: E402
 from tests.helpers import RedisServer, free_port, wait_for  # noqa: E402
-from zsynth import protocol  # noqa: E402
+from zsynth.core import protocol  # noqa: E402
 
 
 @contextlib.contextmanager

@@ -97,8 +97,8 @@ def front_main(redis_url: str, port: int) -> None:
     import uvloop
     from aiohttp import web
 
-    from zsynth.app import create_app
-    from zsynth.config import Settings
+    from zsynth.core.config import Settings
+    from zsynth.speech.app import create_app
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -197,7 +197,7 @@ async def worker_times(redis_url: str) -> list[float]:
     """Seconds each latency segment spent in the worker (claim to done: the engine plus encoding and publishing)."""
     from redis.asyncio import Redis
 
-    from zsynth import protocol
+    from zsynth.core import protocol
 
     redis = Redis.from_url(redis_url)
     times = []

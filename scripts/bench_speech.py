@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.helpers import WorkerProcess, front_process, redis_server  # noqa: E402
-from zsynth import protocol  # noqa: E402
+from zsynth.core import protocol  # noqa: E402
 
 TEXT = "The first sentence is short. The second sentence is a little longer, so the job has more than one chunk."
 SAT_TEXT = "Throughput is measured with texts of several sentences. Each one keeps a worker busy. That is the point."

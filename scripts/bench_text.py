@@ -19,10 +19,10 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from zsynth.dictionaries.rules import Rule
-from zsynth.dictionaries.store import DictionaryStore, DirectoryBackend
-from zsynth.spoken import AlignmentMapper
-from zsynth.textprep import TextOptions, prepare
+from zsynth.core.text.dictionaries.rules import Rule
+from zsynth.core.text.dictionaries.store import DictionaryStore, DirectoryBackend
+from zsynth.core.text.prepare import TextOptions, prepare
+from zsynth.core.text.spoken import AlignmentMapper
 
 TEXT = (
     "Your order of 3 items comes to $42.50, and Dr. Patel's office on Main St. can see you on 2024-03-12 at "

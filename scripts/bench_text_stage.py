@@ -5,7 +5,7 @@ Three parts, each bounded (``--parts`` picks some):
 
 * ``words``: Piper speaks one word of 50 to 300 characters, each in a fresh process (time, peak RSS growth), and a
   2,000-character word as the front hands it to a worker (cut at Piper's bound), up to its first chunk. These are
-  the figures behind Piper's word bound (zsynth/text.py ENGINE_WORD_CHARS).
+  the figures behind Piper's word bound (zsynth/core/text/sentences.py ENGINE_WORD_CHARS).
 * ``normalize``: CPU time of normalization for 10,000 and 20,000 characters of hostile runs: linear work doubles.
 * ``front``: a redis-server, one Piper worker and a front on loopback; ``GET /healthz`` every 5 ms on a kept-alive
   connection while ``{"text": "9" * 10000, "apply_text_normalization": "on"}`` is posted to ``/stream``. The
@@ -53,7 +53,7 @@ base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 text = sys.argv[1]
 if sys.argv[2] == "stage":
     import asyncio
-    from zsynth.textprep import TextOptions, prepare
+    from zsynth.core.text.prepare import TextOptions, prepare
     spoken = asyncio.run(prepare(text, TextOptions(), "piper", None))
     text = spoken.text
 started = time.perf_counter()
@@ -90,7 +90,7 @@ def words() -> None:
 
 
 def _cpu_s(text: str) -> float:
-    from zsynth.normalize import normalize_text
+    from zsynth.core.text.normalize import normalize_text
 
     best = float("inf")
     for _ in range(3):

@@ -91,7 +91,7 @@ def main() -> int:
     except ImportError as err:
         print(f"the turbo engine is not installed ({err}): run ./scripts/install-gpu (or --cpu)", file=sys.stderr)
         return 2
-    from zsynth.config import Settings
+    from zsynth.core.config import Settings
 
     cuda = torch.cuda.is_available()
     device = "cuda" if cuda else "cpu"

@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.helpers import WorkerProcess, front_process, moto_env, moto_server, redis_server  # noqa: E402
 from tests.voice_clips import flac_bomb, reference_file  # noqa: E402
-from zsynth import protocol  # noqa: E402
+from zsynth.core import protocol  # noqa: E402
 
 PREFIX = "bench/"
 TIMEOUT = aiohttp.ClientTimeout(total=120)
@@ -101,7 +101,7 @@ async def queue_job(redis_url: str, voice_id: str) -> str:
     from redis.asyncio import Redis
 
     from tests.helpers import make_settings
-    from zsynth.dispatch import Dispatcher, JobFailed
+    from zsynth.services.dispatch import Dispatcher, JobFailed
 
     redis = Redis.from_url(redis_url)
     dispatcher = Dispatcher(make_settings(redis_url, Path(tempfile.mkdtemp())), redis)

@@ -23,9 +23,9 @@ import soundfile as sf
 from workers.engines.base import VoiceSpec
 from workers.engines.piper import PiperEngine
 from workers.engines.pitch import median_f0, pitch_shift
-from zsynth.voices import VoiceStore
-from zsynth.voices.catalog import new_clone_meta
-from zsynth.voices.clips import build_reference, decode_clip, encode_wav
+from zsynth.core.voices import VoiceStore
+from zsynth.core.voices.clips import build_reference, decode_clip, encode_wav
+from zsynth.services.voices import new_clone_meta
 
 REFERENCE_TEXT = (
     "Every morning the baker opens the shop before sunrise. "

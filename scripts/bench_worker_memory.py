@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.helpers import WorkerProcess, redis_server  # noqa: E402
-from zsynth import protocol  # noqa: E402
+from zsynth.core import protocol  # noqa: E402
 
 PROSE = "The quick brown fox jumps over the lazy dog, and the dog does not mind at all. "
 SAMPLE_RATE = 22050

@@ -24,8 +24,8 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
-from zsynth.app import create_app
-from zsynth.config import Settings
+from zsynth.core.config import Settings
+from zsynth.speech.app import create_app
 
 KEY = "bench-flood-key"
 MESSAGE_CHARS = 10_000

@@ -463,7 +463,7 @@ def main() -> int:
     from workers.engines.turbo import TurboEngine
     from workers.engines.turbo_ckpt import is_random, write_random_checkpoint
     from workers.engines.turbo_static import StaticT3
-    from zsynth.config import Settings
+    from zsynth.core.config import Settings
 
     cuda = torch.cuda.is_available()
     if not cuda and not args.reduced:

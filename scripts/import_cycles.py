@@ -23,7 +23,7 @@ DEFAULT_PACKAGES = ("zsynth", "workers")
 
 
 def module_name(path: Path) -> str:
-    """``zsynth/routes/tts.py`` -> ``zsynth.routes.tts``; a package's ``__init__.py`` is the package."""
+    """``zsynth/speech/routes/tts.py`` -> ``zsynth.speech.routes.tts``; a package's ``__init__.py`` is the package."""
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
@@ -66,7 +66,8 @@ def edges(modules: dict[str, Path], runtime_only: bool) -> dict[str, set[str]]:
                     base = ".".join([*anchor, base] if base else anchor)
                 targets = [f"{base}.{alias.name}" for alias in node.names] + [base]
             for target in targets:
-                # The longest project module that the dotted name starts with (``zsynth.keys.X`` -> ``zsynth.keys``).
+                # The longest project module that the dotted name starts with (``zsynth.services.keys.X`` ->
+                # ``zsynth.services.keys``).
                 while target and target not in modules:
                     target = target.rpartition(".")[0]
                 if target and target != name:

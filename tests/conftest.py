@@ -12,9 +12,9 @@ import pytest
 import redis
 from redis.asyncio import Redis
 
-from zsynth.app import create_app
-from zsynth.config import Settings
-from zsynth.keystore import KeyStore
+from zsynth.core.config import Settings
+from zsynth.services.keystore import KeyStore
+from zsynth.speech.app import create_app
 
 from .helpers import WorkerProcess, make_settings, moto_env, moto_server, redis_server
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from zsynth.app import create_app
-from zsynth.auth import AUTHENTICATOR, Authenticator
-from zsynth.config import Settings
+from zsynth.core.config import Settings
+from zsynth.services.auth import AUTHENTICATOR, Authenticator
+from zsynth.speech.app import create_app
 
 from .helpers import FakeClock
 

@@ -18,9 +18,9 @@ import numpy as np
 import redis
 import soundfile as sf
 
-from zsynth import protocol
-from zsynth.audio import alaw_to_int16, parse_output_format, ulaw_to_int16
-from zsynth.config import Settings
+from zsynth.core import protocol
+from zsynth.core.audio import alaw_to_int16, parse_output_format, ulaw_to_int16
+from zsynth.core.config import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 

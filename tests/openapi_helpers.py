@@ -8,8 +8,8 @@ from typing import Any
 import aiohttp
 from jsonschema import Draft202012Validator
 
-from zsynth.openapi import build_document
-from zsynth.ws import REALTIME_SUFFIXES
+from zsynth.documents import build_document
+from zsynth.speech.ws import REALTIME_SUFFIXES
 
 DOC = build_document("speech")
 METHODS = ("get", "put", "post", "delete", "patch")

@@ -8,7 +8,7 @@ from typing import Any
 
 import aioboto3
 
-from zsynth.app import create_app
+from zsynth.speech.app import create_app
 
 from .helpers import make_settings
 

@@ -1,4 +1,4 @@
-"""Tests for zsynth.audio: output format parsing, G.711 and the incremental encoders."""
+"""Tests for zsynth.core.audio: output format parsing, G.711 and the incremental encoders."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy.typing as npt
 import pytest
 import soundfile as sf
 
-from zsynth.audio import (
+from zsynth.core.audio import (
     ALLOWED_OUTPUT_FORMATS,
     DEFAULT_OUTPUT_FORMAT,
     Encoder,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from zsynth.app import create_app
-from zsynth.auth import AUTHENTICATOR, Authenticator
-from zsynth.keystore import KeyStore
+from zsynth.services.auth import AUTHENTICATOR, Authenticator
+from zsynth.services.keystore import KeyStore
+from zsynth.speech.app import create_app
 
 from .fronts import clocked_app
 from .helpers import FakeClock, assert_speech, decode_audio, make_settings

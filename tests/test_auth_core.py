@@ -8,7 +8,8 @@ import time
 import pytest
 from aiohttp.test_utils import make_mocked_request
 
-from zsynth.auth import (
+from zsynth.core.config import Settings, SettingsError
+from zsynth.services.auth import (
     Authenticator,
     AuthError,
     clamp_ttl,
@@ -17,8 +18,7 @@ from zsynth.auth import (
     secret_from_message,
     secret_from_request,
 )
-from zsynth.config import Settings, SettingsError
-from zsynth.keystore import KeyStore
+from zsynth.services.keystore import KeyStore
 
 from .helpers import FakeClock
 

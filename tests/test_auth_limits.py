@@ -18,10 +18,10 @@ from urllib.parse import quote
 import aiohttp
 import pytest
 
-from zsynth.app import create_app
-from zsynth.auth import AUTHENTICATOR, Authenticator, AuthError
-from zsynth.keystore import KeyRecord, KeyStore
-from zsynth.ratelimit import client_address
+from zsynth.core.ratelimit import client_address
+from zsynth.services.auth import AUTHENTICATOR, Authenticator, AuthError
+from zsynth.services.keystore import KeyRecord, KeyStore
+from zsynth.speech.app import create_app
 
 from .helpers import make_settings
 from .ws_helpers import collect

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import uuid
 
-from zsynth.app import create_app
+from zsynth.speech.app import create_app
 
 from .helpers import ROOT, make_settings
 

@@ -12,9 +12,9 @@ import time
 import aiohttp
 import pytest
 
-from zsynth.auth import Authenticator, AuthError
 from zsynth.avatar.app import create_avatar_app
 from zsynth.avatar.sessions import AVATAR_SESSIONS
+from zsynth.services.auth import Authenticator, AuthError
 
 from .avatar_peer import Viewer
 from .helpers import FakeClock, make_settings

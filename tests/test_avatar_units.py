@@ -6,15 +6,15 @@ import numpy as np
 import pytest
 from av import VideoFrame
 
-from zsynth.auth import clamp_ttl
 from zsynth.avatar.media import Playout
 from zsynth.avatar.renderers import FrameCue, builtin_avatars
 from zsynth.avatar.renderers.cpu import CpuFaceStream
 from zsynth.avatar.session import ice_configuration
 from zsynth.avatar.speech import SAMPLES_PER_FRAME, AudioSlot, Framer, SpeechTask, mouth_cues
 from zsynth.avatar.visemes import VISEMES, openness, phoneme_viseme, timing_labels, viseme_index
-from zsynth.config import Settings, SettingsError
-from zsynth.protocol import Event
+from zsynth.core.config import Settings, SettingsError
+from zsynth.core.protocol import Event
+from zsynth.services.auth import clamp_ttl
 
 SILENT = np.zeros(1920, dtype=np.int16)
 

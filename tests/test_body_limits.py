@@ -20,16 +20,17 @@ import pytest
 from redis.asyncio import Redis
 from yarl import URL
 
-from zsynth import protocol
-from zsynth.app import create_app
 from zsynth.avatar.app import create_avatar_app
-from zsynth.config import Settings
-from zsynth.logs import one_line, quoted
-from zsynth.voice_settings import check_voice_settings
-from zsynth.voices import is_clone_id
-from zsynth.voices.bucket import VoiceBucket
-from zsynth.voices.catalog import new_clone_meta
-from zsynth.voices.library import VOICE_LIBRARY, MissingIds
+from zsynth.core import protocol
+from zsynth.core.config import Settings
+from zsynth.core.logs import one_line, quoted
+from zsynth.core.voice_settings import check_voice_settings
+from zsynth.core.voices import is_clone_id
+from zsynth.core.voices.bucket import VoiceBucket
+from zsynth.core.voices.library import MissingIds
+from zsynth.services.keys import VOICE_LIBRARY
+from zsynth.services.voices import new_clone_meta
+from zsynth.speech.app import create_app
 
 from .helpers import ROOT, assert_speech, decode_audio, free_port, make_settings, wait_for
 from .s3_helpers import PREFIX, create_bucket, start_front
@@ -165,7 +166,7 @@ async def test_ten_jobs_with_200_kib_of_unknown_settings_hold_little_in_redis(
 
 # ----- log lines -----------------------------------------------------------------------------------------------------
 
-FORGED = "2026-01-01 00:00:00,000 INFO front zsynth.auth: forged"
+FORGED = "2026-01-01 00:00:00,000 INFO front zsynth.services.auth: forged"
 
 
 @pytest.mark.parametrize("log_json", [False, True], ids=["plain", "json"])

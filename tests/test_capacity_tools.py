@@ -11,7 +11,7 @@ import pytest
 
 from workers.engines import load_engine
 from workers.engines.base import VoiceSpec
-from zsynth.config import Settings
+from zsynth.core.config import Settings
 
 from .helpers import ROOT, WorkerProcess, front_process
 

@@ -24,12 +24,12 @@ import pytest
 import soundfile as sf
 from redis.asyncio import Redis
 
-from zsynth import protocol
-from zsynth.dispatch import Dispatcher, JobFailed
-from zsynth.voices import VoiceStore
-from zsynth.voices.bucket import ObjectTooLarge, VoiceBucket, VoiceRefused
-from zsynth.voices.clips import ClipError, check_total, clip_header, decode_clips
-from zsynth.voices.store import check_reference
+from zsynth.core import protocol
+from zsynth.core.voices import VoiceStore
+from zsynth.core.voices.bucket import ObjectTooLarge, VoiceBucket, VoiceRefused
+from zsynth.core.voices.clips import ClipError, check_total, clip_header, decode_clips
+from zsynth.core.voices.store import check_reference
+from zsynth.services.dispatch import Dispatcher, JobFailed
 
 from .helpers import WorkerProcess, assert_speech, decode_audio, front_process, make_settings
 from .s3_helpers import PREFIX, create_bucket

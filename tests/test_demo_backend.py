@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from zsynth.app import create_app
 from zsynth.demo.app import create_demo_app
+from zsynth.speech.app import create_app
 
 from .helpers import free_port, make_settings
 

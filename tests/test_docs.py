@@ -80,7 +80,7 @@ def printed_seconds(low: float, high: float) -> Callable[[Path, str], None]:
 
 def printed_path_counts(cwd: Path, stdout: str) -> None:
     """The example's two counts are those of the documents build_document makes."""
-    from zsynth.openapi import build_document
+    from zsynth.documents import build_document
 
     match = re.fullmatch(r"(\d+) speech paths, (\d+) avatar paths\n", stdout)
     assert match, stdout

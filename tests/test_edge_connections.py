@@ -17,7 +17,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from zsynth.connections import client_bucket
+from zsynth.kit.connections import client_bucket
 
 from .helpers import front_process
 from .tls_certs import CertAuthority

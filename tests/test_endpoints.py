@@ -10,8 +10,7 @@ from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 from pydantic import BaseModel
 
-from zsynth.app import create_app
-from zsynth.endpoints import (
+from zsynth.kit.endpoints import (
     ENDPOINTS,
     Access,
     Endpoints,
@@ -22,14 +21,15 @@ from zsynth.endpoints import (
     query_data,
     validate,
 )
-from zsynth.errors import ApiError, error_middleware
-from zsynth.keys import SETTINGS
-from zsynth.routes import TABLES
-from zsynth.routes.bodies import MAX_TEXT_CHARS, api_error
-from zsynth.routes.dictionaries import DictionaryListQuery, RulesRequest
-from zsynth.routes.openai_speech import OpenAISpeechRequest
-from zsynth.routes.synthesis_http import TextToSpeechRequest
-from zsynth.routes.voices import VoiceListQuery
+from zsynth.kit.errors import ApiError, error_middleware
+from zsynth.services.keys import SETTINGS
+from zsynth.speech.app import create_app
+from zsynth.speech.routes import TABLES
+from zsynth.speech.routes.dictionaries import DictionaryListQuery, RulesRequest
+from zsynth.speech.routes.openai_speech import OpenAISpeechRequest
+from zsynth.speech.routes.voices import VoiceListQuery
+from zsynth.speech.schemas.bodies import MAX_TEXT_CHARS, api_error
+from zsynth.speech.synthesis_http import TextToSpeechRequest
 
 from .helpers import make_settings, status_and_code
 

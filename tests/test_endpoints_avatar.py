@@ -8,10 +8,10 @@ from aiohttp import web
 
 from zsynth.avatar.app import create_avatar_app
 from zsynth.avatar.routes import TABLES
-from zsynth.config import Settings
-from zsynth.cors import setup_cors
-from zsynth.endpoints import ENDPOINTS, Access, Endpoints, add_endpoints
-from zsynth.openapi.generate import models_in
+from zsynth.core.config import Settings
+from zsynth.kit.cors import setup_cors
+from zsynth.kit.endpoints import ENDPOINTS, Access, Endpoints, add_endpoints
+from zsynth.kit.openapi import models_in
 
 from .helpers import make_settings
 

@@ -1,4 +1,5 @@
-"""Job error codes: one enum (zsynth.protocol.ErrorCode) that every writer uses and the classifier handles whole."""
+"""Job error codes: one enum (zsynth.core.protocol.ErrorCode) that every writer uses and the classifier handles
+whole."""
 
 from __future__ import annotations
 
@@ -7,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from zsynth.dispatch import JobFailed
-from zsynth.protocol import ErrorCode, Event, error_event
-from zsynth.synthesis import TRANSIENT_CODES, classify
+from zsynth.core.protocol import ErrorCode, Event, error_event
+from zsynth.services.dispatch import JobFailed
+from zsynth.services.synthesis import TRANSIENT_CODES, classify
 
 ROOT = Path(__file__).resolve().parent.parent
 # Every module that writes a job's error code: the workers (events on Redis) and the front's dispatcher.
-WRITERS = sorted([*ROOT.glob("workers/**/*.py"), ROOT / "zsynth" / "dispatch.py"])
+WRITERS = sorted([*ROOT.glob("workers/**/*.py"), ROOT / "zsynth" / "services" / "dispatch.py"])
 # Calls whose argument (position) is a job error code.
 CODE_ARGUMENT = {"error_event": 1, "JobFailed": 0, "VoiceUnavailable": 0, "_fail_all": 0}
 

@@ -16,19 +16,19 @@ import aiohttp
 import pytest
 import redis
 
-from zsynth import protocol
-from zsynth.app import create_app
-from zsynth.auth import Authenticator
 from zsynth.avatar.app import create_avatar_app
 from zsynth.avatar.sessions import AVATAR_SESSIONS
-from zsynth.aws import client_config
-from zsynth.config import Settings
+from zsynth.core import protocol
+from zsynth.core.aws import client_config
+from zsynth.core.config import Settings
+from zsynth.core.supervise import Supervisor
+from zsynth.core.voices.bucket import VoiceBucket
 from zsynth.demo.app import create_demo_app
-from zsynth.dispatch import DISPATCHER
-from zsynth.keystore import KeyStore, KeyStoreError
-from zsynth.supervise import Supervisor
-from zsynth.voices.bucket import VoiceBucket
-from zsynth.voices.library import VOICE_LIBRARY
+from zsynth.services.auth import Authenticator
+from zsynth.services.dispatch import DISPATCHER
+from zsynth.services.keys import VOICE_LIBRARY
+from zsynth.services.keystore import KeyStore, KeyStoreError
+from zsynth.speech.app import create_app
 
 from .avatar_peer import Viewer
 from .helpers import (
@@ -113,7 +113,7 @@ async def test_references_named_in_the_bucket_stay_inside_their_voice_directory(
 def test_a_meta_json_on_disk_naming_a_file_outside_is_neither_listed_nor_read_by_the_engine(tmp_path):
     from workers.engines.base import VoiceSpec
     from workers.engines.piper import PiperEngine
-    from zsynth.voices import VoiceStore
+    from zsynth.core.voices import VoiceStore
 
     secret = tmp_path / "secret.wav"
     secret_bytes = reference_file("wav")

@@ -10,8 +10,8 @@ import time
 import pytest
 from redis.asyncio import Redis
 
-from zsynth import protocol
-from zsynth.app import create_app
+from zsynth.core import protocol
+from zsynth.speech.app import create_app
 
 from .helpers import LONG_TEXT, RedisServer, WorkerProcess, assert_speech, decode_audio, make_settings, redis_text
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from zsynth.app import create_app
+from zsynth.speech.app import create_app
 
 from .helpers import make_settings
 
@@ -59,8 +59,8 @@ async def test_metrics_move_after_a_request(client):
 def test_json_logs_carry_ids(capsys):
     import logging
 
-    from zsynth.config import Settings
-    from zsynth.logs import setup_logging
+    from zsynth.core.config import Settings
+    from zsynth.core.logs import setup_logging
 
     setup_logging(Settings(log_json=True), "front")
     try:

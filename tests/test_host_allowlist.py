@@ -15,8 +15,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from zsynth.config import Settings
-from zsynth.hosts import AllowedHosts, host_name
+from zsynth.core.config import Settings
+from zsynth.kit.hosts import AllowedHosts, host_name
 
 from .helpers import WorkerProcess, free_port, front_process, status_and_code, zsynth_process
 

@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 from yarl import URL
 
-from zsynth.app import create_app
+from zsynth.speech.app import create_app
 
 from .helpers import assert_speech, decode_audio, make_settings
 from .voice_clips import reference_file

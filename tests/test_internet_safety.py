@@ -16,13 +16,13 @@ import aiohttp
 import pytest
 from redis.asyncio import Redis
 
-from zsynth.app import create_app
-from zsynth.auth import AUTHENTICATOR, Authenticator, AuthError, secret_hash
 from zsynth.avatar.app import create_avatar_app
 from zsynth.avatar.sessions import AVATAR_SESSIONS
-from zsynth.keystore import HASH_ATTR
-from zsynth.protocol import QUEUE
-from zsynth.ws.buffer import TextBuffer
+from zsynth.core.protocol import QUEUE
+from zsynth.services.auth import AUTHENTICATOR, Authenticator, AuthError, secret_hash
+from zsynth.services.keystore import HASH_ATTR
+from zsynth.speech.app import create_app
+from zsynth.speech.ws.buffer import TextBuffer
 
 from .avatar_peer import Viewer
 from .helpers import make_settings
@@ -266,7 +266,7 @@ async def test_made_up_keys_do_not_push_real_ones_out_of_the_cache(keys_table):
             reads += 1
             return await super()._load(key_hash, secret)
 
-    from zsynth.keystore import KeyStore
+    from zsynth.services.keystore import KeyStore
 
     auth = Counting(store=KeyStore(keys_table), cache_size=4)
     await auth.start()

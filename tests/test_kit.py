@@ -8,9 +8,9 @@ from urllib.parse import quote
 
 import pytest
 
-from zsynth.app import create_app
-from zsynth.auth import AUTHENTICATOR, Authenticator
 from zsynth.avatar.app import create_avatar_app
+from zsynth.services.auth import AUTHENTICATOR, Authenticator
+from zsynth.speech.app import create_app
 
 from .helpers import make_settings
 from .ws_helpers import collect

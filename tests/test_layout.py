@@ -75,8 +75,8 @@ def test_the_cycle_finder_finds_a_cycle():
 # Route modules that still import another route module; each pair goes when its fix lands.
 KNOWN_ROUTE_IMPORTS: set[tuple[str, str]] = set()
 #: Service packages: they raise domain exceptions and never import the HTTP layer that renders them.
-SERVICE_PACKAGES = ("zsynth.voices", "zsynth.dictionaries")
-HTTP_LAYER = ("zsynth.routes", "zsynth.avatar.routes", "zsynth.errors", "zsynth.endpoints")
+SERVICE_PACKAGES = ("zsynth.core.voices", "zsynth.core.text.dictionaries")
+HTTP_LAYER = ("zsynth.speech.routes", "zsynth.avatar.routes", "zsynth.kit.errors", "zsynth.kit.endpoints")
 
 
 def declares_routes(source: str) -> bool:
@@ -127,8 +127,13 @@ def test_no_route_module_imports_another():
     """Code two route modules share lives in a non-route module (bodies, apidoc, *_models, a service)."""
     modules, graph = _project()
     route_modules = {name for name, path in modules.items() if declares_routes(path.read_text())}
-    assert {"zsynth.routes.voices", "zsynth.routes.tts", "zsynth.ws", "zsynth.avatar.routes.connect"} <= route_modules
-    assert "zsynth.routes.voice_models" not in route_modules
+    assert {
+        "zsynth.speech.routes.voices",
+        "zsynth.speech.routes.tts",
+        "zsynth.speech.ws",
+        "zsynth.avatar.routes.connect",
+    } <= route_modules
+    assert "zsynth.speech.schemas.voices" not in route_modules
     packages = {name for name, path in modules.items() if path.name == "__init__.py"}
     found = lateral_route_imports(graph, route_modules, packages)
     assert found - KNOWN_ROUTE_IMPORTS == set(), "move what they share into a non-route module"
@@ -154,5 +159,5 @@ def test_service_packages_do_not_import_the_http_layer():
         for target in graph[module]
         if any(target == h or target.startswith(h + ".") for h in HTTP_LAYER)
     }
-    assert {"zsynth.voices.lifecycle", "zsynth.dictionaries.lifecycle"} <= set(modules)
+    assert {"zsynth.services.voice_library", "zsynth.services.dictionaries"} <= set(modules)
     assert found == set()

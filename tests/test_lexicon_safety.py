@@ -22,10 +22,9 @@ from elevenlabs.pronunciation_dictionaries import (
     BodyAddAPronunciationDictionaryV1PronunciationDictionariesAddFromRulesPostRulesItem_Alias as AliasRule,
 )
 
-from zsynth.app import create_app
-from zsynth.dictionaries.cache import ByteBudgetCache
-from zsynth.dictionaries.rules import MAX_STRING_CHARS, Rule
-from zsynth.dictionaries.store import (
+from zsynth.core.text.dictionaries.cache import ByteBudgetCache
+from zsynth.core.text.dictionaries.rules import MAX_STRING_CHARS, Rule
+from zsynth.core.text.dictionaries.store import (
     MAX_VERSION_BYTES,
     METAS_BUDGET,
     MISSES_BUDGET,
@@ -35,6 +34,7 @@ from zsynth.dictionaries.store import (
     DirectoryBackend,
     rules_bytes,
 )
+from zsynth.speech.app import create_app
 
 from .helpers import front_process, make_settings
 from .s3_helpers import bucket_keys, create_bucket

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 import aiohttp
 import pytest
 
-from zsynth.app import create_app
 from zsynth.demo.app import create_demo_app
+from zsynth.speech.app import create_app
 
 from .helpers import free_port, front_process, make_settings
 from .upload_bodies import PLS_NS, empty_parts, poll_health

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from zsynth.audio import parse_output_format
-from zsynth.openai_audio import RATE, RESPONSE_FORMATS
+from zsynth.core.audio import parse_output_format
+from zsynth.speech.openai_audio import RATE, RESPONSE_FORMATS
 
 
 def tone_chunks(seconds: float = 2.0, chunk_s: float = 0.5) -> list[bytes]:

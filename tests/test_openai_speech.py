@@ -16,9 +16,9 @@ import pytest
 import redis
 import soundfile as sf
 
-from zsynth import protocol
-from zsynth.config import Settings, SettingsError
-from zsynth.routes.openai_speech import engine_speed
+from zsynth.core import protocol
+from zsynth.core.config import Settings, SettingsError
+from zsynth.speech.routes.openai_speech import engine_speed
 
 from .helpers import assert_speech, front_process, wait_for
 from .voice_clips import pitch_of, reference_file

@@ -10,9 +10,9 @@ import pytest
 from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate
 
-from zsynth.app import create_app
-from zsynth.keys import SETTINGS
-from zsynth.openapi import build_document
+from zsynth.documents import build_document
+from zsynth.services.keys import SETTINGS
+from zsynth.speech.app import create_app
 
 from .helpers import assert_speech, decode_audio, make_settings
 from .openapi_helpers import DOC, Checker, documented, registered

@@ -7,8 +7,8 @@ from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate
 
 from zsynth.avatar.app import create_avatar_app
-from zsynth.config import Settings
-from zsynth.openapi import build_document
+from zsynth.core.config import Settings
+from zsynth.documents import build_document
 
 from .avatar_peer import Viewer
 from .helpers import make_settings

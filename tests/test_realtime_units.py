@@ -8,12 +8,12 @@ import json
 
 import pytest
 
-from zsynth.alignment import CharAlignment, Timeline, char_alignment, join_chunks
-from zsynth.endpoints import validate
-from zsynth.ws.buffer import ScheduleError, TextBuffer, parse_schedule
-from zsynth.ws.connection import WsError, ws_error
-from zsynth.ws.query import RealtimeQuery
-from zsynth.ws.speaker import MAX_FRAME_AUDIO_BYTES, _frames, audio_frame
+from zsynth.core.alignment import CharAlignment, Timeline, char_alignment, join_chunks
+from zsynth.kit.endpoints import validate
+from zsynth.speech.ws.buffer import ScheduleError, TextBuffer, parse_schedule
+from zsynth.speech.ws.connection import WsError, ws_error
+from zsynth.speech.ws.query import RealtimeQuery
+from zsynth.speech.ws.speaker import MAX_FRAME_AUDIO_BYTES, _frames, audio_frame
 
 
 def test_schedule_thresholds_advance_and_repeat():

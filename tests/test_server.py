@@ -1,4 +1,4 @@
-"""Server start-up (zsynth.server): a second stop signal during the drain ends it at once."""
+"""Server start-up (zsynth.kit.server): a second stop signal during the drain ends it at once."""
 
 from __future__ import annotations
 

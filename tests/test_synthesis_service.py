@@ -12,11 +12,11 @@ import aiohttp
 import pytest
 from redis.asyncio import Redis
 
-from zsynth import protocol
-from zsynth.app import create_app
 from zsynth.avatar.app import create_avatar_app
-from zsynth.dispatch import JobFailed
-from zsynth.synthesis import classify
+from zsynth.core import protocol
+from zsynth.services.dispatch import JobFailed
+from zsynth.services.synthesis import classify
+from zsynth.speech.app import create_app
 
 from .avatar_peer import Viewer, open_session
 from .helpers import LONG_TEXT, WorkerProcess, make_settings
@@ -58,7 +58,7 @@ async def test_a_dead_worker_is_the_same_classified_error_on_every_transport(
         "synthesis_unavailable",
         1,
     )
-    caplog.set_level(logging.WARNING, logger="zsynth.routes.synthesis_http")
+    caplog.set_level(logging.WARNING, logger="zsynth.speech.synthesis_http")
     victims = [WorkerProcess(private_redis_url, f"victim-{n}", tmp_path) for n in range(8)]
     survivor: WorkerProcess | None = None
     viewer = Viewer()

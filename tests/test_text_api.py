@@ -24,7 +24,7 @@ from elevenlabs.pronunciation_dictionaries import (
 )
 from livekit.plugins import elevenlabs as livekit_elevenlabs
 
-from zsynth.app import create_app
+from zsynth.speech.app import create_app
 
 from .fronts import clocked_app
 from .helpers import assert_speech, decode_audio, make_settings

@@ -19,16 +19,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
-from zsynth import normalize as normalize_module
-from zsynth.app import create_app
 from zsynth.avatar.speech import SpeechTask
-from zsynth.config import Settings
-from zsynth.dispatch import Dispatcher
-from zsynth.normalize import MAX_NUMBER_DIGITS, cardinal, normalize_text
-from zsynth.spoken import AlignmentMapper, Spoken
-from zsynth.synthesis import SynthesisRequest, SynthesisService
-from zsynth.text import ENGINE_WORD_CHARS, bound_words, split_sentences, word_bound, word_cuts
-from zsynth.textprep import TextOptions, prepare
+from zsynth.core.config import Settings
+from zsynth.core.text import normalize as normalize_module
+from zsynth.core.text.normalize import MAX_NUMBER_DIGITS, cardinal, normalize_text
+from zsynth.core.text.prepare import TextOptions, prepare
+from zsynth.core.text.sentences import ENGINE_WORD_CHARS, bound_words, split_sentences, word_bound, word_cuts
+from zsynth.core.text.spoken import AlignmentMapper, Spoken
+from zsynth.services.dispatch import Dispatcher
+from zsynth.services.synthesis import SynthesisRequest, SynthesisService
+from zsynth.speech.app import create_app
 
 from .helpers import decode_audio, make_settings
 
@@ -219,7 +219,7 @@ class _Records(logging.Handler):
 @given(ANY_TEXT)
 def test_normalization_never_raises_and_no_rule_fails(text: str) -> None:
     records = _Records()
-    logger = logging.getLogger("zsynth.normalize")
+    logger = logging.getLogger("zsynth.core.text.normalize")
     logger.addHandler(records)
     try:
         assert isinstance(normalize_text(text), str)
@@ -233,7 +233,7 @@ def test_a_rule_that_fails_leaves_its_text_as_written(monkeypatch, caplog) -> No
         raise OverflowError("a defect")
 
     monkeypatch.setattr(normalize_module, "cardinal", broken)  # every rule that reads a number now fails
-    with caplog.at_level(logging.WARNING, logger="zsynth.normalize"):
+    with caplog.at_level(logging.WARNING, logger="zsynth.core.text.normalize"):
         assert normalize_text("Room 12 and 34, Dr. Who.") == "Room 12 and 34, Doctor Who."
     assert len(caplog.records) == 1 and "2 matches" in caplog.records[0].getMessage()
 

@@ -8,13 +8,13 @@ import pytest
 from workers.engines import VoiceSpec, load_engine
 from workers.engines.phonemes import arpabet_to_ipa
 from workers.engines.piper import _piper_input
-from zsynth import marks
-from zsynth.config import Settings
-from zsynth.dictionaries.rules import Rule, RuleError, apply_rules, parse_pls, parse_rule, to_pls
-from zsynth.normalize import normalize, normalize_text, wants_normalization
-from zsynth.spoken import AlignmentMapper, Spoken
-from zsynth.text import split_sentences
-from zsynth.textprep import TextOptionError, TextOptions, parse_locators, parse_normalization, prepare
+from zsynth.core.config import Settings
+from zsynth.core.text import marks
+from zsynth.core.text.dictionaries.rules import Rule, RuleError, apply_rules, parse_pls, parse_rule, to_pls
+from zsynth.core.text.normalize import normalize, normalize_text, wants_normalization
+from zsynth.core.text.prepare import TextOptionError, TextOptions, parse_locators, parse_normalization, prepare
+from zsynth.core.text.sentences import split_sentences
+from zsynth.core.text.spoken import AlignmentMapper, Spoken
 
 TABLE = [
     # cardinals, ordinals, decimals, negatives

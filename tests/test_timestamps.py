@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from zsynth.answer_headers import AUDIO_HEADER_NAMES
-from zsynth.routes.apidoc import AUDIO_HEADERS
-from zsynth.speech_access import CORS_EXPOSE_HEADERS
+from zsynth.kit.answer_headers import AUDIO_HEADER_NAMES
+from zsynth.speech.access import CORS_EXPOSE_HEADERS
+from zsynth.speech.schemas.apidoc import AUDIO_HEADERS
 
 from .helpers import assert_speech, decode_audio
 from .openapi_helpers import DOC

@@ -112,7 +112,7 @@ async def test_unknown_route_gets_envelope(client):
 
 
 async def test_concurrent_requests_never_overlap_on_a_worker(client, aredis):
-    from zsynth import protocol
+    from zsynth.core import protocol
 
     texts = [f"Request {n} asks for a short sentence of speech." for n in range(8)]
     responses = await asyncio.gather(

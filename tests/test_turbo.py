@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from zsynth.app import create_app
-from zsynth.config import Settings
-from zsynth.voices.store import VoiceStore
+from zsynth.core.config import Settings
+from zsynth.core.voices.store import VoiceStore
+from zsynth.speech.app import create_app
 
 from .helpers import WorkerProcess, decode_audio, make_settings
 

@@ -22,8 +22,8 @@ from redis.asyncio import Redis  # noqa: E402
 
 from workers.engines.turbo import text_pieces  # noqa: E402
 from workers.engines.turbo_ckpt import write_random_checkpoint  # noqa: E402
-from zsynth import protocol  # noqa: E402
-from zsynth.dispatch import Dispatcher  # noqa: E402
+from zsynth.core import protocol  # noqa: E402
+from zsynth.services.dispatch import Dispatcher  # noqa: E402
 
 from .helpers import WorkerProcess, make_settings  # noqa: E402
 

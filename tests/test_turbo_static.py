@@ -263,7 +263,7 @@ def test_device_lru_and_disk_copy_across_restarts(tmp_path, monkeypatch):
 
 
 def test_turbo_speed_settings_parse_and_refuse_bad_values():
-    from zsynth.config import Settings, SettingsError
+    from zsynth.core.config import Settings, SettingsError
 
     default = Settings.from_env({})
     assert (default.turbo_cuda_graphs, default.turbo_dtype) == (True, "bfloat16")

@@ -22,10 +22,10 @@ from elevenlabs import VoiceSettings
 from elevenlabs.client import AsyncElevenLabs
 from redis.asyncio import Redis
 
-from zsynth import protocol
-from zsynth.app import create_app
-from zsynth.dispatch import Dispatcher, JobFailed
-from zsynth.voices.library import VOICE_LIBRARY
+from zsynth.core import protocol
+from zsynth.services.dispatch import Dispatcher, JobFailed
+from zsynth.services.keys import VOICE_LIBRARY
+from zsynth.speech.app import create_app
 
 from .helpers import (
     WorkerProcess,
@@ -496,7 +496,8 @@ async def test_second_box_without_a_bucket_warns_and_readyz_says_why(aiohttp_cli
 
 
 def test_resolve_never_swaps_a_clone_id_or_a_builtin_id(tmp_path):
-    from zsynth.voices import VoiceCatalog, VoiceStore
+    from zsynth.core.voices import VoiceStore
+    from zsynth.services.voices import VoiceCatalog
 
     catalog = VoiceCatalog(VoiceStore(tmp_path), "piper")
     assert catalog.resolve("custom-NotHereYet0") == "custom-NotHereYet0"  # fetched or refused, never swapped
@@ -506,7 +507,7 @@ def test_resolve_never_swaps_a_clone_id_or_a_builtin_id(tmp_path):
 
 def test_saved_settings_are_defaults_under_the_request_s_own(tmp_path):
     from workers.engines.base import VoiceSpec, job_settings
-    from zsynth.voices import VoiceStore
+    from zsynth.core.voices import VoiceStore
 
     store = VoiceStore(tmp_path)
     store.save_builtin_settings("joe", 3, {"speed": 0.8, "stability": 0.9})

@@ -21,11 +21,11 @@ import aioboto3
 import aiohttp
 from redis.asyncio import Redis
 
-from zsynth import protocol
-from zsynth.app import create_app
-from zsynth.voices.bucket import VoiceBucket
-from zsynth.voices.library import VOICE_LIBRARY
-from zsynth.voices.store import VoiceStore
+from zsynth.core import protocol
+from zsynth.core.voices.bucket import VoiceBucket
+from zsynth.core.voices.store import VoiceStore
+from zsynth.services.keys import VOICE_LIBRARY
+from zsynth.speech.app import create_app
 
 from .helpers import WorkerProcess, assert_speech, decode_audio, front_process, make_settings, redis_text
 from .s3_helpers import PREFIX, create_bucket, start_front

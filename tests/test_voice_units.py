@@ -12,9 +12,9 @@ import pytest
 
 from workers.engines.base import clamp_setting
 from workers.engines.pitch import median_f0, pitch_shift
-from zsynth.voices import VoiceStore
-from zsynth.voices.catalog import VoiceCatalog, new_clone_meta
-from zsynth.voices.store import LEFTOVER_AGE_S
+from zsynth.core.voices import VoiceStore
+from zsynth.core.voices.store import LEFTOVER_AGE_S
+from zsynth.services.voices import VoiceCatalog, new_clone_meta
 
 RATE = 22050
 

@@ -200,7 +200,7 @@ async def test_bad_clips_get_400_saying_what_to_send(client, make, code):
 
 
 async def test_oversized_clip_gets_400(aiohttp_client, redis_url, data_dir, shared_workers):
-    from zsynth.app import create_app
+    from zsynth.speech.app import create_app
 
     from .helpers import make_settings
 

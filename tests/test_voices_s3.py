@@ -8,11 +8,11 @@ import uuid
 import aiohttp
 from redis.asyncio import Redis
 
-from zsynth import protocol
-from zsynth.app import create_app
-from zsynth.config import Settings
-from zsynth.voices import is_clone_id
-from zsynth.voices.library import VOICE_LIBRARY
+from zsynth.core import protocol
+from zsynth.core.config import Settings
+from zsynth.core.voices import is_clone_id
+from zsynth.services.keys import VOICE_LIBRARY
+from zsynth.speech.app import create_app
 
 from .helpers import make_settings, status_and_code
 from .s3_helpers import PREFIX, bucket_keys, create_bucket, start_front
@@ -106,7 +106,7 @@ async def test_voices_cloned_before_the_bucket_was_set_are_uploaded_at_start(
 async def test_a_removal_whose_announcement_was_lost_is_settled_by_the_periodic_comparison(
     aiohttp_client, aws_endpoint, private_redis_url, tmp_path
 ):
-    from zsynth.voices.bucket import VoiceBucket
+    from zsynth.core.voices.bucket import VoiceBucket
 
     bucket = await create_bucket()
     box = await start_front(aiohttp_client, private_redis_url, tmp_path, bucket, voices_resync_s=0.3)

@@ -11,8 +11,8 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
-from zsynth.app import create_app
-from zsynth.voices import VoiceConfigError
+from zsynth.services.voices import VoiceConfigError
+from zsynth.speech.app import create_app
 
 from .helpers import ROOT, WorkerProcess, assert_speech, decode_audio, free_port, make_settings
 from .voice_clips import reference_file

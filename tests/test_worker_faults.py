@@ -9,8 +9,8 @@ import aiohttp
 import pytest
 from redis.asyncio import Redis
 
-from zsynth import protocol
-from zsynth.app import create_app
+from zsynth.core import protocol
+from zsynth.speech.app import create_app
 
 from .helpers import LONG_TEXT, assert_speech, decode_audio, make_settings
 
@@ -91,7 +91,7 @@ async def test_engine_failure_mid_job_reaches_the_client_as_an_error(private_red
     import redis as sync_redis
 
     from workers.worker import Worker
-    from zsynth.dispatch import Dispatcher, JobFailed
+    from zsynth.services.dispatch import Dispatcher, JobFailed
 
     settings = make_settings(private_redis_url, tmp_path)
     redis = Redis.from_url(private_redis_url)

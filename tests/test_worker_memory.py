@@ -20,9 +20,9 @@ from redis.asyncio import Redis
 
 from workers.engines.base import VoiceSpec
 from workers.memory import MEMORY_EXIT_CODE, MemoryWatch
-from zsynth import protocol
-from zsynth.app import create_app
-from zsynth.config import Settings, SettingsError
+from zsynth.core import protocol
+from zsynth.core.config import Settings, SettingsError
+from zsynth.speech.app import create_app
 
 from .helpers import ROOT, WorkerProcess, assert_speech, decode_audio, make_settings, wait_for
 
@@ -225,7 +225,7 @@ _STUCK_WORKER = textwrap.dedent(
     from workers.engines.base import EngineChunk
     from workers.memory import rss_bytes
     from workers.worker import Worker
-    from zsynth.config import Settings
+    from zsynth.core.config import Settings
 
     class Hog:
         name = "hog"

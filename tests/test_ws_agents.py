@@ -12,8 +12,8 @@ import aiohttp
 import pytest
 from redis.asyncio import Redis
 
-from zsynth import protocol
-from zsynth.app import create_app
+from zsynth.core import protocol
+from zsynth.speech.app import create_app
 
 from .helpers import assert_speech, decode_audio, make_settings
 from .ws_helpers import Received, collect

@@ -6,7 +6,7 @@ import asyncio
 
 import aiohttp
 
-from zsynth.app import create_app
+from zsynth.speech.app import create_app
 
 from .helpers import make_settings
 from .ws_helpers import collect

@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 from livekit.plugins import elevenlabs
 
-from zsynth.app import create_app
+from zsynth.speech.app import create_app
 
 from .helpers import assert_speech, make_settings
 from .livekit_helpers import CONN, Turn, speak
@@ -40,7 +40,7 @@ async def server(aiohttp_client, redis_url, data_dir, shared_workers):
 
 
 async def test_livekit_agent_conversation(server, caplog):
-    caplog.set_level(logging.INFO, logger="zsynth.ws")
+    caplog.set_level(logging.INFO, logger="zsynth.speech.ws")
     async with aiohttp.ClientSession() as session:
         tts = elevenlabs.TTS(
             api_key=KEY,
@@ -81,7 +81,7 @@ async def test_livekit_agent_conversation(server, caplog):
         await tts.aclose()
 
     def log() -> list[str]:
-        return [r.getMessage() for r in caplog.records if r.name.startswith("zsynth.ws")]
+        return [r.getMessage() for r in caplog.records if r.name.startswith("zsynth.speech.ws")]
 
     for _ in range(100):  # the front logs the close once its handler has finished
         if any(" closed (" in line for line in log()):
@@ -93,5 +93,5 @@ async def test_livekit_agent_conversation(server, caplog):
     assert any(line.endswith("closed (1000)") for line in lines), lines
     assert any("closed mid-speech: stopping it" in line for line in lines), lines
     # Every error frame is logged by the connection as "socket <id>: <error code>: <message>".
-    errors = [r.getMessage() for r in caplog.records if r.name == "zsynth.ws.connection"]
+    errors = [r.getMessage() for r in caplog.records if r.name == "zsynth.speech.ws.connection"]
     assert not [m for m in errors if re.match(r"socket \S+: [a-z_]+: ", m)], errors

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from zsynth.avatar.messages import ControlMessage, SpeakCommand
-from zsynth.ws.buffer import DEFAULT_SCHEDULE
-from zsynth.ws.connection import WsError
-from zsynth.ws.messages import ContextMessage, ContextOpening, TextMessage, read
+from zsynth.speech.ws.buffer import DEFAULT_SCHEDULE
+from zsynth.speech.ws.connection import WsError
+from zsynth.speech.ws.messages import ContextMessage, ContextOpening, TextMessage, read
 
 
 def refused(model, message, max_chars=None) -> tuple[str, str]:

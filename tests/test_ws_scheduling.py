@@ -12,8 +12,8 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from redis.asyncio import Redis
 
-from zsynth import protocol
-from zsynth.app import create_app
+from zsynth.core import protocol
+from zsynth.speech.app import create_app
 
 from .helpers import LONG_TEXT, WorkerProcess, assert_speech, decode_audio, make_settings, redis_text
 
@@ -124,8 +124,8 @@ async def test_synthesis_failure_ends_the_socket_with_1008(aiohttp_client, priva
 
 async def test_realtime_jobs_are_claimed_first_come_first_served(private_redis_url, tmp_path):
     """Realtime jobs go ahead of batch jobs, and among themselves keep their order (the claim side is BLMOVE RIGHT)."""
-    from zsynth.config import Settings
-    from zsynth.dispatch import Dispatcher
+    from zsynth.core.config import Settings
+    from zsynth.services.dispatch import Dispatcher
 
     redis = Redis.from_url(private_redis_url)
     dispatcher = Dispatcher(Settings(redis_url=private_redis_url, data_dir=tmp_path), redis)
@@ -153,8 +153,8 @@ async def test_realtime_jobs_are_claimed_first_come_first_served(private_redis_u
 async def test_realtime_order_holds_while_workers_claim_between_pushes(private_redis_url, tmp_path):
     """Pushes and claims interleaved: a realtime job still queues behind the realtime jobs left, and once they are all
     claimed, the next one goes straight to the front of the batch jobs."""
-    from zsynth.config import Settings
-    from zsynth.dispatch import Dispatcher
+    from zsynth.core.config import Settings
+    from zsynth.services.dispatch import Dispatcher
 
     redis = Redis.from_url(private_redis_url)
     dispatcher = Dispatcher(Settings(redis_url=private_redis_url, data_dir=tmp_path), redis)

@@ -10,7 +10,7 @@ import pytest
 from elevenlabs.client import ElevenLabs
 from elevenlabs.core.api_error import ApiError as ElevenLabsApiError
 
-from zsynth.app import create_app
+from zsynth.speech.app import create_app
 
 from .helpers import assert_speech, decode_audio, make_settings
 from .ws_helpers import collect, squash

@@ -6,7 +6,7 @@ from urllib.parse import quote
 
 import pytest
 
-from zsynth.auth import AUTHENTICATOR
+from zsynth.services.auth import AUTHENTICATOR
 
 from .fronts import clocked_app
 from .helpers import assert_speech, decode_audio, make_settings

@@ -19,9 +19,9 @@ import redis
 from redis.asyncio import Redis
 
 from workers.synthesis import text_pieces
-from zsynth import protocol
-from zsynth.app import create_app
-from zsynth.metrics import METRICS
+from zsynth.core import protocol
+from zsynth.services.metrics import METRICS
+from zsynth.speech.app import create_app
 
 from .helpers import RedisServer, WorkerProcess, assert_speech, decode_audio, make_settings, redis_text
 from .ws_helpers import squash

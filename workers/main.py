@@ -9,10 +9,10 @@ import time
 from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 
-from zsynth import protocol
-from zsynth.config import Settings
-from zsynth.sdnotify import notify
-from zsynth.server import run_forever
+from zsynth.core import protocol
+from zsynth.core.config import Settings
+from zsynth.core.runtime import run_forever
+from zsynth.core.sdnotify import notify
 
 from .engines import load_engine
 from .worker import Worker

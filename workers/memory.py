@@ -25,9 +25,9 @@ from redis import Redis as SyncRedis
 from redis.exceptions import RedisError
 from redis.typing import EncodableT
 
-from zsynth import protocol
-from zsynth.config import Settings
-from zsynth.protocol import ErrorCode
+from zsynth.core import protocol
+from zsynth.core.config import Settings
+from zsynth.core.protocol import ErrorCode
 
 logger = logging.getLogger(__name__)
 

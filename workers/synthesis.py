@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from zsynth.alignment import Timeline, char_alignment
-from zsynth.audio import OutputFormat
-from zsynth.text import SENTENCE_MAX_CHARS, pack_sentences, split_sentences
+from zsynth.core.alignment import Timeline, char_alignment
+from zsynth.core.audio import OutputFormat
+from zsynth.core.text.sentences import SENTENCE_MAX_CHARS, pack_sentences, split_sentences
 
 from .engines import EngineChunk
 
@@ -21,7 +21,7 @@ def text_pieces(text: str, max_chars: int) -> list[str]:
 
     A worker speaks one piece before it may yield its slot. A sentence is never cut for the piece limit (that would
     change its intonation): the engine gets the sentences the whole text would have given it, as it cuts them from
-    the same split (at most :data:`~zsynth.text.SENTENCE_MAX_CHARS` each).
+    the same split (at most :data:`~zsynth.core.text.sentences.SENTENCE_MAX_CHARS` each).
     """
     return pack_sentences(split_sentences(text, SENTENCE_MAX_CHARS), max_chars) or [text]
 

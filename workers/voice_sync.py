@@ -1,6 +1,6 @@
 """A worker's part in the voice library: keep the box's voice cache current, and find each job's voice or refuse.
 
-The worker runs a :class:`~zsynth.voices.library.VoiceLibrary` in its event loop: announcements of new, edited and
+The worker runs a :class:`~zsynth.core.voices.library.VoiceLibrary` in its event loop: announcements of new, edited and
 removed voices are applied to the box's disk and make the engine forget what it kept about the voice. The engine
 thread asks :meth:`WorkerVoices.spec` for a job's voice; a cloned voice missing from the disk is fetched from the
 bucket (at most ``ZSYNTH_VOICES_FETCH_WAIT``), and one that cannot be had fails the job with
@@ -14,13 +14,13 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from zsynth.aws import client_config
-from zsynth.config import Settings
-from zsynth.protocol import ErrorCode
-from zsynth.voices import StoredVoice, VoiceStore, is_clone_id
-from zsynth.voices.bucket import VoiceBucket, VoiceRefused
-from zsynth.voices.clips import ADVICE, ClipError, clip_header
-from zsynth.voices.library import StorageUnavailable, VoiceLibrary
+from zsynth.core.aws import client_config
+from zsynth.core.config import Settings
+from zsynth.core.protocol import ErrorCode
+from zsynth.core.voices import StoredVoice, VoiceStore, is_clone_id
+from zsynth.core.voices.bucket import VoiceBucket, VoiceRefused
+from zsynth.core.voices.clips import ADVICE, ClipError, clip_header
+from zsynth.core.voices.library import StorageUnavailable, VoiceLibrary
 
 from .engines import Engine, VoiceSpec
 

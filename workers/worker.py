@@ -38,11 +38,11 @@ from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.typing import EncodableT
 
-from zsynth import protocol
-from zsynth.audio import Encoder, OutputFormat, OutputFormatError, parse_output_format
-from zsynth.config import Settings
-from zsynth.protocol import ErrorCode
-from zsynth.supervise import Supervisor
+from zsynth.core import protocol
+from zsynth.core.audio import Encoder, OutputFormat, OutputFormatError, parse_output_format
+from zsynth.core.config import Settings
+from zsynth.core.protocol import ErrorCode
+from zsynth.core.supervise import Supervisor
 
 from .engines import Engine, VoiceSpec
 from .memory import MEMORY_EXIT_CODE, TOO_COMPLEX_MESSAGE, JobGuard, rss_bytes

@@ -1,5 +1,5 @@
 """``python -m zsynth``: the ``zsynth`` command."""
 
-from .cli import main
+from zsynth.cli import main
 
 main()

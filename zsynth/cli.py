@@ -8,8 +8,8 @@ import asyncio
 import sys
 from collections.abc import Sequence
 
-from .config import Settings, SettingsError
-from .logs import setup_logging
+from zsynth.core.config import Settings, SettingsError
+from zsynth.core.logs import setup_logging
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -23,7 +23,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("demo", help="serve the demo page and its token-minting backend (port ZSYNTH_DEMO_PORT)")
     dev = sub.add_parser("dev", help="redis-server (if none answers), front, workers, avatar and demo on this box")
     dev.add_argument("--workers", type=int, default=1, help="number of worker processes (default 1)")
-    from .keyadmin import add_parser
+    from zsynth.keyadmin import add_parser
 
     add_parser(sub)
     return parser
@@ -40,17 +40,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit(2) from err
     if args.command == "serve":
         setup_logging(settings, "front")
-        from .app import run
+        from zsynth.speech.app import run
 
         run(settings)
     elif args.command == "avatar":
         setup_logging(settings, "avatar")
-        from .avatar.app import run_avatar
+        from zsynth.avatar.app import run_avatar
 
         run_avatar(settings)
     elif args.command == "demo":
         setup_logging(settings, "demo")
-        from .demo.app import run_demo
+        from zsynth.demo.app import run_demo
 
         run_demo(settings)
     elif args.command == "worker":
@@ -64,10 +64,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         run_worker(settings)
     elif args.command == "dev":
         setup_logging(settings, "dev")
-        from .dev import run_dev
+        from zsynth.dev import run_dev
 
         raise SystemExit(run_dev(settings, workers=args.workers))
     elif args.command == "keys":
-        from .keyadmin import run_keys
+        from zsynth.keyadmin import run_keys
 
         raise SystemExit(asyncio.run(run_keys(settings, args)))

@@ -19,7 +19,7 @@ from urllib.parse import urlparse
 
 import redis
 
-from .config import Settings
+from zsynth.core.config import Settings
 
 logger = logging.getLogger(__name__)
 

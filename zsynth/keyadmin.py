@@ -7,9 +7,9 @@ import sys
 import time
 from typing import TextIO
 
-from .auth import Authenticator
-from .config import Settings
-from .keystore import KeyStore, KeyStoreError
+from zsynth.core.config import Settings
+from zsynth.services.auth import Authenticator
+from zsynth.services.keystore import KeyStore, KeyStoreError
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -1,7 +1,7 @@
 """The OpenAPI documents, built without a running server (the same ones /openapi.json serves)."""
 
-from zsynth.config import Settings
-from zsynth.openapi import build_document
+from zsynth.core.config import Settings
+from zsynth.documents import build_document
 
 speech_doc = build_document("speech", Settings.from_env())
 avatar_doc = build_document("avatar")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from zsynth.config import Settings
+from zsynth.core.config import Settings
 
 from .base import Engine, EngineChunk, MarkedText, VoiceSpec
 

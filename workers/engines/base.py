@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from zsynth import marks
+from zsynth.core.text import marks
 
 
 @dataclass(slots=True)
@@ -67,7 +67,7 @@ class Engine(Protocol):
 def clamp_setting(value: Any, low: float, high: float, default: float) -> float:
     """A voice setting as a number within [low, high]; ``default`` when it is missing or not a finite number.
 
-    Every transport of the front checks voice settings (:mod:`zsynth.voice_settings`), but a job queued by other
+    Every transport of the front checks voice settings (:mod:`zsynth.core.voice_settings`), but a job queued by other
     means may still carry anything JSON can.
     """
     try:
@@ -80,7 +80,7 @@ def clamp_setting(value: Any, low: float, high: float, default: float) -> float:
 
 
 class MarkedText:
-    """Wraps an engine so that the front's markers (:mod:`zsynth.marks`) in a job's text are honoured.
+    """Wraps an engine so that the front's markers (:mod:`zsynth.core.text.marks`) in a job's text are honoured.
 
     A pause marker becomes that much silence, a chunk of its own whose text is the marker (so the alignment keeps
     counting through it); the text between pauses goes to the engine as usual. Phoneme markers are left to engines

@@ -37,10 +37,10 @@ from typing import Any, Final
 
 import numpy as np
 
-from zsynth import marks
-from zsynth.text import SENTENCE_MAX_CHARS, split_sentences
-from zsynth.voices.clips import STORE_RATE, ClipError, decode_clip_file
-from zsynth.voices.store import check_reference, reference_name, reference_path, revision
+from zsynth.core.text import marks
+from zsynth.core.text.sentences import SENTENCE_MAX_CHARS, split_sentences
+from zsynth.core.voices.clips import STORE_RATE, ClipError, decode_clip_file
+from zsynth.core.voices.store import check_reference, reference_name, reference_path, revision
 
 from .base import EngineChunk, VoiceSpec, clamp_setting, job_settings
 from .phonemes import arpabet_to_ipa

@@ -29,8 +29,8 @@ from typing import Any, Final
 
 import numpy as np
 
-from zsynth.config import Settings
-from zsynth.text import SENTENCE_MAX_CHARS, pack_sentences, split_sentences
+from zsynth.core.config import Settings
+from zsynth.core.text.sentences import SENTENCE_MAX_CHARS, pack_sentences, split_sentences
 
 from .base import EngineChunk, VoiceSpec, clamp_setting, job_settings
 from .turbo_ckpt import BUILTIN_CONDS, WEIGHT_FILES, backbone, backbone_config, is_random, missing_files

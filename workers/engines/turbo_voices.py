@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from zsynth.voices.store import revision
+from zsynth.core.voices.store import revision
 
 logger = logging.getLogger(__name__)
 

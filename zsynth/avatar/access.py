@@ -1,5 +1,5 @@
-"""Who may call which avatar route: each route declares it (:class:`zsynth.endpoints.Access`), the kit's access
-middleware (:mod:`zsynth.gate`) enforces it with this server's words (:data:`GATE`). Full keys pass everywhere,
+"""Who may call which avatar route: each route declares it (:class:`zsynth.kit.endpoints.Access`), the kit's access
+middleware (:mod:`zsynth.kit.gate`) enforces it with this server's words (:data:`GATE`). Full keys pass everywhere,
 session tokens only on the routes declared ``Access.TOKEN`` (the stream routes, the control socket included).
 
 Full keys come in a header (``X-Api-Key`` or ``Authorization: Bearer``). Browsers cannot set headers on a
@@ -13,12 +13,12 @@ from typing import Final
 
 from aiohttp import web
 
-from ..access import refuses_open_write
-from ..auth import AUTHENTICATOR, AuthError, Credential, read_credential, watch_credential
-from ..errors import Handler
-from ..gate import Gate, access_middleware
-from .errors import AvatarError
-from .session import AvatarSession
+from zsynth.avatar.errors import AvatarError
+from zsynth.avatar.session import AvatarSession
+from zsynth.kit.access import refuses_open_write
+from zsynth.kit.errors import Handler
+from zsynth.kit.gate import Gate, access_middleware
+from zsynth.services.auth import AUTHENTICATOR, AuthError, Credential, read_credential, watch_credential
 
 
 def auth_error(err: AuthError) -> AvatarError:

@@ -8,25 +8,26 @@ from typing import Final
 
 from aiohttp import web
 
-from ..access import authenticator_ctx
-from ..auth import AUTHENTICATOR, CREDENTIAL_HEADERS, Authenticator
-from ..config import Settings
-from ..cors import any_origin, setup_cors
-from ..dispatch import DISPATCHER
-from ..hosts import host_guard
-from ..keys import SETTINGS
-from ..metrics import METRICS, Metrics
-from ..middleware import request_id_middleware
-from ..openapi import document_bytes
-from ..operations import OPENAPI_DOCUMENT
-from ..server import run_server
-from ..services import dispatcher, redis_client
-from .access import avatar_access_middleware, open_write_middleware
-from .errors import avatar_error_middleware
-from .renderers import AvatarRenderer, builtin_avatars
-from .renderers.base import AVATARS
-from .routes import setup_routes
-from .sessions import AVATAR_SESSIONS, SessionRegistry
+from zsynth.avatar import openapi
+from zsynth.avatar.access import avatar_access_middleware, open_write_middleware
+from zsynth.avatar.errors import avatar_error_middleware
+from zsynth.avatar.renderers import AvatarRenderer, builtin_avatars
+from zsynth.avatar.renderers.base import AVATARS
+from zsynth.avatar.routes import setup_routes
+from zsynth.avatar.sessions import AVATAR_SESSIONS, SessionRegistry
+from zsynth.core.config import Settings
+from zsynth.kit.access import authenticator_ctx
+from zsynth.kit.cors import any_origin, setup_cors
+from zsynth.kit.hosts import host_guard
+from zsynth.kit.middleware import request_id_middleware
+from zsynth.kit.openapi import document_bytes
+from zsynth.kit.operations import OPENAPI_DOCUMENT
+from zsynth.kit.server import run_server
+from zsynth.services.auth import AUTHENTICATOR, CREDENTIAL_HEADERS, Authenticator
+from zsynth.services.dispatch import DISPATCHER
+from zsynth.services.keys import SETTINGS
+from zsynth.services.metrics import METRICS, Metrics
+from zsynth.services.queue import dispatcher, redis_client
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +63,7 @@ def create_avatar_app(settings: Settings, auth: Authenticator | None = None) -> 
     if auth is not None:
         app[AUTHENTICATOR] = auth  # authenticator_ctx uses a preset one (tests inject a clock this way)
     app.cleanup_ctx.extend([redis_client, dispatcher, authenticator_ctx, sessions])
-    app[OPENAPI_DOCUMENT] = lambda: document_bytes("avatar", settings)
+    app[OPENAPI_DOCUMENT] = lambda: document_bytes(openapi.build, settings)
     setup_routes(app)
     # Any page may call: every route needs a key or a token. Token minting is the exception: a full key belongs in a
     # backend, so it is offered only to the origins ZSYNTH_CORS_ORIGINS names (none by default).

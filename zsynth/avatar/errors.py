@@ -7,8 +7,8 @@ from typing import Final, Self
 
 import pydantic
 
-from ..envelope import ErrorEnvelope, Refusal
-from ..middleware import error_middleware_for
+from zsynth.kit.envelope import ErrorEnvelope, Refusal
+from zsynth.kit.middleware import error_middleware_for
 
 
 class AvatarError(Refusal):

@@ -20,9 +20,9 @@ from aiortc import MediaStreamTrack
 from aiortc.mediastreams import MediaStreamError
 from av import AudioFrame, VideoFrame
 
-from .renderers.base import FrameCue, RenderStream
-from .speech import SAMPLES_PER_FRAME, AudioSlot
-from .visemes import REST
+from zsynth.avatar.renderers.base import FrameCue, RenderStream
+from zsynth.avatar.speech import SAMPLES_PER_FRAME, AudioSlot
+from zsynth.avatar.visemes import REST
 
 AUDIO_RATE: Final = 48_000
 AUDIO_FRAME_S: Final = 0.020
@@ -35,7 +35,7 @@ _HISTORY: Final = 32  # played audio frames remembered for the video track
 
 class Playout:
     """The session clock and the speech frames waiting to be played on it (audio frames, not text: character
-    alignment is :class:`zsynth.alignment.Timeline`)."""
+    alignment is :class:`zsynth.core.alignment.Timeline`)."""
 
     def __init__(self) -> None:
         self.origin = time.monotonic()

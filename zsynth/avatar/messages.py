@@ -1,6 +1,6 @@
 """The commands of the avatar's control socket (``GET /control/{session_id}``), each a model that validates it.
 
-Every refusal keeps the control socket's code and message (:func:`zsynth.endpoints.refusal`); the route turns it
+Every refusal keeps the control socket's code and message (:func:`zsynth.kit.endpoints.refusal`); the route turns it
 into an ``error`` event and the session goes on.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pydantic
 
-from ..endpoints import refusal, text_limit
+from zsynth.kit.endpoints import refusal, text_limit
 
 
 class ControlMessage(pydantic.BaseModel):

@@ -15,8 +15,8 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-from ..config import Settings
-from .errors import AvatarError
+from zsynth.avatar.errors import AvatarError
+from zsynth.core.config import Settings
 
 _CANDIDATE: Final = "a=candidate:"
 _END_OF_CANDIDATES: Final = "a=end-of-candidates"

@@ -12,14 +12,14 @@ from typing import Any, Final
 from aiohttp import web
 from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
 
-from ..config import Settings
-from ..dispatch import Dispatcher
-from ..ratelimit import TokenBucket
-from ..synthesis import Failure, SynthesisFailed, SynthesisService
-from .errors import AvatarError
-from .media import AvatarVideoTrack, Playout, SpeechAudioTrack
-from .renderers.base import AvatarRenderer
-from .speech import AudioSlot, Framer, SpeechTask
+from zsynth.avatar.errors import AvatarError
+from zsynth.avatar.media import AvatarVideoTrack, Playout, SpeechAudioTrack
+from zsynth.avatar.renderers.base import AvatarRenderer
+from zsynth.avatar.speech import AudioSlot, Framer, SpeechTask
+from zsynth.core.config import Settings
+from zsynth.core.ratelimit import TokenBucket
+from zsynth.services.dispatch import Dispatcher
+from zsynth.services.synthesis import Failure, SynthesisFailed, SynthesisService
 
 logger = logging.getLogger(__name__)
 

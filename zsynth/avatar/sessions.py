@@ -9,11 +9,11 @@ from typing import Final
 
 from aiohttp import web
 
-from ..config import Settings
-from ..dispatch import Dispatcher
-from .errors import AvatarError
-from .renderers.base import AvatarRenderer
-from .session import AvatarSession
+from zsynth.avatar.errors import AvatarError
+from zsynth.avatar.renderers.base import AvatarRenderer
+from zsynth.avatar.session import AvatarSession
+from zsynth.core.config import Settings
+from zsynth.services.dispatch import Dispatcher
 
 logger = logging.getLogger(__name__)
 

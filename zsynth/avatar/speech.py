@@ -9,9 +9,9 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from ..protocol import Event
-from ..synthesis import SynthesisRequest
-from .visemes import REST, UNTIMED, VISEMES, openness, timing_labels
+from zsynth.avatar.visemes import REST, UNTIMED, VISEMES, openness, timing_labels
+from zsynth.core.protocol import Event
+from zsynth.services.synthesis import SynthesisRequest
 
 OUTPUT_FORMAT: Final = "pcm_48000"  # the workers resample to the WebRTC rate, so no resampling happens here
 SAMPLES_PER_FRAME: Final = 960  # 20 ms at 48 kHz: one WebRTC audio frame

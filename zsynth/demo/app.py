@@ -1,6 +1,6 @@
 """The demo server: the page, its static files, ``GET /demo/session`` (tokens per load) and the clone proxy.
 
-The demo holds a full key, so it answers only its allowed host names (:mod:`zsynth.hosts`) and every answer carries
+The demo holds a full key, so it answers only its allowed host names (:mod:`zsynth.kit.hosts`) and every answer carries
 a Content-Security-Policy (its own script and style only; calls to itself and to the two APIs it names) and
 ``X-Frame-Options: DENY``: no other page may frame it.
 """
@@ -17,13 +17,13 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
-from ..config import Settings
-from ..errors import ApiError, error_middleware
-from ..hosts import host_guard
-from ..keys import REQUEST_ID, SETTINGS
-from ..middleware import request_id_middleware
-from ..server import run_server
-from .backend import DEMO_BACKEND, DemoBackend, UpstreamError, read_clone_form, same_origin
+from zsynth.core.config import Settings
+from zsynth.demo.backend import DEMO_BACKEND, DemoBackend, UpstreamError, read_clone_form, same_origin
+from zsynth.kit.errors import ApiError, error_middleware
+from zsynth.kit.hosts import host_guard
+from zsynth.kit.middleware import request_id_middleware
+from zsynth.kit.server import run_server
+from zsynth.services.keys import REQUEST_ID, SETTINGS
 
 logger = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 The page never receives the full key. Per page load it gets a speech token (``POST /v1/tokens/ephemeral`` on the
 speech API) and an avatar session token (``POST /v1/streaming.create_token`` on the avatar server), minted here
 with the key. Cloning needs a full key, so uploads go through :meth:`DemoBackend.clone`, read here first within
-the speech API's own multipart limits (:mod:`zsynth.multipart`).
+the speech API's own multipart limits (:mod:`zsynth.kit.multipart`).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import aiohttp
 from aiohttp import hdrs, web
 from yarl import URL
 
-from ..config import Settings
-from ..multipart import BoundedMultipart
+from zsynth.core.config import Settings
+from zsynth.kit.multipart import BoundedMultipart
 
 logger = logging.getLogger(__name__)
 

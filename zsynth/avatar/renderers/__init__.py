@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .base import AvatarInfo, AvatarRenderer, FrameCue, RenderStream
-from .cpu import CpuFaceRenderer, FaceStyle, builtin_avatars
+from zsynth.avatar.renderers.base import AvatarInfo, AvatarRenderer, FrameCue, RenderStream
+from zsynth.avatar.renderers.cpu import CpuFaceRenderer, FaceStyle, builtin_avatars
 
 __all__ = [
     "AvatarInfo",

@@ -18,8 +18,8 @@ import numpy as np
 import numpy.typing as npt
 from av import VideoFrame
 
-from ..visemes import VISEMES
-from .base import AvatarInfo, AvatarRenderer, FrameCue, RenderStream
+from zsynth.avatar.renderers.base import AvatarInfo, AvatarRenderer, FrameCue, RenderStream
+from zsynth.avatar.visemes import VISEMES
 
 Color = tuple[int, int, int]
 FloatImage = npt.NDArray[np.float32]

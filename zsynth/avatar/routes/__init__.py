@@ -9,10 +9,10 @@ from typing import Final
 
 from aiohttp import web
 
-from ...endpoints import add_endpoints
-from ...operations import operation_routes
-from . import connect, control, manage, tokens
-from .body import PARSING
+from zsynth.avatar.bodies import PARSING
+from zsynth.avatar.routes import connect, control, manage, tokens
+from zsynth.kit.endpoints import add_endpoints
+from zsynth.kit.operations import operation_routes
 
 #: /healthz, /metrics and /openapi.json: any page may read the probe and the document.
 operations = operation_routes(

@@ -8,15 +8,15 @@ from typing import Any, Literal
 import pydantic
 from aiohttp import web
 
-from ...auth import CREDENTIAL
-from ...endpoints import Access, Endpoints, refusal
-from ...keys import SETTINGS
-from ..access import watch_session
-from ..errors import AvatarError
-from ..renderers.base import AVATARS
-from ..sdp import OfferLimits, check_offer
-from ..sessions import AVATAR_SESSIONS
-from .body import documented
+from zsynth.avatar.access import watch_session
+from zsynth.avatar.bodies import documented
+from zsynth.avatar.errors import AvatarError
+from zsynth.avatar.renderers.base import AVATARS
+from zsynth.avatar.sdp import OfferLimits, check_offer
+from zsynth.avatar.sessions import AVATAR_SESSIONS
+from zsynth.kit.endpoints import Access, Endpoints, refusal
+from zsynth.services.auth import CREDENTIAL
+from zsynth.services.keys import SETTINGS
 
 logger = logging.getLogger(__name__)
 

@@ -15,16 +15,16 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
-from ... import jsonbody
-from ...auth import CREDENTIAL
-from ...endpoints import MAX_TEXT_CHARS, Access, Endpoints, validate
-from ...keys import SETTINGS
-from ..access import watch_session
-from ..errors import AvatarError
-from ..messages import ControlMessage, SpeakCommand
-from ..session import AvatarSession
-from ..sessions import AVATAR_SESSIONS
-from .body import avatar_error
+from zsynth.avatar.access import watch_session
+from zsynth.avatar.bodies import avatar_error
+from zsynth.avatar.errors import AvatarError
+from zsynth.avatar.messages import ControlMessage, SpeakCommand
+from zsynth.avatar.session import AvatarSession
+from zsynth.avatar.sessions import AVATAR_SESSIONS
+from zsynth.kit import jsonbody
+from zsynth.kit.endpoints import MAX_TEXT_CHARS, Access, Endpoints, validate
+from zsynth.services.auth import CREDENTIAL
+from zsynth.services.keys import SETTINGS
 
 logger = logging.getLogger(__name__)
 

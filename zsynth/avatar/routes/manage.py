@@ -7,10 +7,10 @@ from typing import Literal
 import pydantic
 from aiohttp import web
 
-from ...endpoints import Access, Endpoints
-from ..renderers.base import AVATARS
-from ..sessions import AVATAR_SESSIONS
-from .body import documented
+from zsynth.avatar.bodies import documented
+from zsynth.avatar.renderers.base import AVATARS
+from zsynth.avatar.sessions import AVATAR_SESSIONS
+from zsynth.kit.endpoints import Access, Endpoints
 
 routes = Endpoints()
 

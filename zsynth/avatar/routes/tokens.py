@@ -7,10 +7,10 @@ from typing import Annotated, Literal
 import pydantic
 from aiohttp import web
 
-from ...auth import AUTHENTICATOR, CREDENTIAL, TTL_DEFAULT, TTL_SCHEMA, AuthError, clamp_ttl
-from ...endpoints import Access, Endpoints, refusal
-from ..access import auth_error
-from .body import documented
+from zsynth.avatar.access import auth_error
+from zsynth.avatar.bodies import documented
+from zsynth.kit.endpoints import Access, Endpoints, refusal
+from zsynth.services.auth import AUTHENTICATOR, CREDENTIAL, TTL_DEFAULT, TTL_SCHEMA, AuthError, clamp_ttl
 
 routes = Endpoints()
 
@@ -26,7 +26,7 @@ class SessionTokenRequest(pydantic.BaseModel):
     @pydantic.field_validator("ttl_seconds", mode="before")
     @classmethod
     def _clamped(cls, value: object) -> int:
-        # The speech API's rule (zsynth.auth.clamp_ttl): null is the default, "300" and true are refused.
+        # The speech API's rule (zsynth.services.auth.clamp_ttl): null is the default, "300" and true are refused.
         try:
             return clamp_ttl(value)
         except ValueError:

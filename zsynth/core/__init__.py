@@ -1,0 +1,26 @@
+"""The kernel: what the fronts and the GPU workers share. Nothing here imports aiohttp (an import-linter contract).
+
+- :mod:`.config`: the typed settings every process reads from its environment.
+- :mod:`.protocol`: the job, its events and its error codes, as they travel over Redis.
+- :mod:`.audio`: output formats and encoders; :mod:`.alignment`: character timing.
+- :mod:`.text`: everything done to a text before it is spoken.
+- :mod:`.voices`: cloned voices on disk and in the bucket.
+- :mod:`.supervise`, :mod:`.logs`, :mod:`.aws`, :mod:`.sdnotify`, :mod:`.ratelimit`, :mod:`.voice_settings`: small
+  shared utilities.
+"""
+
+__all__ = [
+    "alignment",
+    "audio",
+    "aws",
+    "config",
+    "logs",
+    "protocol",
+    "ratelimit",
+    "runtime",
+    "sdnotify",
+    "supervise",
+    "text",
+    "voice_settings",
+    "voices",
+]

@@ -1,0 +1,429 @@
+"""Typed settings for every zsynth process, read from ``ZSYNTH_*`` environment variables.
+
+Settings are built once at start-up by :meth:`Settings.from_env` and passed down explicitly; nothing here runs at
+import time. A malformed value raises :class:`SettingsError`, whose message names the variable.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+PREFIX: Final = "ZSYNTH_"
+# Defaults of the AWS client settings, also used where no Settings are at hand (the keys admin command).
+AWS_CONNECT_TIMEOUT_S: Final = 2.0
+AWS_READ_TIMEOUT_S: Final = 4.0
+AWS_MAX_ATTEMPTS: Final = 2
+ENGINES: Final = ("piper", "turbo", "simulated")
+
+T = TypeVar("T")
+
+
+class SettingsError(ValueError):
+    """A ZSYNTH_* variable is missing or malformed; the message names it."""
+
+
+def _default_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(base) / "zsynth"
+
+
+def _parse_bool(raw: str) -> bool:
+    lowered = raw.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError("expected true/false")
+
+
+def _parse_list(raw: str) -> tuple[str, ...]:
+    return tuple(item.strip() for item in raw.split(",") if item.strip())
+
+
+def _parse_port(raw: str) -> int:
+    port = int(raw)
+    if not 0 <= port <= 65535:
+        raise ValueError("expected a port number 0-65535")
+    return port
+
+
+def _positive_float(raw: str) -> float:
+    value = float(raw)
+    if not value > 0:
+        raise ValueError("expected a number greater than 0")
+    return value
+
+
+def _positive_int(raw: str) -> int:
+    value = int(raw)
+    if value < 1:
+        raise ValueError("expected a whole number of at least 1")
+    return value
+
+
+def _non_negative_int(raw: str) -> int:
+    value = int(raw)
+    if value < 0:
+        raise ValueError("expected a whole number of at least 0")
+    return value
+
+
+_SIZE_UNITS: Final = {
+    "": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
+    "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4, "t": 1000**4, "tb": 1000**4,
+}  # fmt: skip
+
+
+def _byte_size(raw: str) -> int:
+    """Bytes, or a number with a unit: ``2GiB``, ``1.5G``, ``512MiB`` (k, M, G, T are powers of 1000; KiB... 1024)."""
+    text = raw.strip().lower().replace(" ", "")
+    number = text.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = _SIZE_UNITS.get(text[len(number) :])
+    if unit is None or not number:
+        raise ValueError("expected bytes or a size such as 2GiB, 1500MB (0: the engine's default)")
+    value = float(number) * unit
+    if not 0 <= value < 2**63:
+        raise ValueError("expected a size of at least 0")
+    return int(value)
+
+
+def _engine(raw: str) -> str:
+    value = raw.strip().lower()
+    if value not in ENGINES:
+        raise ValueError(f"expected one of {', '.join(ENGINES)}")
+    return value
+
+
+def _redis_url(raw: str) -> str:
+    if not raw.startswith(("redis://", "rediss://", "unix://")):
+        raise ValueError("expected a redis://, rediss:// or unix:// URL")
+    return raw
+
+
+def _cache_ttl(raw: str) -> float:
+    value = float(raw)
+    if not 0 <= value <= 30:
+        raise ValueError("expected seconds between 0 and 30")
+    return value
+
+
+def _networks(raw: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    nets = []
+    for item in _parse_list(raw):
+        try:
+            nets.append(ipaddress.ip_network(item, strict=False))
+        except ValueError as err:
+            raise ValueError(f"{item!r} is not an IP address or CIDR network") from err
+    return tuple(nets)
+
+
+def _ice_servers(raw: str) -> tuple[str, ...]:
+    urls = _parse_list(raw)
+    for url in urls:
+        if not url.startswith(("stun:", "stuns:", "turn:", "turns:")):
+            raise ValueError(f"{url!r} is not a stun:, stuns:, turn: or turns: URL")
+    return urls
+
+
+def _video_size(raw: str) -> int:
+    size = int(raw)
+    if not 128 <= size <= 1080 or size % 2:
+        raise ValueError("expected an even number of pixels from 128 to 1080")
+    return size
+
+
+def _http_url(raw: str) -> str | None:
+    url = raw.strip().rstrip("/")
+    if url and not url.startswith(("http://", "https://")):
+        raise ValueError("expected an http:// or https:// URL")
+    return url or None
+
+
+def _optional_str(raw: str) -> str | None:
+    return raw.strip() or None
+
+
+def _s3_prefix(raw: str) -> str:
+    prefix = raw.strip().strip("/")
+    return prefix + "/" if prefix else ""
+
+
+def _optional_path(raw: str) -> Path | None:
+    return Path(raw.strip()).expanduser() if raw.strip() else None
+
+
+def _turbo_device(raw: str) -> str:
+    value = raw.strip().lower()
+    if value not in ("cuda", "cpu"):
+        raise ValueError("expected cuda (the GPU CUDA_VISIBLE_DEVICES gives the worker) or cpu (tests only)")
+    return value
+
+
+def _turbo_dtype(raw: str) -> str:
+    value = raw.strip().lower()
+    if value not in ("float32", "bfloat16"):
+        raise ValueError("expected float32 or bfloat16")
+    return value
+
+
+def _min_tokens(raw: str) -> int:
+    value = int(raw)
+    if value < 8:
+        raise ValueError("expected a whole number of at least 8 (speech tokens; 25 make a second)")
+    return value
+
+
+def _voice_map(raw: str) -> tuple[tuple[str, str], ...]:
+    pairs = []
+    for item in _parse_list(raw):
+        name, sep, voice_id = item.partition("=")
+        if not sep or not name.strip() or not voice_id.strip():
+            raise ValueError(f"{item!r} is not name=voice_id")
+        pairs.append((name.strip(), voice_id.strip()))
+    return tuple(pairs)
+
+
+# Each field's metadata names its environment variable (without the prefix) and its parser.
+def _env(name: str, parse: Callable[[str], Any] = str, **kwargs: Any) -> Any:
+    return field(metadata={"env": name, "parse": parse}, **kwargs)
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Configuration shared by the front, the workers and the command line."""
+
+    host: str = _env("HOST", default="127.0.0.1")
+    port: int = _env("PORT", _parse_port, default=8000)
+    redis_url: str = _env("REDIS_URL", _redis_url, default="redis://127.0.0.1:6379/0")
+    engine: str = _env("ENGINE", _engine, default="piper")
+    data_dir: Path = _env("DATA_DIR", Path, default_factory=_default_data_dir)
+    worker_id: str = _env("WORKER_ID", default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
+    # Threads the engine may use for one job (onnxruntime intra-op threads for Piper).
+    engine_threads: int = _env("ENGINE_THREADS", _positive_int, default=1)
+    # How long the front waits for a job's first audio (queueing included), then for each following chunk.
+    first_chunk_timeout_s: float = _env("FIRST_CHUNK_TIMEOUT", _positive_float, default=30.0)
+    chunk_timeout_s: float = _env("CHUNK_TIMEOUT", _positive_float, default=15.0)
+    # Seconds a finished job's record (terminal state) stays in Redis for late readers.
+    job_ttl_s: int = _env("JOB_TTL", _positive_int, default=600)
+    heartbeat_interval_s: float = _env("HEARTBEAT_INTERVAL", _positive_float, default=2.0)
+    heartbeat_ttl_s: int = _env("HEARTBEAT_TTL", _positive_int, default=10)
+    # Jobs that may wait in the queue; beyond it requests get 429 system_busy with Retry-After.
+    max_queue: int = _env("MAX_QUEUE", _positive_int, default=256)
+    # Largest piece of a batch job (characters, whole sentences packed up to it; a longer sentence is one piece) a
+    # worker speaks before it checks for waiting realtime or unstarted work and, if any, yields its slot.
+    piece_max_chars: int = _env("PIECE_MAX_CHARS", _positive_int, default=100)
+    # A worker's memory ceiling (bytes, or with a unit: 2GiB): a job that takes its RSS past it ends with 400
+    # input_too_complex and is never run again (workers/memory.py). 0: the engine's default (piper 2 GiB, turbo
+    # 12 GiB, simulated 1 GiB).
+    worker_max_rss: int = _env("WORKER_MAX_RSS", _byte_size, default=0)
+    # The front's Redis connection pool: at most this many commands in flight; more wait up to the timeout (then
+    # the request fails with 503 redis_unavailable) instead of failing at once.
+    redis_pool_size: int = _env("REDIS_POOL_SIZE", _positive_int, default=256)
+    redis_pool_timeout_s: float = _env("REDIS_POOL_TIMEOUT", _positive_float, default=5.0)
+    # Longest text one synthesis request may carry (characters).
+    max_text_chars: int = _env("MAX_TEXT_CHARS", _positive_int, default=10000)
+    # Longest run without white space an engine is given (longer ones get a space put in); unset: the engine's own
+    # bound (zsynth/core/text/sentences.py ENGINE_WORD_CHARS: 100 for Piper, 300 for Turbo).
+    max_word_chars: int | None = _env("MAX_WORD_CHARS", _positive_int, default=None)
+    # Largest request body the front reads (bytes); cloning uploads are the big ones.
+    max_body_bytes: int = _env("MAX_BODY_BYTES", _positive_int, default=25 * 1024 * 1024)
+    # Largest JSON request body (bytes), on the speech API and the avatar server; MAX_BODY_BYTES is for multipart
+    # uploads only. Past it: 413 request_too_large, unparsed.
+    max_json_body_bytes: int = _env("MAX_JSON_BODY_BYTES", _positive_int, default=256 * 1024)
+    # Full keys: one in ZSYNTH_API_KEY and/or a comma-separated list in ZSYNTH_API_KEYS; none = open API.
+    api_key: str | None = _env("API_KEY", _optional_str, default=None)
+    api_keys: tuple[str, ...] = _env("API_KEYS", _parse_list, default=())
+    # Seconds a stopping front lets running HTTP streams finish before cancelling them.
+    drain_timeout_s: float = _env("DRAIN_TIMEOUT", _positive_float, default=30.0)
+    # Several fronts may share one port on a box (SO_REUSEPORT); the kernel balances connections.
+    reuse_port: bool = _env("REUSE_PORT", _parse_bool, default=False)
+    # Connections of the three servers (zsynth/kit/connections.py): seconds a new connection (or a kept-alive one that
+    # starts its next request) has to finish its request headers (and its TLS handshake) before it is closed; seconds
+    # an idle kept-alive connection stays open; connections one client address (an IPv6 /64) may hold open at once,
+    # more are answered 503 and closed (0: no cap; the trusted proxies below, whose connections are every client's,
+    # are never capped).
+    header_timeout_s: float = _env("HEADER_TIMEOUT", _positive_float, default=10.0)
+    keepalive_timeout_s: float = _env("KEEPALIVE_TIMEOUT", _positive_float, default=75.0)
+    max_connections_per_address: int = _env("MAX_CONNECTIONS_PER_ADDRESS", _non_negative_int, default=256)
+    # Load tests only: the simulated engine needs this explicit second switch (see workers/engines/simulated.py).
+    load_test_only: bool = _env("LOAD_TEST_ONLY", _parse_bool, default=False)
+    sim_chunk_hold_s: float = _env("SIM_CHUNK_HOLD", _positive_float, default=0.05)
+    sim_chunk_audio_s: float = _env("SIM_CHUNK_AUDIO", _positive_float, default=0.5)
+    # The portal keys table (DynamoDB, endpoint from the AWS_* variables): zsk_live_ keys and zsk_temp_ tokens.
+    api_keys_table: str | None = _env("API_KEYS_TABLE", _optional_str, default=None)
+    # How long a keys-table answer is reused (0-30 s): the longest a revoked key keeps working on a front.
+    auth_cache_ttl_s: float = _env("AUTH_CACHE_TTL", _cache_ttl, default=30.0)
+    # Origins a browser may call the API from ("*" any; empty: no CORS headers at all).
+    cors_origins: tuple[str, ...] = _env("CORS_ORIGINS", _parse_list, default=("*",))
+    # With no keys and "*" above, pages on other sites are refused POST, PUT, PATCH and DELETE unless this is true.
+    cors_open_writes: bool = _env("CORS_OPEN_WRITES", _parse_bool, default=False)
+    # Host names (besides localhost and IP addresses, which cannot be rebound) a request's Host may carry on a server
+    # without keys and on the demo; others get 421 (a DNS-rebinding page's requests carry its own name). "*" allows
+    # any. Set, it applies to servers with keys too.
+    allowed_hosts: tuple[str, ...] = _env("ALLOWED_HOSTS", _parse_list, default=())
+    # Voices. The swap-out voice serves synthesis for unknown voice ids (default: the first built-in voice).
+    swapout_default_voice: str | None = _env("SWAPOUT_DEFAULT_VOICE", _optional_str, default=None)
+    # Largest reference clip accepted by cloning (bytes of one uploaded file).
+    voice_clip_max_bytes: int = _env("VOICE_CLIP_MAX_BYTES", _positive_int, default=20 * 1024 * 1024)
+    # Most parts one multipart upload (cloning, editing, a PLS lexicon, the demo's clone) may hold; beyond it 413
+    # too_many_parts, before the rest is parsed (each part costs the event loop, however small it is).
+    max_multipart_parts: int = _env("MAX_MULTIPART_PARTS", _positive_int, default=64)
+    # The bucket that holds the voice library shared by every box (off when unset: voices stay on this box's disk);
+    # objects live under <prefix><voice_id>/ (see zsynth/core/voices/bucket.py).
+    voices_bucket: str | None = _env("VOICES_BUCKET", _optional_str, default=None)
+    voices_prefix: str = _env("VOICES_PREFIX", _s3_prefix, default="voices/")
+    # Pronunciation dictionaries live in the same bucket under this prefix (in <data_dir>/dictionaries without one).
+    dictionaries_prefix: str = _env("DICTIONARIES_PREFIX", _s3_prefix, default="pronunciation-dictionaries/")
+    # Memory a front gives to the dictionary versions it has read (bytes, least recently used dropped first).
+    dictionary_cache_bytes: int = _env("DICTIONARY_CACHE_BYTES", _positive_int, default=32 * 1024 * 1024)
+    # How long a request (front) or a job (worker) for a cloned voice this box lacks waits while it is fetched from
+    # the bucket before the answer is 404 voice_not_found.
+    voices_fetch_wait_s: float = _env("VOICES_FETCH_WAIT", _positive_float, default=5.0)
+    # How often every front and worker compares its disk with the bucket besides following the announcements (a safety
+    # net for an announcement Redis did not take): removed voices go, missing ones come.
+    voices_resync_s: float = _env("VOICES_RESYNC", _positive_float, default=300.0)
+    # How long a start waits for the comparison with the bucket before serving anyway (it goes on in the background).
+    voices_start_wait_s: float = _env("VOICES_START_WAIT", _positive_float, default=10.0)
+    # A cloned-voice id the bucket does not have is remembered as missing for this long, in a list of at most this
+    # many ids (the oldest leave first), so repeated made-up ids do not each cost bucket reads.
+    voices_missing_ttl_s: float = _env("VOICES_MISSING_TTL", _positive_float, default=30.0)
+    voices_missing_max: int = _env("VOICES_MISSING_MAX", _positive_int, default=4096)
+    # Every DynamoDB and S3 call (zsynth/core/aws.py): seconds to connect, seconds a read may wait for bytes, and
+    # attempts
+    # in all (the first one included) before the call fails.
+    aws_connect_timeout_s: float = _env("AWS_CONNECT_TIMEOUT", _positive_float, default=AWS_CONNECT_TIMEOUT_S)
+    aws_read_timeout_s: float = _env("AWS_READ_TIMEOUT", _positive_float, default=AWS_READ_TIMEOUT_S)
+    aws_max_attempts: int = _env("AWS_MAX_ATTEMPTS", _positive_int, default=AWS_MAX_ATTEMPTS)
+    # GPU engine (ZSYNTH_ENGINE=turbo): the checkpoint directory an operator downloaded once (no default: required).
+    turbo_checkpoint: Path | None = _env("TURBO_CHECKPOINT", _optional_path, default=None)
+    # cuda in production; cpu only when asked for explicitly (tests, benchmarks of the random-weight checkpoint).
+    turbo_device: str = _env("TURBO_DEVICE", _turbo_device, default="cuda")
+    # Cloned voices whose conditioning stays on the device (least recently used ones are dropped; disk keeps all).
+    turbo_voice_cache: int = _env("TURBO_VOICE_CACHE", _positive_int, default=64)
+    # Most speech tokens per text piece (25 a second; the model's own cap is 1000 = 40 s).
+    turbo_max_tokens: int = _env("TURBO_MAX_TOKENS", _min_tokens, default=1000)
+    # Speech tokens in the first streamed chunk of a piece (25 make a second); each later chunk doubles up to the
+    # largest (workers/engines/turbo.py: chunk_schedule).
+    turbo_first_chunk_tokens: int = _env("TURBO_FIRST_CHUNK_TOKENS", _min_tokens, default=8)
+    turbo_chunk_tokens: int = _env("TURBO_CHUNK_TOKENS", _min_tokens, default=128)
+    # Perth watermark on every chunk (the upstream generate() always applies it).
+    turbo_watermark: bool = _env("TURBO_WATERMARK", _parse_bool, default=True)
+    # T3's decode step as CUDA graphs, one per attention length bucket, captured before READY (GPU only).
+    turbo_cuda_graphs: bool = _env("TURBO_CUDA_GRAPHS", _parse_bool, default=True)
+    # bfloat16 runs T3 in bf16 on the GPU (S3Gen's flow and vocoder stay fp32; the CPU always runs float32). The
+    # default: on one H100 it is what meets the first-audio and RTF targets (docs/gpu-figures.md), and its next-token
+    # distributions differ from float32's by a total variation of 0.0035 on average.
+    turbo_dtype: str = _env("TURBO_DTYPE", _turbo_dtype, default="bfloat16")
+    # Realtime WebSockets: default idle time before a socket is ended (a client may ask for 5-180 s with
+    # ?inactivity_timeout=), and how long a socket that has not authenticated yet may take to send its first message.
+    ws_inactivity_timeout_s: float = _env("WS_INACTIVITY_TIMEOUT", _positive_float, default=20.0)
+    ws_first_message_timeout_s: float = _env("WS_FIRST_MESSAGE_TIMEOUT", _positive_float, default=10.0)
+    # Largest client message on a realtime socket (bigger ones close the socket with 1009, "message too big").
+    ws_max_message_bytes: int = _env("WS_MAX_MESSAGE_BYTES", _positive_int, default=1024 * 1024)
+    # Client messages per second one socket may send (bursts of twice that are allowed).
+    ws_max_messages_per_s: float = _env("WS_MAX_MESSAGES_PER_S", _positive_float, default=100.0)
+    # Open realtime sockets one credential may hold on one front (not applied when the API is open).
+    ws_max_sockets_per_credential: int = _env("WS_MAX_SOCKETS_PER_CREDENTIAL", _positive_int, default=100)
+    # Text with no white space is released as a segment once this many characters are buffered.
+    ws_max_word_chars: int = _env("WS_MAX_WORD_CHARS", _positive_int, default=1000)
+    # Characters and segments one context may hold waiting to be spoken; more ends the socket with an error frame.
+    ws_max_queued_chars: int = _env("WS_MAX_QUEUED_CHARS", _positive_int, default=50_000)
+    ws_max_queued_segments: int = _env("WS_MAX_QUEUED_SEGMENTS", _positive_int, default=500)
+    # Sockets on one front that have not authenticated yet; more are refused with HTTP 503 before the upgrade.
+    ws_max_unauthenticated: int = _env("WS_MAX_UNAUTHENTICATED", _positive_int, default=256)
+    # Largest first message of a socket that authenticates in it (read before the credential is known).
+    ws_first_message_max_bytes: int = _env("WS_FIRST_MESSAGE_MAX_BYTES", _positive_int, default=16 * 1024)
+    # Failed look-ups (zsk_ secrets the keys table does not hold) one client address may make per minute; its next
+    # ones get 429. A key or token that is found always passes.
+    auth_max_failures_per_min: int = _env("AUTH_MAX_FAILURES_PER_MIN", _positive_int, default=60)
+    # Keys-table look-ups one front runs at once (cached answers need none); more wait up to 5 s, then 503. Bounds
+    # what a flood of made-up keys costs DynamoDB and the front (botocore's connection pool holds 10).
+    auth_max_concurrent_lookups: int = _env("AUTH_MAX_CONCURRENT_LOOKUPS", _positive_int, default=10)
+    # Reverse proxies (addresses or CIDRs, comma-separated) whose X-Forwarded-For names the client; empty: the header
+    # is ignored and the peer address is the client. Limits per address apply to that client (IPv6: its /64).
+    trusted_proxies: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = _env(
+        "TRUSTED_PROXIES", _networks, default=()
+    )
+    # Jobs one credential may have queued or running from one front, as a share of MAX_QUEUE (0.5: 128 of 256).
+    credential_queue_share: float = _env("CREDENTIAL_QUEUE_SHARE", _positive_float, default=0.5)
+    # Avatar server (``zsynth avatar``): port, live sessions per box, timeouts, ICE and the default voice.
+    avatar_port: int = _env("AVATAR_PORT", _parse_port, default=8100)
+    avatar_max_sessions: int = _env("AVATAR_MAX_SESSIONS", _positive_int, default=4)
+    # Live sessions one session token may hold at once (full keys are limited by the box's limit only).
+    avatar_sessions_per_token: int = _env("AVATAR_SESSIONS_PER_TOKEN", _positive_int, default=2)
+    # speak commands per session: a sustained rate per second with a burst, and how many may wait unspoken.
+    avatar_speak_rate: float = _env("AVATAR_SPEAK_RATE", _positive_float, default=2.0)
+    avatar_speak_burst: int = _env("AVATAR_SPEAK_BURST", _positive_int, default=10)
+    avatar_speak_queue: int = _env("AVATAR_SPEAK_QUEUE", _positive_int, default=16)
+    # A session with no command and no speech for this long ends (HeyGen's activity_idle_timeout default).
+    avatar_idle_timeout_s: float = _env("AVATAR_IDLE_TIMEOUT", _positive_float, default=120.0)
+    # A peer connection that is not connected this long after /connect is closed.
+    avatar_connect_timeout_s: float = _env("AVATAR_CONNECT_TIMEOUT", _positive_float, default=20.0)
+    # STUN/TURN URLs offered to aiortc; none by default (a STUN lookup stalls offline hosts for seconds).
+    avatar_ice_servers: tuple[str, ...] = _env("AVATAR_ICE_SERVERS", _ice_servers, default=())
+    avatar_ice_username: str | None = _env("AVATAR_ICE_USERNAME", _optional_str, default=None)
+    avatar_ice_credential: str | None = _env("AVATAR_ICE_CREDENTIAL", _optional_str, default=None)
+    avatar_voice_id: str = _env("AVATAR_VOICE_ID", default="21m00Tcm4TlvDq8ikWAM")
+    avatar_size: int = _env("AVATAR_SIZE", _video_size, default=512)
+    # /connect offers: the largest SDP taken (a browser's is 4-8 KiB; larger gets 413 before any parsing), the most
+    # distinct ICE candidates it may list (more get 400), and whether the server may send connectivity checks to
+    # loopback, private, link-local and mDNS (.local) candidates (off: they are dropped; such peers still connect
+    # through their own checks).
+    avatar_max_sdp_bytes: int = _env("AVATAR_MAX_SDP_BYTES", _positive_int, default=32 * 1024)
+    avatar_max_remote_candidates: int = _env("AVATAR_MAX_REMOTE_CANDIDATES", _positive_int, default=16)
+    avatar_allow_private_candidates: bool = _env("AVATAR_ALLOW_PRIVATE_CANDIDATES", _parse_bool, default=False)
+    # The demo page (``zsynth demo``): its port, and the base URLs of the speech API and the avatar server it uses
+    # (unset: this box's ZSYNTH_PORT / ZSYNTH_AVATAR_PORT, reached on the host name the page was opened with).
+    demo_port: int = _env("DEMO_PORT", _parse_port, default=8200)
+    demo_api_url: str | None = _env("DEMO_API_URL", _http_url, default=None)
+    demo_avatar_url: str | None = _env("DEMO_AVATAR_URL", _http_url, default=None)
+    # OpenAI voice names (alloy, nova, ...) mapped to zsynth voice ids: "alloy=joe,nova=<clone id>". Names not
+    # listed here, and ids no voice has, get the swap-out voice.
+    openai_voices: tuple[tuple[str, str], ...] = _env("OPENAI_VOICES", _voice_map, default=())
+    # TLS for serve, avatar and demo: both files (PEM) set = HTTPS and WSS on their ports; SIGHUP re-reads them.
+    tls_cert_file: Path | None = _env("TLS_CERT_FILE", _optional_path, default=None)
+    tls_key_file: Path | None = _env("TLS_KEY_FILE", _optional_path, default=None)
+    log_level: str = _env("LOG_LEVEL", default="INFO")
+    log_json: bool = _env("LOG_JSON", _parse_bool, default=False)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Build settings from ``env`` (default: the process environment); ``overrides`` win over both."""
+        source = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            var = PREFIX + f.metadata["env"]
+            raw = source.get(var)
+            if raw is None:
+                continue
+            try:
+                values[f.name] = f.metadata["parse"](raw)
+            except (TypeError, ValueError) as err:
+                raise SettingsError(f"{var}={raw!r} is invalid: {err}") from err
+        values.update(overrides)
+        settings = cls(**values)
+        if (settings.tls_cert_file is None) != (settings.tls_key_file is None):
+            raise SettingsError("ZSYNTH_TLS_CERT_FILE and ZSYNTH_TLS_KEY_FILE must be set together (or neither).")
+        return settings
+
+    @property
+    def static_keys(self) -> tuple[str, ...]:
+        """Every configured full key (ZSYNTH_API_KEY first, then ZSYNTH_API_KEYS), without duplicates."""
+        keys = ((self.api_key,) if self.api_key else ()) + self.api_keys
+        return tuple(dict.fromkeys(keys))
+
+    @property
+    def tls(self) -> bool:
+        """Whether the servers speak HTTPS/WSS (both TLS files are set)."""
+        return self.tls_cert_file is not None and self.tls_key_file is not None
+
+    @property
+    def voices_dir(self) -> Path:
+        """Where cloned voices live on this box."""
+        return self.data_dir / "voices"

@@ -1,0 +1,317 @@
+"""The Redis protocol between fronts and workers: every key and channel name, the job record and the events.
+
+Flow of one job:
+
+1. Each front process SUBSCRIBEs once, at start, to its own :func:`reply_channel` and waits for Redis to confirm,
+   because pub/sub drops messages nobody listens to. Every job it submits names that channel in ``reply_to``, and
+   every event carries its job id, so one subscription serves all of the front's jobs (no SUBSCRIBE/UNSUBSCRIBE
+   round trips per job).
+2. The front pushes the job JSON on :data:`QUEUE` with :data:`PUSH_BOUNDED_LUA` (which also bounds the queue).
+   The queue is kept in three runs, claimed in this order: realtime jobs, then batch jobs that have not started,
+   then the remainders of batch jobs that gave up their slot; first come, first served within each run.
+3. A worker claims with ``BLMOVE QUEUE processing_key(worker) RIGHT LEFT``: atomic, one job at a time, and a dead
+   worker's job stays visible in its in-flight list.
+4. The worker speaks the job one piece (a few sentences) at a time. After a piece of a batch job, when the next
+   job to be claimed is realtime or has not started (:data:`SHOULD_YIELD_LUA`), it gives up the slot: the rest of
+   the job goes back to the queue as a remainder whose ``part``, ``seq`` and ``sample_offset`` continue where it
+   stopped, and the waiting job is claimed in the same step (:data:`YIELD_LUA`). The client sees one stream.
+5. The worker publishes ``chunk`` events with sequence numbers to the job's ``reply_to``, then exactly one terminal
+   event (``done`` or ``error``), writes the terminal state to :func:`job_key`, and LREMs the job from its in-flight
+   list.
+6. To cancel, the front sets :func:`cancel_key` (so a queued job is dropped unrun) and publishes the job id on
+   :data:`CANCEL_CHANNEL` (so a running job stops within one chunk).
+
+This module imports neither aiohttp nor an engine: the front and the workers both use it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any, Final, Literal
+
+PREFIX: Final = "zsynth:"
+QUEUE: Final = PREFIX + "queue"  # list of job JSON; workers BLMOVE from the right
+REALTIME_TAIL: Final = PREFIX + "queue:realtime_tail"  # JSON of the newest realtime job pushed (see PUSH_BOUNDED_LUA)
+BATCH_TAIL: Final = PREFIX + "queue:batch_tail"  # JSON of the newest unstarted batch job pushed (same idea)
+CANCEL_CHANNEL: Final = PREFIX + "cancel"  # pub/sub: job ids to stop now
+WORKERS: Final = PREFIX + "workers"  # set of worker ids that have ever registered
+# Counter: failed voice-bucket operations (the name is from when voices were mirrored to S3 in the background).
+VOICE_MIRROR_FAILURES: Final = PREFIX + "voices:mirror_failures"
+# Counter: tombstones a front's start-up (or resync) put in the bucket for removals made through its API while the
+# bucket did not know of them (each is also logged).
+VOICE_TOMBSTONES_UPLOADED: Final = PREFIX + "voices:tombstones_uploaded"
+# Counter: delete announcements on VOICES_LOG that the bucket did not confirm (no tombstone): ignored.
+VOICE_DELETES_UNCONFIRMED: Final = PREFIX + "voices:deletes_unconfirmed"
+
+# ----- the voice library across boxes (see zsynth/core/voices/library.py) ---------------------------------------------
+# Stream of voice changes, one entry per add, edit, removal or saved settings: fields op (put, delete, settings),
+# voice_id, revision and box. Every front and worker reads it with XREAD BLOCK (live) from the last entry it applied
+# (catch-up after a disconnection or a restart); trimmed to about VOICES_LOG_MAXLEN entries.
+VOICES_LOG: Final = PREFIX + "voices:log"
+VOICES_LOG_MAXLEN: Final = 10000
+VOICE_BOX_PREFIX: Final = PREFIX + "voices:box:"  # + box id: JSON {"clones", "bucket"} of a live front, with a TTL
+
+
+def voice_box_key(box_id: str) -> str:
+    """A front's announcement that its box (a data directory) is up, how many clones it holds, and its bucket."""
+    return VOICE_BOX_PREFIX + box_id
+
+
+Priority = Literal["realtime", "batch"]
+
+EventKind = Literal["chunk", "done", "error"]
+
+
+def processing_key(worker_id: str) -> str:
+    """The worker's in-flight list: holds at most the one job it is running."""
+    return f"{PREFIX}processing:{worker_id}"
+
+
+def worker_ids(members: set[bytes] | set[str] | set[bytes | str]) -> list[str]:
+    """The worker ids of a reply of ``SMEMBERS WORKERS``, sorted (the clients here return bytes; redis-py types
+    replies as bytes or str)."""
+    return sorted(m.decode() if isinstance(m, bytes) else m for m in members)
+
+
+def heartbeat_key(worker_id: str) -> str:
+    """A TTL'd key the worker refreshes while alive; its value is a small JSON status."""
+    return f"{PREFIX}heartbeat:{worker_id}"
+
+
+JOB_KEY_PREFIX: Final = PREFIX + "job:"
+
+
+def job_key(job_id: str) -> str:
+    """Hash with a job's progress (first chunk time) and terminal state, kept job_ttl seconds for late readers."""
+    return JOB_KEY_PREFIX + job_id
+
+
+def reply_channel(front_id: str) -> str:
+    """Pub/sub channel carrying the events of every job one front process submitted."""
+    return f"{PREFIX}replies:{front_id}"
+
+
+def cancel_key(job_id: str) -> str:
+    """Set when the job's client has gone; a worker that sees it skips or stops the job."""
+    return f"{PREFIX}cancel:{job_id}"
+
+
+# Field of job_key set with the first chunk: a job whose audio started is never given to another worker.
+STARTED_FIELD: Final = "first_chunk_at"
+# Field of job_key set (to the RSS in bytes) when the job took its worker past its memory ceiling: such a job is never
+# run again, by a reaper, a restarted worker or a worker claiming its remainder; it ends with
+# ErrorCode.INPUT_TOO_COMPLEX.
+MEMORY_FIELD: Final = "memory_exceeded"
+# A job whose worker died is run again at most once in all (when its audio had not started), never when marked above.
+MAX_ATTEMPTS: Final = 2
+
+
+class ErrorCode(StrEnum):
+    """The code of a failed job: in a worker's ``error`` event on Redis, or raised by the front's dispatcher.
+
+    The values are the wire form and never change (a front and a worker of different versions share the queue). A
+    front may still meet a code that is not here (from a newer worker): it is handled as an internal failure.
+    """
+
+    # Sent by a worker.
+    INPUT_TOO_COMPLEX = "input_too_complex"  # the job took its worker past its memory ceiling: retrying fails again
+    WORKER_RESTARTED = "worker_restarted"  # the worker restarted during the job
+    WORKER_DIED = "worker_died"  # the worker died during the job, which is not run again (a reaper says so)
+    WORKER_STOPPING = "worker_stopping"  # the worker was told twice to stop during the job
+    DEADLINE_EXCEEDED = "deadline_exceeded"  # the job waited in the queue past its start deadline
+    CANCELLED = "cancelled"  # the job's client went away
+    VOICE_NOT_FOUND = "voice_not_found"  # the worker cannot load the job's voice (it never speaks another one)
+    VOICE_STORAGE_UNAVAILABLE = "voice_storage_unavailable"  # the voice library's storage did not answer
+    INVALID_OUTPUT_FORMAT = "invalid_output_format"  # the job names an output format the worker cannot encode
+    SYNTHESIS_FAILED = "synthesis_failed"  # the engine raised
+    # Raised by the front's dispatcher.
+    QUEUE_FULL = "queue_full"  # the queue, or the credential's share of it, is full
+    REDIS_UNAVAILABLE = "redis_unavailable"  # Redis did not take the job, or the front lost it
+    TIMEOUT = "timeout"  # no event within the first-chunk or per-chunk deadline
+    LOST_EVENTS = "lost_events"  # an event's sequence number skipped one
+    SHUTTING_DOWN = "shutting_down"  # the front is stopping
+    # An error event without a code (never sent by a worker of this version).
+    ERROR = "error"
+
+
+# A terminal event published by someone other than the job's worker (a reaper) carries this sequence number:
+# the front accepts it whatever it has counted so far.
+ANY_SEQ: Final = -1
+
+# Push a job unless the queue already holds ARGV[2] jobs: check and push are one atomic step. Workers take from the
+# right end. From the right the queue holds realtime jobs, then unstarted batch jobs, then batch remainders (jobs
+# that yielded their slot, pushed at the far left by YIELD_LUA), each run oldest rightmost. A new job goes just left
+# of the newest job of its run still waiting (REALTIME_TAIL / BATCH_TAIL name them); when that one was claimed
+# already, no job of its run waits, so it goes just left of the run before it, or at the right end. A push costs a
+# GET or two and one LINSERT scan in C, never a decode per waiting job. Remainders count in LLEN like any waiting
+# request, but their push is never refused: a client never gets 429 because its own job was split.
+# KEYS[1]=queue  KEYS[2]=realtime tail  KEYS[3]=batch tail  ARGV[1]=job json  ARGV[2]=max queued
+# ARGV[3]="realtime" or "batch"
+PUSH_BOUNDED_LUA: Final = """
+if redis.call('LLEN', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
+local rt = redis.call('GET', KEYS[2])
+if ARGV[3] == 'realtime' then
+  if not rt or redis.call('LINSERT', KEYS[1], 'BEFORE', rt, ARGV[1]) <= 0 then
+    redis.call('RPUSH', KEYS[1], ARGV[1])
+  end
+  redis.call('SET', KEYS[2], ARGV[1])
+  return 1
+end
+local bt = redis.call('GET', KEYS[3])
+if not bt or redis.call('LINSERT', KEYS[1], 'BEFORE', bt, ARGV[1]) <= 0 then
+  if not rt or redis.call('LINSERT', KEYS[1], 'BEFORE', rt, ARGV[1]) <= 0 then
+    redis.call('RPUSH', KEYS[1], ARGV[1])
+  end
+end
+redis.call('SET', KEYS[3], ARGV[1])
+return 1
+"""
+
+# True when the job a worker would claim next should have the slot before a running batch job's next piece: it is
+# realtime, or a batch job that has not started (part 0). One LINDEX and a JSON decode of one job, in Redis.
+# KEYS[1]=queue
+SHOULD_YIELD_LUA: Final = """
+local raw = redis.call('LINDEX', KEYS[1], -1)
+if not raw then return 0 end
+local ok, job = pcall(cjson.decode, raw)
+if not ok or type(job) ~= 'table' then return 0 end
+if job.priority == 'realtime' or (tonumber(job.part) or 0) == 0 then return 1 end
+return 0
+"""
+
+# Give up the slot, atomically: drop the running job from the worker's in-flight list, push its remainder at the far
+# (left) end of the queue, and claim the next job (the right end) into the in-flight list; return that job's JSON.
+# A reaper therefore finds the job in exactly one place at every moment: nothing is lost or run twice.
+# KEYS[1]=queue  KEYS[2]=in-flight list  ARGV[1]=the running job's JSON as claimed  ARGV[2]=the remainder's JSON
+YIELD_LUA: Final = """
+redis.call('LREM', KEYS[2], 1, ARGV[1])
+redis.call('LPUSH', KEYS[1], ARGV[2])
+return redis.call('RPOPLPUSH', KEYS[1], KEYS[2])
+"""
+
+# Recover a dead worker's in-flight list, atomically, only while its heartbeat is gone. A job whose audio had not
+# started and that did not exceed a memory ceiling goes back to the head of the queue once; any other job is returned
+# (its JSON) to the caller, who fails it.
+# KEYS[1]=processing list  KEYS[2]=heartbeat key  KEYS[3]=queue  KEYS[4]=workers set
+# ARGV[1]=job key prefix  ARGV[2]=started field  ARGV[3]=max attempts  ARGV[4]=worker id  ARGV[5]=memory field
+REAP_LUA: Final = """
+if redis.call('EXISTS', KEYS[2]) == 1 then return {} end
+local failed = {}
+while true do
+  local raw = redis.call('RPOP', KEYS[1])
+  if not raw then break end
+  local ok, job = pcall(cjson.decode, raw)
+  if ok and type(job) == 'table' and job.job_id then
+    local started = redis.call('HEXISTS', ARGV[1] .. job.job_id, ARGV[2])
+    local poison = redis.call('HEXISTS', ARGV[1] .. job.job_id, ARGV[5])
+    local attempts = tonumber(job.attempts) or 0
+    if started == 0 and poison == 0 and attempts + 1 < tonumber(ARGV[3]) then
+      job.attempts = attempts + 1
+      redis.call('RPUSH', KEYS[3], cjson.encode(job))
+    else
+      table.insert(failed, raw)
+    end
+  end
+end
+redis.call('SREM', KEYS[4], ARGV[4])
+return failed
+"""
+
+
+def new_job_id() -> str:
+    """A fresh, unguessable job id."""
+    return uuid.uuid4().hex
+
+
+@dataclass(slots=True)
+class Job:
+    """One unit of synthesis: a text spoken with one voice into one output format."""
+
+    text: str
+    voice_id: str
+    output_format: str
+    job_id: str = field(default_factory=new_job_id)
+    voice_settings: dict[str, Any] = field(default_factory=dict)
+    priority: Priority = "batch"
+    request_id: str = ""
+    # Character timing per chunk (for with-timestamps routes and the realtime socket).
+    alignment: bool = False
+    seed: int | None = None
+    created_at: float = field(default_factory=time.time)
+    # Unix time after which a job still waiting in the queue is dropped unrun.
+    start_deadline: float = 0.0
+    # How many times a dead worker's job was handed to another worker (at most MAX_ATTEMPTS - 1).
+    attempts: int = 0
+    # Where the worker publishes this job's events: the reply channel of the front that submits it (set by submit).
+    reply_to: str = ""
+    # A remainder (a job that yielded its slot after ``part`` pieces) continues where it stopped: its first chunk
+    # carries sequence number ``seq`` and starts ``sample_offset`` engine samples into the job's audio.
+    part: int = 0
+    seq: int = 0
+    sample_offset: int = 0
+    # Characters of the whole request (the remainder's text is only what is left to speak); 0 means len(text).
+    total_chars: int = 0
+    # Unix time the job (or this remainder) was queued; 0 means created_at. Gives the slot-wait figure.
+    queued_at: float = 0.0
+
+    def to_json(self) -> str:
+        """Serialise for the queue."""
+        return json.dumps(asdict(self), separators=(",", ":"), ensure_ascii=False)
+
+    @property
+    def resumed(self) -> bool:
+        """True for the remainder of a job that yielded its slot (its audio may have started)."""
+        return self.part > 0
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> Job:
+        """Parse a queued job; unknown fields (from a newer front) are ignored."""
+        data = json.loads(raw)
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+
+@dataclass(slots=True)
+class Event:
+    """One message on a job's events channel.
+
+    ``meta`` carries small JSON fields (alignment, sample counts, error code and message); ``audio`` carries the
+    encoded audio bytes of a chunk, sent raw after the JSON header so no base64 is paid on the hot path.
+    """
+
+    kind: EventKind
+    seq: int
+    meta: dict[str, Any] = field(default_factory=dict)
+    audio: bytes = b""
+    job_id: str = ""
+
+    def encode(self) -> bytes:
+        """Wire form: compact JSON header (kind, sequence, job id, meta), a newline, then the raw audio bytes."""
+        header = json.dumps(
+            {"k": self.kind, "s": self.seq, "j": self.job_id, **self.meta}, separators=(",", ":"), ensure_ascii=False
+        )
+        return header.encode() + b"\n" + self.audio
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Event:
+        """Inverse of :meth:`encode`."""
+        header, _, audio = raw.partition(b"\n")
+        meta = json.loads(header)
+        kind = meta.pop("k")
+        seq = meta.pop("s")
+        job_id = meta.pop("j", "")
+        return cls(kind=kind, seq=seq, meta=meta, audio=audio, job_id=job_id)
+
+    @property
+    def terminal(self) -> bool:
+        """True for the one event that ends a job."""
+        return self.kind != "chunk"
+
+
+def error_event(seq: int, code: ErrorCode, message: str) -> Event:
+    """A terminal error with a machine code and a human message."""
+    return Event("error", seq, {"code": code.value, "message": message})

@@ -1,0 +1,8 @@
+"""Text handling, in one place: what a request's text becomes before an engine speaks it.
+
+:mod:`.prepare` is the one text stage every job goes through (break tags, pronunciation dictionaries,
+normalization, word bounds); :mod:`.spoken` keeps the map from spoken characters back to the caller's;
+:mod:`.sentences` splits and packs sentences (the workers use it); :mod:`.marks` reads break tags;
+:mod:`.normalize` reads numbers and symbols aloud; :mod:`.dictionaries` stores and applies pronunciation
+dictionaries.
+"""

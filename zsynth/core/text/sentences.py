@@ -1,0 +1,159 @@
+"""Text helpers shared by the front and the workers: bounded words, and sentence splitting that cuts only long words.
+
+A run of characters with no white space (a "word") costs an engine more than its length: Piper speaks a word as one
+unit, and its time and memory grow faster than the word's length. So no engine is ever given a word longer than a
+bound: the front cuts every word at its engine's bound (:func:`word_bound`, ZSYNTH_MAX_WORD_CHARS)
+before the job is queued, and :func:`split_sentences`, which the workers cut their jobs with, cuts again at its own
+bound in case a job comes from elsewhere. A cut is a space put into the word: after punctuation or where letters turn
+into digits when there is such a place in the word's last half, else at the bound itself; never inside a marker
+(:mod:`zsynth.core.text.marks`) or before a combining mark.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import unicodedata
+from collections.abc import Iterable
+from typing import Final
+
+from zsynth.core.text.marks import CLOSE, OPEN
+
+# The longest sentence the engines speak in one go (Piper's sentences, Turbo's pieces): longer ones are cut at clauses.
+SENTENCE_MAX_CHARS: Final = 300
+# The longest word each engine is given when ZSYNTH_MAX_WORD_CHARS is unset. Piper, one word of "1st2nd3rd4th..."
+# spoken alone on a 2-core box (scripts/bench_text_stage.py): 100 characters about 1 s and +90 MB, 200 about 3 s and
+# +270 MB, 300 +420 MB, 400 9 s and +600 MB; 2,000 took 20 s and +2.8 GB. An ordinary 300-character sentence costs
+# some +240 MB, so a 100-character word costs a worker no more than ordinary text. Turbo reads text tokens and is
+# bounded by its token cap; its pieces are SENTENCE_MAX_CHARS long, so that is its bound.
+ENGINE_WORD_CHARS: Final = {"piper": 100, "simulated": 100, "turbo": SENTENCE_MAX_CHARS}
+# Where a long word is best cut: after one of these.
+_SOFT_AFTER: Final = frozenset("-‐–—/\\_.,;:!?)]}>\"'”’|+*&=~")
+
+# A sentence ends at . ! ? … (optionally followed by closing quotes/brackets) and then white space.
+_SENTENCE_END: Final = re.compile(r"(?<=[.!?…])[\"'”’)\]]*\s+")
+_SOFT_BREAK: Final = re.compile(r"(?<=[,;:—–])\s+")
+
+
+def word_bound(engine: str, setting: int | None = None) -> int:
+    """The longest word ``engine`` is given: ``setting`` (ZSYNTH_MAX_WORD_CHARS) when set, else the engine's own."""
+    if setting is not None:
+        return max(1, setting)
+    return ENGINE_WORD_CHARS.get(engine, min(ENGINE_WORD_CHARS.values()))
+
+
+@functools.lru_cache(maxsize=16)
+def _long_word(bound: int) -> re.Pattern[str]:
+    # Anchored at a word's start, so a long word is scanned once, not again from each of its characters.
+    return re.compile(rf"(?<!\S)\S{{{bound + 1},}}")
+
+
+def _marker_around(text: str, pos: int, floor: int) -> tuple[int, int] | None:
+    """The marker ``pos`` falls inside (its start and end), looking back no further than ``floor``."""
+    opened = text.rfind(OPEN, floor, pos)
+    if opened < 0 or text.rfind(CLOSE, opened, pos) >= 0:
+        return None
+    closed = text.find(CLOSE, pos)
+    return opened, (len(text) if closed < 0 else closed + 1)
+
+
+def _joins(char: str) -> bool:
+    """Whether ``char`` belongs to the character before it (a combining mark, a zero-width joiner)."""
+    return char == "\u200d" or unicodedata.category(char).startswith("M")
+
+
+def _cut_at(text: str, start: int, bound: int) -> int:
+    """Where the word piece starting at ``start`` ends: at most ``bound`` characters on, at a soft place if any."""
+    end = start + bound
+    for pos in range(end, start + bound // 2, -1):
+        before, after = text[pos - 1], text[pos]
+        if before in _SOFT_AFTER or (before.isalpha() and after.isdigit()):
+            end = pos
+            break
+    else:
+        # A hard cut: not between a character and the marks (or joiner) that belong to it.
+        while end > start + 1 and _joins(text[end]):
+            end -= 1
+    marker = _marker_around(text, end, start)
+    if marker is not None:
+        end = marker[0] if marker[0] > start else marker[1]
+    return end
+
+
+def word_cuts(text: str, bound: int) -> list[int]:
+    """The positions in ``text`` where a space goes so that no word is longer than ``bound`` (markers stay whole)."""
+    bound = max(1, bound)
+    cuts: list[int] = []
+    if max(map(len, text.split()), default=0) <= bound:
+        return cuts  # the usual case, found in a fraction of the scan below
+    for match in _long_word(bound).finditer(text):
+        start, stop = match.start(), match.end()
+        while stop - start > bound:
+            cut = _cut_at(text, start, bound)
+            if cut >= stop:
+                break  # a marker runs to the word's end: it stays whole
+            cuts.append(cut)
+            start = cut
+    return cuts
+
+
+def bound_words(text: str, bound: int) -> str:
+    """``text`` with a space put into every word longer than ``bound`` (see :func:`word_cuts`)."""
+    cuts = word_cuts(text, bound)
+    if not cuts:
+        return text
+    parts = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
+    return " ".join(parts)
+
+
+def _split_long(piece: str, max_chars: int) -> list[str]:
+    """Split one over-long sentence at clause marks, then at spaces; never inside a word."""
+    parts: list[str] = []
+    current = ""
+    for clause in _SOFT_BREAK.split(piece):
+        for word in clause.split(" "):
+            if not word:
+                continue
+            candidate = f"{current} {word}" if current else word
+            if len(candidate) > max_chars and current:
+                parts.append(current)
+                current = word
+            else:
+                current = candidate
+        # Prefer a clause boundary as the cut when the running piece is already long.
+        if len(current) >= max_chars // 2:
+            parts.append(current)
+            current = ""
+    if current:
+        parts.append(current)
+    return parts
+
+
+def split_sentences(text: str, max_chars: int = SENTENCE_MAX_CHARS, max_word_chars: int | None = None) -> list[str]:
+    """Split ``text`` into sentences of at most ``max_chars``, cutting any word longer than ``max_word_chars``.
+
+    ``max_word_chars`` defaults to ``max_chars`` and is never more, so no piece is longer than ``max_chars`` (but for
+    a marker longer than that, which stays whole).
+    """
+    bound = min(max_chars, max_word_chars or max_chars)
+    pieces: list[str] = []
+    for sentence in _SENTENCE_END.split(bound_words(text, bound).strip()):
+        sentence = " ".join(sentence.split())
+        if not sentence:
+            continue
+        if len(sentence) <= max_chars:
+            pieces.append(sentence)
+        else:
+            pieces.extend(_split_long(sentence, max_chars))
+    return pieces
+
+
+def pack_sentences(sentences: Iterable[str], max_chars: int) -> list[str]:
+    """Consecutive sentences joined by a space into pieces of at most ``max_chars``; a longer one is a piece alone."""
+    pieces: list[str] = []
+    for sentence in sentences:
+        if pieces and len(pieces[-1]) + 1 + len(sentence) <= max_chars:
+            pieces[-1] = f"{pieces[-1]} {sentence}"
+        else:
+            pieces.append(sentence)
+    return pieces

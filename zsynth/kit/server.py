@@ -1,0 +1,140 @@
+"""Start-up shared by every zsynth process: the event loop (uvloop), and for the three servers (speech front,
+avatar server, demo) TLS, signals, systemd notification and the drain.
+
+A server runs until SIGTERM or SIGINT, then drains: it stops accepting connections, runs the shutdown hooks (open
+WebSockets are closed with 1001 "going away"), lets running HTTP requests finish for up to ZSYNTH_DRAIN_TIMEOUT
+seconds, cancels what is left and runs the cleanup contexts. A second SIGTERM or SIGINT during the drain (a second
+Ctrl-C) ends it at once: the requests still running are cancelled, the cleanup contexts are skipped, and the
+process exits 0 like after a complete drain, since both stops were asked for. This matches the worker, whose second
+signal aborts its running job.
+
+Every connection has a deadline for its request headers, an idle keep-alive timeout and a per-address cap
+(:mod:`zsynth.kit.connections`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import resource
+import signal
+import ssl
+from typing import Any
+
+from aiohttp import web
+
+from zsynth.core.config import Settings
+from zsynth.core.runtime import run_forever
+from zsynth.core.sdnotify import notify
+from zsynth.kit.connections import ConnectionLimits, GuardedSite, handler_options
+from zsynth.kit.tls import TlsError, server_context
+from zsynth.kit.tls import reload as reload_tls
+from zsynth.services.voices import VoiceConfigError
+
+logger = logging.getLogger(__name__)
+
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# The soft open-file limit asked for where the hard limit is unlimited (a value the kernel's nr_open allows).
+_OPEN_FILES_WITHOUT_HARD_LIMIT = 65536
+
+
+class _Stop:
+    """What the stop signals asked for: the first one a drain, a second one during the drain the end of it."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.requested = asyncio.Event()
+        self.forced = False
+        self._drain: asyncio.Task[Any] | None = None
+
+    def draining(self, task: asyncio.Task[Any] | None) -> None:
+        """The task that runs the drain, cancelled by a second signal."""
+        self._drain = task
+
+    def on_signal(self, sig: signal.Signals) -> None:
+        """Called on the loop (add_signal_handler), not in signal context, so it may log; it only cancels the drain."""
+        if not self.requested.is_set():
+            self.requested.set()
+            return
+        if self.forced or self._drain is None:
+            return
+        self.forced = True
+        logger.warning(
+            "%s: second stop signal (%s) during the drain: cancelling the open requests and exiting now",
+            self.name,
+            sig.name,
+        )
+        self._drain.cancel()
+
+
+async def serve_app(app: web.Application, settings: Settings, port: int, name: str) -> None:
+    """Serve ``app`` on ``settings.host:port`` until SIGTERM/SIGINT, then drain (see the module docstring).
+
+    With ZSYNTH_TLS_CERT_FILE/KEY_FILE the port speaks HTTPS and WSS, and SIGHUP reloads the certificate.
+    systemd (``Type=notify``) hears READY once the socket listens and STOPPING when the drain starts.
+    """
+    ssl_context = server_context(settings)
+    loop = asyncio.get_running_loop()
+    # SIGHUP (systemctl reload) re-reads the certificate; without TLS it is ignored rather than ending the process.
+    # Its handler goes in before the port listens: whoever sees the port open may send it at once, and its default
+    # action would end the process.
+    loop.add_signal_handler(signal.SIGHUP, _on_sighup, ssl_context, settings, name)
+    raise_open_files_limit()
+    limits = ConnectionLimits.from_settings(settings)
+    options = handler_options(limits)
+    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=settings.drain_timeout_s, **options)
+    await runner.setup()
+    site = GuardedSite(
+        runner, settings.host, port, limits, options, ssl_context=ssl_context, reuse_port=settings.reuse_port
+    )
+    await site.start()
+    # The stop signals keep their default action (end the process) until now: start-up has nothing to drain, and a
+    # start-up stuck waiting on a service still ends on the first Ctrl-C.
+    stop = _Stop(name)
+    for sig in _STOP_SIGNALS:
+        loop.add_signal_handler(sig, stop.on_signal, sig)
+    scheme = "https" if ssl_context is not None else "http"
+    logger.info("%s listening on %s://%s:%d", name, scheme, settings.host, port)
+    notify(f"READY=1\nSTATUS={name} serving")
+    await stop.requested.wait()
+    logger.info("%s draining: no new connections; open streams get %gs to finish", name, settings.drain_timeout_s)
+    notify("STOPPING=1")
+    stop.draining(asyncio.current_task())
+    try:
+        await runner.cleanup()
+    except asyncio.CancelledError:
+        if not stop.forced:
+            raise
+        # The cancellation was ours: end it here so the loop's shutdown cancels the requests still running.
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()
+        logger.warning("%s stopped before its drain finished", name)
+        return
+    logger.info("%s stopped", name)
+
+
+def raise_open_files_limit() -> None:
+    """Raise the soft limit on open files to the hard one: every connection holds a descriptor, and the usual soft
+    default (1,024) is reached by a few clients long before the per-address cap or the memory is."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, _OPEN_FILES_WITHOUT_HARD_LIMIT)
+    if soft != resource.RLIM_INFINITY and target > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError) as err:
+            logger.warning("open-file limit stays %d: raising it to %d failed (%s)", soft, target, err)
+            return
+        logger.info("open-file limit raised from %d to %d", soft, target)
+
+
+def _on_sighup(ssl_context: ssl.SSLContext | None, settings: Settings, name: str) -> None:
+    if ssl_context is None:
+        logger.info("%s: SIGHUP ignored (no TLS certificate to reload)", name)
+        return
+    reload_tls(ssl_context, settings)
+
+
+def run_server(app: web.Application, settings: Settings, port: int, name: str) -> None:
+    """Blocking entry of a server command: serve ``app`` on ``port`` until stopped."""
+    run_forever(serve_app(app, settings, port, name), fatal=(VoiceConfigError, TlsError))

@@ -1,0 +1,46 @@
+"""Cleanup contexts of the services the speech front and the avatar server share: the Redis pool and the job
+dispatcher (each server's app factory lists them in its ``cleanup_ctx``)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+from redis.asyncio import BlockingConnectionPool, Redis
+
+from zsynth.core.supervise import Supervisor
+from zsynth.services.dispatch import DISPATCHER, Dispatcher
+from zsynth.services.keys import REDIS, SETTINGS
+from zsynth.services.metrics import METRICS
+
+
+async def redis_client(app: web.Application) -> AsyncIterator[None]:
+    """One Redis connection pool per server; fail start-up, not the first request, when Redis is down.
+
+    The pool blocks: with ZSYNTH_REDIS_POOL_SIZE commands in flight, the next one waits for a free connection (up to
+    ZSYNTH_REDIS_POOL_TIMEOUT) rather than failing with redis-py's MaxConnectionsError.
+    """
+    settings = app[SETTINGS]
+    # Short connect timeout: while Redis is down, requests fail fast with 503 instead of hanging.
+    pool = BlockingConnectionPool.from_url(
+        settings.redis_url,
+        max_connections=settings.redis_pool_size,
+        timeout=settings.redis_pool_timeout_s,
+        health_check_interval=30,
+        socket_connect_timeout=1.0,
+    )
+    client = Redis.from_pool(pool)
+    await client.ping()
+    app[REDIS] = client
+    yield
+    await client.aclose()
+
+
+async def dispatcher(app: web.Application) -> AsyncIterator[None]:
+    """The job dispatcher and its pub/sub listener (needs ``redis_client`` before it and ``METRICS`` set)."""
+    metrics = app[METRICS]
+    dispatch = Dispatcher(app[SETTINGS], app[REDIS], metrics, Supervisor(on_restart=metrics.count_restart))
+    await dispatch.start()
+    app[DISPATCHER] = dispatch
+    yield
+    await dispatch.close()

@@ -1,0 +1,106 @@
+"""Operations routes of the speech API: the kit's ``GET /healthz``, ``GET /metrics`` and ``GET /openapi.json``
+(:mod:`zsynth.kit.operations`), and readiness, ``GET /readyz`` (Redis and a worker)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Literal
+
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field
+
+from zsynth.core import protocol
+from zsynth.kit.endpoints import Access, Endpoints
+from zsynth.kit.operations import operation_routes
+from zsynth.services.dispatch import DISPATCHER
+from zsynth.services.keys import REDIS, VOICE_LIBRARY
+from zsynth.services.metrics import METRICS
+from zsynth.speech.schemas.apidoc import json_body, optional
+
+routes = Endpoints()
+
+
+async def refresh_metrics(app: web.Application) -> None:
+    """Bring the Redis-backed gauges and the pool's up to date before ``/metrics`` renders them."""
+    registry = app[METRICS]
+    registry.observe_pool(app[REDIS].connection_pool)
+    try:
+        await registry.refresh_from_redis(app[REDIS])
+    except Exception:  # noqa: BLE001 - the process metrics are still worth serving while Redis is down
+        pass
+
+
+#: /healthz, /metrics (needs a full key whenever keys are configured, see docs/operations.md) and /openapi.json;
+#: the probe and the document are for tools, not pages.
+operations = operation_routes(
+    cors=False,
+    liveness="Liveness: the process and its event loop answer.",
+    metrics_summary="Prometheus metrics of this front.",
+    metrics_text="Prometheus text format (queue depth, workers, jobs, latencies, audio produced).",
+    refresh=refresh_metrics,
+)
+
+
+class Readiness(BaseModel):
+    """Counts only: never an address, a key or a worker id."""
+
+    model_config = ConfigDict(extra="allow")
+
+    status: Literal["ready", "not_ready"]
+    redis: bool = Field(description="Whether Redis answered.")
+    workers: int = Field(ge=0, description="Workers with a fresh heartbeat.")
+    tasks_down: list[str] = optional(description="Vital background tasks that crashed and have not run again yet.")
+    voice_library: str = optional(description="Why this box cannot share the voice library, when it cannot.")
+    voice_library_catching_up: bool = optional(
+        description="True while the start-up comparison with the bucket goes on."
+    )
+
+
+async def live_workers(app: web.Application) -> list[str]:
+    """Ids of registered workers whose heartbeat key is still alive."""
+    redis = app[REDIS]
+    ids = protocol.worker_ids(await redis.smembers(protocol.WORKERS))
+    if not ids:
+        return []
+    beats = await redis.mget([protocol.heartbeat_key(i) for i in ids])
+    return [i for i, beat in zip(ids, beats, strict=True) if beat is not None]
+
+
+@routes.get(
+    "/readyz",
+    access=Access.PUBLIC,
+    cors=False,
+    operationId="readyz",
+    tags=["operations"],
+    summary="Readiness: Redis answers and at least one worker's heartbeat is fresh.",
+    responses={
+        "200": json_body("Ready to synthesize.", Readiness),
+        "503": json_body("Not ready (Redis down, no live worker, or a vital background task down).", Readiness),
+    },
+)
+async def readyz(request: web.Request) -> web.Response:
+    """Ready when Redis answers, at least one worker's heartbeat is fresh and no vital background task (the reply
+    listener, the voice library's follower) is down after a crash (``tasks_down`` names them); reveals counts only.
+
+    ``voice_library_catching_up`` is true while the start-up comparison with the bucket goes on in the background.
+
+    ``voice_library`` says why this box cannot share the voice library when it cannot (another box on this Redis
+    holds cloned voices and no bucket is set here); the box still serves its own voices, so readiness stands.
+    """
+    try:
+        workers = await asyncio.wait_for(live_workers(request.app), 2.0)
+    except Exception:
+        return web.json_response({"status": "not_ready", "redis": False, "workers": 0}, status=503)
+    library = request.app.get(VOICE_LIBRARY)
+    down = request.app[DISPATCHER].supervisor.down() if DISPATCHER in request.app else []
+    if library is not None:
+        down += library.supervisor.down()
+    ready = bool(workers) and not down
+    body: dict[str, object] = {"status": "ready" if ready else "not_ready", "redis": True, "workers": len(workers)}
+    if down:  # a vital background task crashed and has not run again yet
+        body["tasks_down"] = down
+    if library is not None and library.warning:  # a box on a shared Redis without the shared bucket
+        body["voice_library"] = library.warning
+    if library is not None and library.catching_up:
+        body["voice_library_catching_up"] = True
+    return web.json_response(body, status=200 if ready else 503)
