@@ -1,8 +1,10 @@
 """OpenAPI 3.1 documents of zsynth's HTTP servers, generated from their route declarations.
 
-:mod:`.generate` turns declarations (:mod:`zsynth.kit.endpoints`) into operations and component schemas;
-:mod:`.speech` and :mod:`.avatar` add each server's info, security schemes and error envelope. To document a route,
-declare it (its models and OpenAPI fields) on its module's ``Endpoints`` table. WebSocket routes are outside OpenAPI.
+:mod:`zsynth.kit.openapi` turns declarations (:mod:`zsynth.kit.endpoints`) into operations and component schemas;
+:mod:`zsynth.speech.openapi` and :mod:`zsynth.avatar.openapi` add each server's info, security schemes and error
+envelope; each server serves its own. This module builds either for the command line, the docs and the tests. To
+document a route, declare it (its models and OpenAPI fields) on its module's ``Endpoints`` table. WebSocket routes are
+outside OpenAPI.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The OpenAPI 3.1 document of the speech API, generated from its route declarations (:mod:`zsynth.speech.routes`).
 
-Operations, request models and response models come from the declarations (:mod:`.generate`); this module adds
+Operations, request models and response models come from the declarations (:mod:`zsynth.kit.openapi`); this module adds
 the document's info, its security schemes, its error envelope and the limits of a deployment
 (ZSYNTH_MAX_TEXT_CHARS).
 """

@@ -6,3 +6,5 @@ normalization, word bounds); :mod:`.spoken` keeps the map from spoken characters
 :mod:`.normalize` reads numbers and symbols aloud; :mod:`.dictionaries` stores and applies pronunciation
 dictionaries.
 """
+
+__all__ = ["dictionaries", "marks", "normalize", "prepare", "sentences", "spoken"]
