@@ -66,8 +66,8 @@ def edges(modules: dict[str, Path], runtime_only: bool) -> dict[str, set[str]]:
                     base = ".".join([*anchor, base] if base else anchor)
                 targets = [f"{base}.{alias.name}" for alias in node.names] + [base]
             for target in targets:
-                # The longest project module that the dotted name starts with (``zsynth.services.keys.X`` ->
-                # ``zsynth.services.keys``).
+                # The longest project module that the dotted name starts with
+                # (``zsynth.services.keys.X`` -> ``zsynth.services.keys``).
                 while target and target not in modules:
                     target = target.rpartition(".")[0]
                 if target and target != name:

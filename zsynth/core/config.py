@@ -295,8 +295,7 @@ class Settings:
     voices_missing_ttl_s: float = _env("VOICES_MISSING_TTL", _positive_float, default=30.0)
     voices_missing_max: int = _env("VOICES_MISSING_MAX", _positive_int, default=4096)
     # Every DynamoDB and S3 call (zsynth/core/aws.py): seconds to connect, seconds a read may wait for bytes, and
-    # attempts
-    # in all (the first one included) before the call fails.
+    # attempts in all (the first one included) before the call fails.
     aws_connect_timeout_s: float = _env("AWS_CONNECT_TIMEOUT", _positive_float, default=AWS_CONNECT_TIMEOUT_S)
     aws_read_timeout_s: float = _env("AWS_READ_TIMEOUT", _positive_float, default=AWS_READ_TIMEOUT_S)
     aws_max_attempts: int = _env("AWS_MAX_ATTEMPTS", _positive_int, default=AWS_MAX_ATTEMPTS)

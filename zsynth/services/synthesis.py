@@ -177,9 +177,8 @@ class SynthesisRequest:
 
     ``options`` None means the text is spoken as written (the avatar's ``speak`` takes no text options); otherwise
     break tags, pronunciation dictionaries and normalization apply (:mod:`zsynth.core.text.prepare`). Either way its
-    words are
-    bounded for the engine. A ``realtime`` request whose owner's share of the queue is taken waits for room (up to
-    the first-chunk deadline); a ``batch`` one is refused at once (busy).
+    words are bounded for the engine. A ``realtime`` request whose owner's share of the queue is taken waits for room
+    (up to the first-chunk deadline); a ``batch`` one is refused at once (busy).
     """
 
     text: str
@@ -311,8 +310,7 @@ class SynthesisService:
         from the library), its text prepared. Raises what :func:`classify` takes.
 
         Every job's text goes through the one text stage (:func:`zsynth.core.text.prepare.prepare`): options applied,
-        words
-        bounded for the engine.
+        words bounded for the engine.
         """
         if self.library is not None:
             await self.library.require(request.voice_id)

@@ -2,8 +2,7 @@
 realtime sockets), the auth middleware, the open-server write guard and CORS.
 
 Each reads the route's declaration (:mod:`zsynth.kit.endpoints`): its :class:`~zsynth.kit.endpoints.Access` rule says
-who may
-call it (checked by :mod:`zsynth.kit.gate`), its ``cors`` flag whether pages on other origins may.
+who may call it (checked by :mod:`zsynth.kit.gate`), its ``cors`` flag whether pages on other origins may.
 """
 
 from __future__ import annotations

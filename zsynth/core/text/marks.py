@@ -2,9 +2,8 @@
 
 A marker is one run of characters from Unicode's private use area, digits and phoneme symbols, with no white space
 and no sentence punctuation followed by white space, so no sentence or piece splitting (``zsynth.core.text.sentences``)
-ever cuts
-one. Engines that know a marker act on it (see ``workers/engines/base.py``); a caller's own text cannot contain one
-(the front removes private-use characters from the text before it adds markers).
+ever cuts one. Engines that know a marker act on it (see ``workers/engines/base.py``); a caller's own text cannot
+contain one (the front removes private-use characters from the text before it adds markers).
 
 * pause: ``\\ue000b<ms>\\ue001`` (``<ms>`` whole milliseconds, at most :data:`MAX_BREAK_MS`);
 * phonemes: ``\\ue000p<alphabet><phonemes>\\ue001``, ``<alphabet>`` ``i`` (IPA) or ``c`` (CMU ARPAbet), white space

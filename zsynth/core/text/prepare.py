@@ -9,8 +9,7 @@ The request fields (the same on every synthesis route and in the first message o
 ``<break time="1.5s" />`` (or ``"500ms"``) becomes a pause of that length, at most 3 s; any other markup is spoken
 as written. Last, whatever the options (and without any: the avatar's ``speak``), every word longer than the engine's
 bound is cut (:func:`zsynth.core.text.sentences.word_bound`, ZSYNTH_MAX_WORD_CHARS). The result is a
-:class:`~zsynth.core.text.spoken.Spoken`;
-when nothing changed, the job carries the caller's text.
+:class:`~zsynth.core.text.spoken.Spoken`; when nothing changed, the job carries the caller's text.
 """
 
 from __future__ import annotations

@@ -4,9 +4,8 @@ The alignment comes from the same source as the realtime socket's (:mod:`zsynth.
 worker per chunk). Over HTTP the times are in seconds from the start of the whole audio, on every line of the
 streaming route too. ``alignment`` is always on the caller's characters. When the text was rewritten before it was
 spoken (normalization, a dictionary's alias, a break tag: :mod:`zsynth.core.text.prepare`), ``normalized_alignment``
-carries
-the characters that were spoken and each of the caller's characters that was replaced gets a share of the span its
-replacement was spoken in; otherwise both are the same.
+carries the characters that were spoken and each of the caller's characters that was replaced gets a share of the span
+its replacement was spoken in; otherwise both are the same.
 """
 
 from __future__ import annotations

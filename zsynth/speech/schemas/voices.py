@@ -1,5 +1,5 @@
-"""The voice routes' response models and multipart request schemas (``zsynth.speech.routes.voices`` declares the
-routes).
+"""The voice routes' response models and multipart request schemas (the routes are in
+``zsynth.speech.routes.voices``).
 
 Cloning and editing take multipart uploads (audio files and form fields), not JSON: no request model validates them,
 so their OpenAPI schemas are written here, next to the bounds they state and the handlers enforce.

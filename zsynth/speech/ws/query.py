@@ -2,8 +2,7 @@
 
 Every field is read as the sockets always read it (the first value of a parameter, an empty value as a missing
 one) and refused with the sockets' own codes and messages; :func:`zsynth.speech.ws.connection.parse_params` turns a
-refusal
-into an error frame and a 1008 close, after the upgrade. Fields are declared in the order they are checked: the
+refusal into an error frame and a 1008 close, after the upgrade. Fields are declared in the order they are checked: the
 first complaint is the one answered.
 """
 

@@ -2,8 +2,7 @@
 
 * ``alias`` rules replace the matched text on every engine.
 * ``phoneme`` rules (``ipa``, ``cmu-arpabet``) become a phoneme marker (:mod:`zsynth.core.text.marks`) on engines that
-speak
-  phonemes (Piper, through its phoneme input); other engines ignore them and speak the text as written, as the
+  speak phonemes (Piper, through its phoneme input); other engines ignore them and speak the text as written, as the
   ElevenLabs service does on models without phoneme support.
 
 Matching follows each rule's ``case_sensitive`` (default true) and ``word_boundaries`` (default true). Rules apply
