@@ -4,22 +4,28 @@ Every shell and Python example lives in ``docs/examples/`` and is pulled into th
 (``--8<-- "docs/examples/<file>"``); the README, which GitHub renders without snippets, repeats some of them verbatim.
 Each example runs here as a user would run it (bash or python, in an empty directory, with ZSYNTH_URL and
 ZSYNTH_API_KEY set) against ``zsynth serve`` with the shared Piper workers, a key and a moto keys table, and what it
-produced is checked: audio decoded and asserted to be speech, printed output parsed.
+produced is checked: audio decoded and asserted to be speech, printed output parsed. The README's blocks run once
+more as a newcomer pastes them: taken from README.md itself, in a fresh shell under ``set -u`` (or the venv's python)
+with nothing set but the address of an open front, like the one ``./scripts/dev`` runs.
 """
 
 from __future__ import annotations
 
+import ast
 import io
 import os
 import re
 import subprocess
 import sys
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 import soundfile as sf
+
+from zsynth.core.config import Settings
 
 from .helpers import assert_speech, decode_audio, free_port, front_process, zsynth_process
 from .tls_certs import CertAuthority
@@ -30,6 +36,7 @@ EXAMPLES = ROOT / "docs" / "examples"
 PAGES = sorted((ROOT / "docs").glob("*.md"))
 KEY = "docs-example-key"
 CODE_FENCE = re.compile(r"^```(sh|bash|shell|console|python|py|python3)\b[^\n]*\n(.*?)^```", re.M | re.S)
+README_BLOCKS = CODE_FENCE.findall((ROOT / "README.md").read_text())
 SNIPPET = re.compile(r'^--8<-- "docs/examples/([\w.-]+)"$')
 
 
@@ -208,9 +215,65 @@ def test_strict_docs_build(tmp_path):
     assert "stream_to_file" in (tmp_path / "site" / "http-api" / "index.html").read_text()
 
 
+def readme_example(body: str) -> str:
+    """The docs/examples file a README block is a verbatim copy of (its name picks the check)."""
+    names = [p.name for p in EXAMPLES.iterdir() if p.read_text().strip() == body.strip()]
+    assert names, f"README block is not a copy of a docs/examples file:\n{body}"
+    return names[0]
+
+
 def test_readme_code_is_a_verbatim_copy_of_a_tested_example():
-    examples = {p.read_text().strip() for p in EXAMPLES.iterdir()}
-    fences = CODE_FENCE.findall((ROOT / "README.md").read_text())
-    assert fences, "no code fence found in README.md: the check below would pass on nothing"
-    for _, body in fences:
-        assert body.strip() in examples, f"README block is not a copy of a docs/examples file:\n{body}"
+    assert README_BLOCKS, "no code fence found in README.md: the check below would pass on nothing"
+    for _, body in README_BLOCKS:
+        readme_example(body)
+
+
+@pytest.fixture(scope="module")
+def open_front(redis_url, data_dir, shared_workers):
+    """A front with no keys, as ``./scripts/dev`` runs it: open on loopback, any key taken."""
+    with front_process(redis_url, data_dir) as (_, base):
+        yield base
+
+
+@pytest.mark.parametrize("index", range(len(README_BLOCKS)))
+def test_readme_block_runs_as_pasted_in_a_fresh_shell(index, open_front, tmp_path):
+    """The block as README.md has it, in a shell that has set nothing (``bash -u``: an unset variable fails it).
+
+    Only ZSYNTH_URL is given, because the test's front is not on the dev port; the next test holds the blocks'
+    default to the dev port. The SDKs come from the venv's ``clients`` extra, as the README says to install them.
+    """
+    lang, body = README_BLOCKS[index]
+    shell = lang in ("sh", "bash", "shell", "console")
+    script = tmp_path / ("block.sh" if shell else "block.py")
+    script.write_text(body)
+    command = ["bash", "-euo", "pipefail", str(script)] if shell else [sys.executable, str(script)]
+    fresh = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}/usr/bin:/bin", "HOME": str(tmp_path)}
+    done = subprocess.run(
+        command, cwd=tmp_path, env={**fresh, "ZSYNTH_URL": open_front}, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, f"README block {index} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    script.unlink()
+    CHECKS[readme_example(body)](tmp_path, done.stdout)
+
+
+def test_readme_blocks_default_to_the_dev_stack():
+    """Every block that names a default address names the one ``./scripts/dev`` serves on."""
+    dev = Settings.from_env({})
+    defaults = {m for _, body in README_BLOCKS for m in re.findall(r"https?://[\w.]+:\d+", body)}
+    assert defaults == {f"http://{dev.host}:{dev.port}"}
+
+
+def test_readme_python_needs_only_the_clients_extra():
+    """What the README's Python blocks import is the standard library or the ``clients`` extra it says to install."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    clients = {re.split(r"[=<>\[;]", req)[0].replace("-", "_") for req in extras["clients"]}
+    assert "zsynth[clients]" in extras["test"], "the test install must include the SDKs the README uses"
+    imported: set[str] = set()
+    for lang, body in README_BLOCKS:
+        if lang.startswith("py"):
+            for node in ast.walk(ast.parse(body)):
+                if isinstance(node, ast.Import):
+                    imported |= {alias.name.split(".")[0] for alias in node.names}
+                elif isinstance(node, ast.ImportFrom) and node.module:
+                    imported.add(node.module.split(".")[0])
+    assert imported - set(sys.stdlib_module_names) == clients

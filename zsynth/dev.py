@@ -45,9 +45,12 @@ def start_redis(url: str) -> subprocess.Popen[bytes]:
     parsed = urlparse(url)
     host = parsed.hostname or "127.0.0.1"
     port = parsed.port or 6379
+    # A session of its own: Ctrl-C in the terminal signals the whole foreground group, and redis must outlive the
+    # workers and fronts draining on it; run_dev stops it last.
     proc = subprocess.Popen(
         [exe, "--bind", host, "--port", str(port), "--save", "", "--appendonly", "no"],
         stdout=subprocess.DEVNULL,
+        start_new_session=True,
     )
     for _ in range(100):
         if redis_answers(url):

@@ -1,0 +1,43 @@
+"""scripts/unpin_wheel.py: a wheel rewritten without its dependency list is still a valid wheel of the same package."""
+
+from __future__ import annotations
+
+import csv
+import io
+import zipfile
+from pathlib import Path
+
+from scripts.unpin_wheel import record_hash, unpin
+
+METADATA = (
+    "Metadata-Version: 2.1\nName: pinned\nVersion: 1.0\nRequires-Dist: torch==2.6.0\n"
+    'Requires-Dist: numpy<2; python_version < "3.13"\nSummary: a pinned package\n\nRequires-Dist: in the body stays\n'
+)
+
+
+def make_wheel(path: Path) -> None:
+    files = {"pinned/__init__.py": b"VALUE = 1\n", "pinned-1.0.dist-info/METADATA": METADATA.encode()}
+    record = "".join(f"{name},{record_hash(data)},{len(data)}\n" for name, data in files.items())
+    with zipfile.ZipFile(path, "w") as wheel:
+        for name, data in files.items():
+            wheel.writestr(name, data)
+        wheel.writestr("pinned-1.0.dist-info/RECORD", record + "pinned-1.0.dist-info/RECORD,,\n")
+
+
+def test_unpinned_wheel_lists_no_dependencies_and_its_record_matches(tmp_path):
+    wheel = tmp_path / "pinned-1.0-py3-none-any.whl"
+    make_wheel(wheel)
+    unpin(wheel)
+    with zipfile.ZipFile(wheel) as rewritten:
+        metadata = rewritten.read("pinned-1.0.dist-info/METADATA").decode()
+        assert metadata == (
+            "Metadata-Version: 2.1\nName: pinned\nVersion: 1.0\nSummary: a pinned package\n\n"
+            "Requires-Dist: in the body stays\n"
+        )
+        assert rewritten.read("pinned/__init__.py") == b"VALUE = 1\n"
+        rows = list(csv.reader(io.StringIO(rewritten.read("pinned-1.0.dist-info/RECORD").decode())))
+        for name, digest, size in rows:
+            if digest:
+                data = rewritten.read(name)
+                assert (digest, int(size)) == (record_hash(data), len(data)), name
+        assert sorted(r[0] for r in rows) == sorted(rewritten.namelist())
