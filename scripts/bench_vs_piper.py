@@ -272,7 +272,8 @@ def child_pids(parent: int) -> list[int]:
 def is_worker(pid: int) -> bool:
     """True when the process runs ``zsynth worker``."""
     with contextlib.suppress(OSError):
-        return (Path("/proc") / str(pid) / "cmdline").read_bytes().split(b"\0")[-3:-1] == [b"zsynth", b"worker"]
+        argv = (Path("/proc") / str(pid) / "cmdline").read_bytes().split(b"\0")
+        return any(argv[i : i + 2] == [b"zsynth", b"worker"] for i in range(len(argv)))
     return False
 
 
@@ -299,13 +300,16 @@ def zsynth_default(rate: int, data_dir: Path) -> Iterator[tuple[Target, int]]:
             return port_answers(port, "/healthz")
 
         wait_for(started, START_TIMEOUT_S, "zsynth dev's front", interval=0.2)
-        workers = sum(is_worker(pid) for pid in child_pids(proc.pid))
-        if workers < 1:
-            raise RuntimeError("zsynth dev started no worker")
+        # The worker processes dev started; at least one must beat before the figures are taken.
+        children = max(1, sum(is_worker(pid) for pid in child_pids(proc.pid)))
         client = redis.Redis.from_url(server.url)
+
+        def beating() -> int:
+            return len(client.keys(protocol.heartbeat_key("*")))
+
         try:
-            beating = lambda: len(client.keys(protocol.heartbeat_key("*"))) >= workers  # noqa: E731
-            wait_for(beating, START_TIMEOUT_S, f"{workers} worker heartbeats", interval=0.2)
+            wait_for(lambda: beating() >= children, START_TIMEOUT_S, f"{children} worker heartbeats", interval=0.2)
+            workers = max(children, beating())
         finally:
             client.close()
         yield zsynth_target(port, rate), workers

@@ -99,7 +99,7 @@ def test_side_by_side_with_piper(tmp_path):
     command = shlex.split(line)
     assert command[:2] == [".venv/bin/python", "scripts/bench_vs_piper.py"], line
     figures = tmp_path / "figures.json"
-    extra = ["--reduced", "--settings", "default", "--json", str(figures)]
+    extra = ["--reduced", "--repeats", "1", "--settings", "default", "--json", str(figures)]
     result = subprocess.run(
         [sys.executable, *command[1:], *extra], cwd=ROOT, capture_output=True, text=True, timeout=300, check=True
     )
