@@ -68,7 +68,7 @@ PARAGRAPH = (
 CLIENTS = 4
 REQUEST_TIMEOUT_S = 120.0
 START_TIMEOUT_S = 180.0
-SETTING = re.compile(r"^(\d+)x(\d+)$")
+SETTING = re.compile(r"^([1-9]\d*)x([1-9]\d*)$")
 ROWS = (
     "one sentence, first byte p50",
     "paragraph, first byte p50",
@@ -183,7 +183,10 @@ def stop_process(proc: subprocess.Popen[bytes], grace: float = 20.0) -> None:
 def piper_version(python: str) -> str | None:
     """piper-tts's version in that interpreter when it can run piper.http_server (flask included), else None."""
     probe = "import flask, piper.http_server; from importlib.metadata import version; print(version('piper-tts'))"
-    done = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=120)
+    try:
+        done = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=120)
+    except OSError:  # no such interpreter (yet)
+        return None
     return done.stdout.strip() if done.returncode == 0 else None
 
 
