@@ -347,7 +347,7 @@ def in_parallel(target: Target, text: str, clients: int, total: int) -> tuple[li
             with lock:
                 timings.append(timing)
 
-    threads = [threading.Thread(target=client) for _ in range(clients)]
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(clients)]
     start = time.perf_counter()
     for thread in threads:
         thread.start()
@@ -440,6 +440,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--piper-venv", type=Path, default=Path.home() / ".cache" / "zsynth" / "piper-http-venv")
     parser.add_argument("--json", type=Path, help="also write the figures and every timing here")
     args = parser.parse_args(argv)
+    # A SIGTERM (a timeout, a stop) ends the run through the context managers' exits, so no server outlives it.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     drop_zsynth_settings()
     repeats = args.repeats or (2 if args.reduced else 20)
     total = CLIENTS if args.reduced else 24
