@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import re
+import shlex
 import subprocess
 import sys
 
@@ -83,3 +86,40 @@ def test_load_generator_refuses_non_loopback_targets():
         timeout=30,
     )
     assert result.returncode != 0 and "loopback" in result.stderr
+
+
+def test_side_by_side_with_piper(tmp_path):
+    """The documented side-by-side command, reduced, on Piper's own server and zsynth's default: its tables parse."""
+    for module in ("flask", "piper.http_server"):
+        pytest.importorskip(module, reason=f"Piper's server needs {module}: the script would install it from the net")
+    if importlib.metadata.version("piper-tts") != "1.8.0":
+        pytest.skip("the venv's piper-tts is not 1.8.0: the script would install 1.8.0 from the net")
+    example = ROOT / "docs" / "examples" / "bench-vs-piper.sh"
+    (line,) = [line for line in example.read_text().splitlines() if line.strip() and not line.startswith("#")]
+    command = shlex.split(line)
+    assert command[:2] == [".venv/bin/python", "scripts/bench_vs_piper.py"], line
+    figures = tmp_path / "figures.json"
+    extra = ["--reduced", "--repeats", "1", "--settings", "default", "--json", str(figures)]
+    result = subprocess.run(
+        [sys.executable, *command[1:], *extra], cwd=ROOT, capture_output=True, text=True, timeout=300, check=True
+    )
+    rows = {}
+    for row in result.stdout.splitlines():
+        cells = [cell.strip() for cell in row.strip().strip("|").split("|")]
+        if row.startswith("| ") and len(cells) == 3:
+            rows[cells[0]] = cells[1:]
+    assert rows[""] == ["Piper's server", rows[""][1]] and rows[""][1].startswith("zsynth, default (")
+    for label in ("one sentence, first byte p50", "paragraph, first byte p50", "paragraph, whole p50"):
+        assert all(re.fullmatch(r"[1-9]\d* ms", cell) for cell in rows[label]), rows[label]
+    assert all(float(cell) > 0 for cell in rows["4 clients: paragraphs per second"])
+    for cell in rows["4 clients: first byte p50 / p95"]:
+        p50, p95 = re.fullmatch(r"(\d+\.\d\d) / (\d+\.\d\d) s", cell).groups()  # type: ignore[union-attr]
+        assert 0 < float(p50) <= float(p95)
+    columns = json.loads(figures.read_text())["columns"]
+    assert [column["setting"] for column in columns] == ["piper", "default"] and columns[1]["workers"] >= 1
+    for column in columns:
+        assert column["paragraph_first_p50_ms"] <= column["paragraph_whole_p50_ms"]
+        assert len(column["timings"]["load"]) == 4
+    # Both spoke the same paragraph in the same voice: about 20 s of audio each.
+    piper, zsynth = (column["paragraph_audio_s"] for column in columns)
+    assert 10 < piper < 40 and 0.8 < zsynth / piper < 1.25
