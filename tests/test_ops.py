@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
@@ -150,3 +151,29 @@ share.busy().__enter__()
 print("busy", flush=True)
 os._exit(0)
 """
+
+
+async def test_two_thread_workers_share_the_box(private_redis_url, tmp_path):
+    # The CPU default: two workers of two threads each; both speak at once, each marking itself busy in the box's
+    # cores directory (the other then speaks on one thread), and every answer is whole speech.
+    workers = [WorkerProcess(private_redis_url, f"cores-{n}", tmp_path, ZSYNTH_ENGINE_THREADS="2") for n in (0, 1)]
+    try:
+        for worker in workers:
+            worker.wait_ready(90)
+        text = "The parcel came on Monday. It was left at the door, in the rain, for most of the afternoon."
+        with front_process(private_redis_url, tmp_path) as (_, base):
+            async with aiohttp.ClientSession() as session:
+
+                async def speak() -> bytes:
+                    url = f"{base}/v1/text-to-speech/v/stream?output_format=pcm_22050"
+                    async with session.post(url, json={"text": text}) as resp:
+                        assert resp.status == 200
+                        return await resp.read()
+
+                bodies = await asyncio.gather(*(speak() for _ in range(4)))
+        for body in bodies:
+            assert_speech(np.frombuffer(body, dtype="<i2").astype(np.float32) / 32768, 22050, text)
+        assert sorted(path.name for path in (tmp_path / "cores").iterdir()) == ["cores-0.lock", "cores-1.lock"]
+    finally:
+        for worker in workers:
+            worker.stop()
