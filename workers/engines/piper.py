@@ -92,23 +92,26 @@ class PiperEngine:
             logger.debug("piper model already exposes alignments")
         serialized = model.SerializeToString()
 
-        def session(count: int) -> Any:
+        def session(count: int, spin: bool) -> Any:
             options = onnxruntime.SessionOptions()
             # One slot per worker: bound the threads so N workers on N cores scale instead of fighting.
             options.intra_op_num_threads = count
             options.inter_op_num_threads = 1
-            # No spinning: by default a box runs a worker per core with two threads each, so when all are busy their
-            # threads share the cores, and a thread that spins while it waits burns the time another worker needs.
-            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            # Spinning (a waiting thread keeps its core for a moment) saves a wake-up per operator, and burns the
+            # time another worker needs when threads share cores.
+            options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
             return onnxruntime.InferenceSession(serialized, sess_options=options, providers=["CPUExecutionProvider"])
 
-        self._voice = PiperVoice(session=session(threads), config=config)
+        # With a box share this session runs only while no other worker of the box is busy: it may spin.
+        self._voice = PiperVoice(session=session(threads, spin=share is not None), config=config)
         # With a box share: a one-thread session for the runs made while another worker of the box is busy. Two
         # one-thread calls side by side make more audio per second than two-thread calls taking turns on the same
         # cores (docs/scaling.md), and a job alone on the box still gets every thread.
         self._share = share if threads > 1 else None
         self._alone_voice = self._voice
-        self._shared_voice = PiperVoice(session=session(1), config=config) if self._share is not None else self._voice
+        self._shared_voice = self._voice
+        if self._share is not None:
+            self._shared_voice = PiperVoice(session=session(1, spin=False), config=config)
         self.sample_rate: int = int(config.sample_rate)
         self._base_length = float(config.length_scale)
         self._base_noise = float(config.noise_scale)

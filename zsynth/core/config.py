@@ -465,7 +465,7 @@ def default_engine_threads(engine: str, cores: int | None = None) -> int:
     """Threads one engine job uses by default.
 
     Piper (CPU): two where there are two cores, so a job alone on the box (the one user waiting) is spoken on both;
-    while another worker of the box is busy a Piper worker speaks on one (see :mod:`workers.cores`), and its threads
-    never spin while they wait. Other engines: one.
+    while another worker of the box is busy a Piper worker speaks on one (see :mod:`workers.cores`). Other engines:
+    one.
     """
     return max(1, min(2, cores or usable_cores())) if engine == "piper" else 1
