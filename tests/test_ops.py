@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
@@ -13,6 +14,9 @@ from pathlib import Path
 
 import aiohttp
 import numpy as np
+
+from workers.cores import CoreShare
+from zsynth.core.config import Settings, default_engine_threads, default_workers, usable_cores
 
 from .helpers import ROOT, WorkerProcess, assert_speech, front_process
 
@@ -46,6 +50,30 @@ def test_install_systemd_dry_run_changes_nothing():
     assert "+ systemctl enable zsynth.target" in result.stdout
     assert "zsynth-worker@1.service" in result.stdout
     assert not Path("/nonexistent/zsynth").exists()
+
+
+def test_install_systemd_enables_a_worker_per_core_for_piper():
+    result = subprocess.run(
+        [str(ROOT / "scripts" / "install-systemd"), "--dry-run", "--prefix", "/nonexistent/zsynth"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    cores = default_workers("piper", usable_cores())
+    assert f"zsynth-worker@{cores - 1}.service" in result.stdout
+    assert f"zsynth-worker@{cores}.service" not in result.stdout
+    assert f"zsynth installed: {cores} worker(s)" in result.stderr
+
+
+def test_cpu_defaults_follow_the_cores():
+    # Piper: a worker per core, each job on two threads where there are two; other engines one of each.
+    assert [default_workers("piper", n) for n in (1, 2, 8)] == [1, 2, 8]
+    assert [default_engine_threads("piper", n) for n in (1, 2, 8)] == [1, 2, 2]
+    assert default_workers("turbo", 8) == 1 and default_engine_threads("turbo", 8) == 1
+    defaults = Settings.from_env({})
+    assert defaults.worker_count == default_workers("piper") and defaults.engine_thread_count >= 1
+    chosen = Settings.from_env({"ZSYNTH_WORKERS": "3", "ZSYNTH_ENGINE_THREADS": "4"})
+    assert (chosen.worker_count, chosen.engine_thread_count) == (3, 4)
 
 
 def test_worker_sends_ready_after_warm_up(private_redis_url, tmp_path):
@@ -94,3 +122,58 @@ async def test_sigterm_drains_running_stream(redis_url, data_dir, shared_workers
         assert proc.returncode == 0
     samples = np.frombuffer(first + rest, dtype="<i2").astype(np.float32) / 32768
     assert_speech(samples, 22050, text)
+
+
+def test_core_share_sees_the_other_workers_of_the_box(tmp_path):
+    first, second = CoreShare(tmp_path, "w1"), CoreShare(tmp_path, "w2")
+    try:
+        assert not first.others_busy() and not second.others_busy()
+        with second.busy():
+            assert first.others_busy() and not second.others_busy()
+        assert not first.others_busy()
+        # A worker that died mid-job leaves its file; the kernel dropped its lock, so it reads as idle.
+        gone = subprocess.run(
+            [sys.executable, "-c", DIES_BUSY, str(tmp_path)], cwd=ROOT, capture_output=True, text=True, check=True
+        )
+        assert gone.stdout == "busy\n" and (tmp_path / "w3.lock").exists()
+        assert not first.others_busy()
+    finally:
+        first.close()
+        second.close()
+
+
+DIES_BUSY = """
+import os, sys
+from pathlib import Path
+from workers.cores import CoreShare
+share = CoreShare(Path(sys.argv[1]), "w3")
+share.busy().__enter__()
+print("busy", flush=True)
+os._exit(0)
+"""
+
+
+async def test_two_thread_workers_share_the_box(private_redis_url, tmp_path):
+    # The CPU default: two workers of two threads each; both speak at once, each marking itself busy in the box's
+    # cores directory (the other then speaks on one thread), and every answer is whole speech.
+    workers = [WorkerProcess(private_redis_url, f"cores-{n}", tmp_path, ZSYNTH_ENGINE_THREADS="2") for n in (0, 1)]
+    try:
+        for worker in workers:
+            worker.wait_ready(90)
+        text = "The parcel came on Monday. It was left at the door, in the rain, for most of the afternoon."
+        with front_process(private_redis_url, tmp_path) as (_, base):
+            async with aiohttp.ClientSession() as session:
+
+                async def speak() -> bytes:
+                    url = f"{base}/v1/text-to-speech/v/stream?output_format=pcm_22050"
+                    async with session.post(url, json={"text": text}) as resp:
+                        assert resp.status == 200
+                        return await resp.read()
+
+                bodies = await asyncio.gather(*(speak() for _ in range(4)))
+        for body in bodies:
+            assert_speech(np.frombuffer(body, dtype="<i2").astype(np.float32) / 32768, 22050, text)
+        assert sorted(path.name for path in (tmp_path / "cores").iterdir()) == ["cores-0.lock", "cores-1.lock"]
+    finally:
+        for worker in workers:
+            worker.stop()

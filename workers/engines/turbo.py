@@ -127,7 +127,7 @@ class TurboEngine:
 
         self.device = _pick_device(settings.turbo_device)
         if self.device == "cpu":
-            torch.set_num_threads(settings.engine_threads)
+            torch.set_num_threads(settings.engine_thread_count)
         self.settings = settings
         #: Speech tokens per streamed chunk of a piece (the settings never change while the engine lives).
         self.schedule = chunk_schedule(settings.turbo_first_chunk_tokens, settings.turbo_chunk_tokens)

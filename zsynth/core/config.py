@@ -204,8 +204,11 @@ class Settings:
     engine: str = _env("ENGINE", _engine, default="piper")
     data_dir: Path = _env("DATA_DIR", Path, default_factory=_default_data_dir)
     worker_id: str = _env("WORKER_ID", default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
-    # Threads the engine may use for one job (onnxruntime intra-op threads for Piper).
-    engine_threads: int = _env("ENGINE_THREADS", _positive_int, default=1)
+    # Threads the engine may use for one job (onnxruntime intra-op threads for Piper; torch's on a CPU Turbo run).
+    # 0: chosen from the cores at start (see :func:`default_engine_threads`).
+    engine_threads: int = _env("ENGINE_THREADS", _non_negative_int, default=0)
+    # Worker processes `zsynth dev` starts. 0: chosen from the cores (see :func:`default_workers`).
+    workers: int = _env("WORKERS", _non_negative_int, default=0)
     # How long the front waits for a job's first audio (queueing included), then for each following chunk.
     first_chunk_timeout_s: float = _env("FIRST_CHUNK_TIMEOUT", _positive_float, default=30.0)
     chunk_timeout_s: float = _env("CHUNK_TIMEOUT", _positive_float, default=15.0)
@@ -418,6 +421,16 @@ class Settings:
         return tuple(dict.fromkeys(keys))
 
     @property
+    def worker_count(self) -> int:
+        """Worker processes ``zsynth dev`` starts: ZSYNTH_WORKERS, or :func:`default_workers` when it is 0."""
+        return self.workers or default_workers(self.engine)
+
+    @property
+    def engine_thread_count(self) -> int:
+        """Threads one engine job uses: ZSYNTH_ENGINE_THREADS, or :func:`default_engine_threads` when it is 0."""
+        return self.engine_threads or default_engine_threads(self.engine)
+
+    @property
     def tls(self) -> bool:
         """Whether the servers speak HTTPS/WSS (both TLS files are set)."""
         return self.tls_cert_file is not None and self.tls_key_file is not None
@@ -426,3 +439,32 @@ class Settings:
     def voices_dir(self) -> Path:
         """Where cloned voices live on this box."""
         return self.data_dir / "voices"
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on: its affinity mask (taskset, a container's cpuset), else the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def default_workers(engine: str, cores: int | None = None) -> int:
+    """How many workers a box runs by default.
+
+    Piper (CPU): one per core. Two onnxruntime calls of one thread each on two cores make more audio per second
+    than one call of two threads (VITS is many small operators; splitting each over threads gains less than running
+    two jobs side by side), so the box's throughput needs as many jobs in flight as cores. Other engines: one (a GPU
+    engine runs one worker per GPU, each named by its systemd instance).
+    """
+    return max(1, cores or usable_cores()) if engine == "piper" else 1
+
+
+def default_engine_threads(engine: str, cores: int | None = None) -> int:
+    """Threads one engine job uses by default.
+
+    Piper (CPU): two where there are two cores, so a job alone on the box (the one user waiting) is spoken on both;
+    while another worker of the box is busy a Piper worker speaks on one (see :mod:`workers.cores`). Other engines:
+    one.
+    """
+    return max(1, min(2, cores or usable_cores())) if engine == "piper" else 1
