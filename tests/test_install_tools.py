@@ -1,4 +1,4 @@
-"""scripts/unpin_wheel.py: a wheel rewritten without its dependency list is still a valid wheel of the same package."""
+"""Install tools: unpin_wheel.py keeps a valid wheel; scripts/install brings every program the tests call."""
 
 from __future__ import annotations
 
@@ -41,3 +41,16 @@ def test_unpinned_wheel_lists_no_dependencies_and_its_record_matches(tmp_path):
                 data = rewritten.read(name)
                 assert (digest, int(size)) == (record_hash(data), len(data)), name
         assert sorted(r[0] for r in rows) == sorted(rewritten.namelist())
+
+
+def test_the_install_script_installs_every_program_the_docs_examples_call():
+    # A fresh Debian has neither curl nor shellcheck: the README's first request, the docs' shell examples
+    # (run by tests/test_docs.py) and scripts/test need them, so scripts/install must bring them.
+    root = Path(__file__).resolve().parent.parent
+    install = (root / "scripts" / "install").read_text()
+    examples = "\n".join(path.read_text() for path in sorted((root / "docs" / "examples").glob("*.sh")))
+    called = {program for program in ("curl", "jq", "wget", "openssl", "redis-cli") if f"{program} " in examples}
+    assert "curl" in called  # the check reads the examples it means to
+    for program in (*called, "redis-server", "shellcheck", "chromium", "systemd"):
+        assert f"need_apt+=({program})" in install, program
+    assert "./scripts/test" in (root / ".ci" / "run").read_text()  # CI runs the README's test command, and only it
