@@ -244,7 +244,9 @@ def test_realtime_query_reads_what_the_sockets_accept():
         ({"inactivity_timeout": "4"}, "invalid_parameters", "from 5 to 180 (got 4)."),
         ({"inactivity_timeout": "2.5"}, "invalid_parameters", "inactivity_timeout must be a whole number of seconds."),
         # Too large for a float: refused like any other out-of-range value (it used to end the socket abruptly).
-        ({"inactivity_timeout": "9" * 400}, "invalid_parameters", "from 5 to 180 (got 999"),
+        ({"inactivity_timeout": "9" * 400}, "invalid_parameters", "from 5 to 180 (got 999999999999...)."),
+        # Past Python's digit limit for int(): still a refusal, never an exception out of the socket.
+        ({"inactivity_timeout": "9" * 5000}, "invalid_parameters", "whole number of seconds"),
         ({"seed": "-1"}, "invalid_parameters", "Field 'seed' must be an integer 0..4294967295."),
         ({"seed": "x"}, "invalid_parameters", "Field 'seed' must be an integer 0..4294967295."),
         ({"sync_alignment": "maybe"}, "invalid_parameters", "Query parameter 'sync_alignment' must be true or false."),
@@ -254,6 +256,7 @@ def test_realtime_query_reads_what_the_sockets_accept():
 def test_realtime_query_refusals(data, code, message):
     refused_code, refused_message = _refused_query(**data)
     assert refused_code == code and message in refused_message
+    assert len(refused_message) < 200  # a hostile value is never echoed whole
 
 
 def test_realtime_query_answers_the_first_bad_parameter_in_the_order_checked():

@@ -104,14 +104,11 @@ class PiperEngine:
 
         # With a box share this session runs only while no other worker of the box is busy: it may spin.
         self._voice = PiperVoice(session=session(threads, spin=share is not None), config=config)
-        # With a box share: a one-thread session for the runs made while another worker of the box is busy. Two
-        # one-thread calls side by side make more audio per second than two-thread calls taking turns on the same
-        # cores (docs/scaling.md), and a job alone on the box still gets every thread.
-        self._share = share if threads > 1 else None
-        self._alone_voice = self._voice
-        self._shared_voice = self._voice
-        if self._share is not None:
-            self._shared_voice = PiperVoice(session=session(1, spin=False), config=config)
+        # With a box share (given only for more than one thread): a one-thread session for the runs made while
+        # another worker of the box is busy. Two one-thread calls side by side make more audio per second than
+        # two-thread calls taking turns on the same cores (docs/scaling.md); a job alone on the box gets every thread.
+        self._share = share
+        self._shared_voice = PiperVoice(session=session(1, spin=False), config=config) if share else self._voice
         self.sample_rate: int = int(config.sample_rate)
         self._base_length = float(config.length_scale)
         self._base_noise = float(config.noise_scale)
@@ -125,7 +122,7 @@ class PiperEngine:
         """Synthesize one short sentence (loads espeak data, allocates onnxruntime arenas), then calibrate pitch."""
         for _ in self.synthesize("Warming up.", VoiceSpec("warmup"), {}, lambda: False):
             pass
-        if self._shared_voice is not self._alone_voice:  # the one-thread session too
+        if self._shared_voice is not self._voice:  # the one-thread session too
             self._shared_voice.phoneme_ids_to_audio(self._voice.phonemes_to_ids(list("wɔːmɪŋ")), self._config({}))
         self.base_f0()
 
@@ -255,7 +252,7 @@ class PiperEngine:
 
     def _speak_run(self, phonemes: list[str], config: Any) -> tuple[np.ndarray, list[tuple[str, int]]]:
         """One bounded onnxruntime call: the run's audio (float32 in -1..1) and its per-phoneme sample counts."""
-        voice = self._shared_voice if self._share is not None and self._share.others_busy() else self._alone_voice
+        voice = self._shared_voice if self._share is not None and self._share.others_busy() else self._voice
         ids = voice.phonemes_to_ids(phonemes)
         result = voice.phoneme_ids_to_audio(ids, config, include_alignments=True)
         audio, id_samples = result if isinstance(result, tuple) else (result, None)

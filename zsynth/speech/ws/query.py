@@ -42,7 +42,7 @@ def _inactivity(value: object) -> float | None:
         raise refusal(
             "invalid_parameters",
             f"inactivity_timeout must be a whole number of seconds from {MIN_INACTIVITY_S} to {MAX_INACTIVITY_S} "
-            f"(got {raw}).",
+            f"(got {raw if len(raw) <= 12 else raw[:12] + '...'}).",  # a hostile value is not echoed whole
         )
     return float(seconds)
 
