@@ -53,6 +53,7 @@ sys.path.insert(0, str(ROOT))
 from scripts.loadgen import pct  # noqa: E402
 from tests.helpers import RedisServer, WorkerProcess, free_port, front_process, wait_for  # noqa: E402
 from zsynth.core import protocol  # noqa: E402
+from zsynth.core.config import usable_cores  # noqa: E402
 
 PIPER_VERSION = "1.8.0"
 VOICE = "any-voice"  # zsynth's Piper engine speaks the joe voice for any voice id
@@ -453,7 +454,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     before = load_average()
     print(
         f"side by side: piper-tts {version} http_server ({python}) and zsynth, joe voice at {rate} Hz, "
-        f"{os.cpu_count()} CPUs, {repeats} sequential requests per text, {CLIENTS} clients x {total} paragraphs; "
+        f"{usable_cores()} CPUs, {repeats} sequential requests per text, {CLIENTS} clients x {total} paragraphs; "
         f"load average before: {before}",
         flush=True,
     )
@@ -485,7 +486,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"\nload average after: {after}")
     result: dict[str, Any] = {
         "piper_tts": version,
-        "cpus": os.cpu_count(),
+        "cpus": usable_cores(),
         "load_average": {"before": before, "after": after},
         "repeats": repeats,
         "clients": CLIENTS,

@@ -407,25 +407,24 @@ def bind(endpoint: Endpoint, parsing: Parsing | None) -> RouteHandler:
         return handler
     if parsing is None:
         raise TypeError(f"{endpoint.method} {endpoint.path} takes its declared models: add_endpoints needs parsing=")
-    rules = parsing
-    bad_json = endpoint.bad_json if endpoint.bad_json is not None else rules.bad_json
+    bad_json = endpoint.bad_json if endpoint.bad_json is not None else parsing.bad_json
     optional = not endpoint.body_required
 
     @functools.wraps(handler)
     async def parsed(request: web.Request) -> web.StreamResponse:
-        context = rules.context(request)
+        context = parsing.context(request)
         kwargs: dict[str, object] = {}
         if query_model is not None and query_mode is not None:
-            kwargs["query"] = parse_query(request, query_model, rules.error, context)
+            kwargs["query"] = parse_query(request, query_model, parsing.error, context)
         if body_model is not None and body_mode is not None:
 
             async def read() -> pydantic.BaseModel:
                 return await parse_body(
                     request,
                     body_model,
-                    rules.error,
+                    parsing.error,
                     bad_json=bad_json,
-                    not_object=rules.not_object,
+                    not_object=parsing.not_object,
                     context=context,
                     optional=optional,
                 )
