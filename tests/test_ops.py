@@ -65,6 +65,32 @@ def test_install_systemd_enables_a_worker_per_core_for_piper():
     assert f"zsynth installed: {cores} worker(s)" in result.stderr
 
 
+def test_install_systemd_refuses_a_worker_count_that_is_not_a_count():
+    # Bash arithmetic would take "abc" as 0 workers and "1e9" as a loop without end: both are refused up front.
+    for count in ("abc", "0", "1e9", "-1", "3;reboot"):
+        result = subprocess.run(
+            [
+                str(ROOT / "scripts" / "install-systemd"),
+                "--dry-run",
+                "--prefix",
+                "/nonexistent/zsynth",
+                "--workers",
+                count,
+            ],
+            capture_output=True,
+            text=True,
+        )
+        assert result.returncode == 2 and "--workers takes a whole number" in result.stderr, count
+        assert "zsynth-worker@" not in result.stdout, count
+    three = subprocess.run(
+        [str(ROOT / "scripts" / "install-systemd"), "--dry-run", "--prefix", "/nonexistent/zsynth", "--workers", "3"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "zsynth-worker@2.service" in three.stdout and "zsynth-worker@3.service" not in three.stdout
+
+
 def test_cpu_defaults_follow_the_cores():
     # Piper: a worker per core, each job on two threads where there are two; other engines one of each.
     assert [default_workers("piper", n) for n in (1, 2, 8)] == [1, 2, 8]
