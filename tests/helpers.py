@@ -66,7 +66,10 @@ def wait_for(predicate: Callable[[], object], timeout: float, what: str, interva
 class WorkerProcess:
     """A real ``zsynth worker`` child process."""
 
-    def __init__(self, redis_url: str, worker_id: str, data_dir: Path, **env: str) -> None:
+    def __init__(
+        self, redis_url: str, worker_id: str, data_dir: Path, *, log: Path | str | None = None, **env: str
+    ) -> None:
+        """Start it; its stderr (the log) goes to the file ``log`` when one is given (appended), else to ours."""
         self.redis_url = redis_url
         self.worker_id = worker_id
         full_env = dict(
@@ -80,7 +83,10 @@ class WorkerProcess:
             PYTHONUNBUFFERED="1",
         )
         full_env.update(env)
-        self.proc = subprocess.Popen([sys.executable, "-m", "zsynth", "worker"], env=full_env, cwd=ROOT)
+        with contextlib.ExitStack() as stack:
+            stderr = stack.enter_context(Path(log).open("ab")) if log is not None else None
+            argv = [sys.executable, "-m", "zsynth", "worker"]
+            self.proc = subprocess.Popen(argv, env=full_env, cwd=ROOT, stderr=stderr)
 
     def wait_ready(self, timeout: float = 60.0) -> WorkerProcess:
         """Block until the worker's heartbeat shows up."""
@@ -204,14 +210,17 @@ def moto_server() -> Iterator[str]:
 
 @contextlib.contextmanager
 def zsynth_process(
-    command: str, port: int, env: dict[str, str], timeout: float = 60.0
+    command: str, port: int, env: dict[str, str], timeout: float = 60.0, log: Path | None = None
 ) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
     """Run ``zsynth <command>`` (serve, avatar, demo) until its port answers; yield (process, base URL).
 
     A process that exits while starting fails at once with its exit code; on the way out it is asked to stop
-    (SIGTERM, so it drains) and killed only if it does not.
+    (SIGTERM, so it drains) and killed only if it does not. Its stderr goes to the file ``log`` when one is given.
     """
-    proc = subprocess.Popen([sys.executable, "-m", "zsynth", command], env={**os.environ, **env}, cwd=ROOT)
+    with contextlib.ExitStack() as stack:
+        stderr = stack.enter_context(log.open("ab")) if log is not None else None
+        argv = [sys.executable, "-m", "zsynth", command]
+        proc = subprocess.Popen(argv, env={**os.environ, **env}, cwd=ROOT, stderr=stderr)
 
     def up() -> bool:
         if proc.poll() is not None:
