@@ -30,7 +30,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -112,7 +112,10 @@ class Report:
     solo_s: dict[str, float] = field(default_factory=dict)
     promotion_s: float | None = None
     first_success_s: float | None = None
-    queued_at_kill: list[int] = field(default_factory=list)
+    queued_at_kill: list[int] = field(default_factory=list)  # request numbers
+    queued_jobs: dict[str, int] = field(default_factory=dict)  # job id -> request number, as the queue held them
+    claimed_before_kill: list[int] = field(default_factory=list)  # claimed between the queue's snapshot and the kill
+    kill_wall: float = 0.0
     claimed_twice_part0: dict[str, int] = field(default_factory=dict)
     clone_id: str = ""
     clone_listed_after: bool = False
@@ -132,6 +135,7 @@ class Report:
             "claimed_twice_part0": self.claimed_twice_part0,
             "in_flight_at_kill": sum(o.in_flight_at_kill for o in self.outcomes),
             "queued_at_kill": len(self.queued_at_kill),
+            "queued_but_claimed_before_kill": len(self.claimed_before_kill),
             "queued_at_kill_lost": [o.n for o in self.outcomes if o.n in self.queued_at_kill and o.result != "ok"],
             "clone_listed_after": self.clone_listed_after,
             "errors": sorted({o.detail for o in self.outcomes if o.result == "error"}),
@@ -246,15 +250,15 @@ async def socket_session(session: aiohttp.ClientSession, base: str, out: Outcome
 # ----- the scenario --------------------------------------------------------------------------------------------------
 
 
-async def _queued_part0(master: Redis) -> list[int]:
-    """The request numbers of the jobs in the queue that have not started (part 0)."""
-    numbers = []
+async def _queued_part0(master: Redis) -> dict[str, int]:
+    """The jobs in the queue that have not started (part 0): job id -> request number."""
+    jobs = {}
     for raw in await master.lrange(protocol.QUEUE, 0, -1):
         job = protocol.Job.from_json(raw)
         found = NUMBERED.search(job.text)
         if job.part == 0 and found:
-            numbers.append(int(found.group(1)))
-    return numbers
+            jobs[job.job_id] = int(found.group(1))
+    return jobs
 
 
 class Load:
@@ -314,11 +318,11 @@ async def scenario(redis_set: SentinelSet, base: str, report: Report) -> None:
             deadline = time.monotonic() + 15
             while time.monotonic() < deadline and not (load.streaming() >= 2 and await _queued_part0(master)):
                 await asyncio.sleep(0.02)
-            report.queued_at_kill = await _queued_part0(master)
+            report.queued_jobs = await _queued_part0(master)
         finally:
             await master.aclose()
         killed = redis_set.kill_master()
-        kill_at = time.monotonic()
+        kill_at, report.kill_wall = time.monotonic(), time.time()
         promotion = asyncio.create_task(asyncio.to_thread(redis_set.wait_promoted, killed))
 
         # After the kill: a probe every 0.25 s until three have succeeded, and a mixed wave meanwhile.
@@ -348,16 +352,17 @@ async def scenario(redis_set: SentinelSet, base: str, report: Report) -> None:
     report.first_success_s = min(ends) if ends else None
 
 
-def claims_of_part0(log_paths: list[Path]) -> Counter[str]:
-    """How many times each job id was claimed as part 0, from the workers' JSON logs."""
-    claims: Counter[str] = Counter()
+def claims_of_part0(log_paths: list[Path]) -> dict[str, list[float]]:
+    """When each job id was claimed as part 0 (epoch seconds), from the workers' JSON logs."""
+    claims: dict[str, list[float]] = {}
     for path in log_paths:
         for line in path.read_text(errors="replace").splitlines():
             with contextlib.suppress(ValueError):
                 entry = json.loads(line)
                 found = CLAIMED.search(str(entry.get("msg", "")))
                 if found and found.group(1) == "0":
-                    claims[str(entry.get("job_id"))] += 1
+                    when = datetime.strptime(entry["ts"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+                    claims.setdefault(str(entry.get("job_id")), []).append(when.timestamp())
     return claims
 
 
@@ -397,7 +402,11 @@ def failover(aws_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
         finally:
             print(f"\nfailover logs in {root} (scenario started {_iso(started)})")
     claims = claims_of_part0(logs)
-    report.claimed_twice_part0 = {job: count for job, count in claims.items() if count > 1}
+    report.claimed_twice_part0 = {job: len(times) for job, times in claims.items() if len(times) > 1}
+    # A job the queue held at its snapshot may have been claimed in the moment before the kill: it had started.
+    for job_id, n in report.queued_jobs.items():
+        before = min(claims.get(job_id, [report.kill_wall])) < report.kill_wall
+        (report.claimed_before_kill if before else report.queued_at_kill).append(n)
     summary = report.summary()
     print("failover figures:", json.dumps(summary, indent=1))
     for out in report.outcomes:
