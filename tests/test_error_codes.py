@@ -32,6 +32,7 @@ WIRE = {
     "synthesis_failed",
     "queue_full",
     "redis_unavailable",
+    "redis_failover",
     "timeout",
     "lost_events",
     "shutting_down",
@@ -50,6 +51,7 @@ EXPECTED: dict[ErrorCode, tuple[str, int, str, str, int | None]] = {
     ErrorCode.LOST_EVENTS: UNAVAILABLE,
     ErrorCode.DEADLINE_EXCEEDED: UNAVAILABLE,
     ErrorCode.REDIS_UNAVAILABLE: UNAVAILABLE,
+    ErrorCode.REDIS_FAILOVER: UNAVAILABLE,
     ErrorCode.INPUT_TOO_COMPLEX: ("invalid", 400, "input_too_complex", "input_too_complex", None),
     ErrorCode.VOICE_NOT_FOUND: ("voice_not_found", 404, "voice_not_found", "voice_not_found", None),
     ErrorCode.VOICE_STORAGE_UNAVAILABLE: (

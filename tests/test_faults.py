@@ -163,3 +163,36 @@ async def test_redis_outage_fails_fast_and_heals(aiohttp_client, tmp_path):
     finally:
         worker.stop()
         server.stop()
+
+
+async def test_streams_right_after_a_redis_restart_are_never_cut_short(aiohttp_client, tmp_path, caplog):
+    # The reply listener once failed every open stream after each read that failed while it reconnected, so a
+    # stream that started right after a Redis restart could get its 200 and first chunk and then be cut off.
+    server = RedisServer().start()
+    worker = WorkerProcess(server.url, "restart", tmp_path).wait_ready()
+    text = "Right after a restart of Redis, this stream must arrive whole. " * 3
+    try:
+        client = await aiohttp_client(create_app(make_settings(server.url, tmp_path)))
+        ok = await client.post("/v1/text-to-speech/v?output_format=pcm_16000", json={"text": "Before the restart."})
+        assert ok.status == 200
+        server.stop()
+        server.start()
+        caplog.set_level("INFO", logger="zsynth.services.dispatch")
+        spoken: list[str] = []
+        deadline = time.monotonic() + 30
+        while len(spoken) < 3 and time.monotonic() < deadline:
+            resp = await client.post("/v1/text-to-speech/v/stream?output_format=pcm_16000", json={"text": text})
+            if resp.status == 503:  # allowed while the worker and the listener reconnect; never a cut stream
+                await asyncio.sleep(0.2)
+                continue
+            assert resp.status == 200, await resp.text()
+            samples, rate = decode_audio(await resp.read(), "pcm_16000")
+            assert_speech(samples, rate, text)
+            spoken.append(resp.headers["history-item-id"])
+        assert len(spoken) == 3, "speech did not come back within 30 s of the restart"
+        ends = [r.getMessage() for r in caplog.records if " ended: " in r.getMessage()]
+        for job_id in spoken:
+            assert f"job {job_id} ended: done" in ends, ends
+    finally:
+        worker.stop()
+        server.stop()

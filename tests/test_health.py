@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from zsynth.services.keys import SETTINGS
 from zsynth.speech.app import create_app
 
 from .helpers import make_settings
@@ -18,6 +19,9 @@ async def test_readyz_with_workers(client):
     body = await resp.json()
     assert resp.status == 200
     assert body["status"] == "ready" and body["workers"] >= 2
+    # A plain URL: the master is that URL's address (shown to this loopback caller), and no failover was seen.
+    port = client.app[SETTINGS].redis_url.rsplit(":", 1)[1].split("/")[0]
+    assert (body["redis_mode"], body["redis_master"], body["redis_promotions"]) == ("direct", f"127.0.0.1:{port}", 0)
 
 
 async def test_readyz_without_workers(aiohttp_client, private_redis_url, tmp_path):

@@ -6,11 +6,9 @@ import json
 import logging
 import time
 
-from redis import Redis as SyncRedis
-from redis.asyncio import Redis
-
 from zsynth.core import protocol
 from zsynth.core.config import Settings
+from zsynth.core.redis_link import async_client, sync_client
 from zsynth.core.runtime import run_forever
 from zsynth.core.sdnotify import notify
 
@@ -30,10 +28,10 @@ async def serve(settings: Settings) -> None:
         logger.exception("worker %s failed to start: the %s engine did not load", settings.worker_id, settings.engine)
         raise
     logger.info("worker %s: engine %s warm in %.1fs", settings.worker_id, engine.name, time.monotonic() - started)
-    redis = Redis.from_url(settings.redis_url, socket_timeout=None, health_check_interval=30)
+    redis = async_client(settings.redis_url, socket_timeout=None, health_check_interval=30)
     # The engine thread's own blocking connection for chunk events; a Redis that stops answering fails the job
     # within the timeout instead of holding the slot.
-    chunk_redis = SyncRedis.from_url(settings.redis_url, socket_timeout=10, health_check_interval=30)
+    chunk_redis = sync_client(settings.redis_url, socket_timeout=10, health_check_interval=30)
     try:
         worker = Worker(settings, engine, redis, chunk_redis)
         worker.install_signal_handlers()
@@ -49,7 +47,7 @@ async def serve(settings: Settings) -> None:
 
 async def check(settings: Settings) -> bool:
     """True when this worker id's heartbeat is fresh (for ``zsynth worker --check``)."""
-    redis = Redis.from_url(settings.redis_url, socket_timeout=5)
+    redis = async_client(settings.redis_url, socket_timeout=5)
     try:
         raw = await redis.get(protocol.heartbeat_key(settings.worker_id))
     finally:

@@ -52,7 +52,9 @@ from .voice_sync import VoiceUnavailable, WorkerVoices
 logger = logging.getLogger(__name__)
 
 CLAIM_BLOCK_S = 1.0  # BLMOVE timeout: how often an idle worker notices a stop request
-MAX_BACKOFF_S = 5.0
+# Longest pause between tries while Redis is unreachable: a Sentinel promotion takes a few seconds, and a worker
+# should claim again within a second of it.
+MAX_BACKOFF_S = 1.0
 
 
 class JobLog(logging.LoggerAdapter[logging.Logger]):
@@ -87,6 +89,9 @@ class Worker:
         self.processing = protocol.processing_key(self.worker_id)
         self.voices = WorkerVoices(settings, engine)  # the voice library: follows it, loads each job's voice
         self.current: protocol.Job | None = None
+        # The job (its queue JSON) that lost Redis while it ran, and what it had published, until it is settled.
+        self._orphan: tuple[bytes, _Progress | None] | None = None
+        self._progress: _Progress | None = None
         self._abort = threading.Event()  # read by the engine thread between chunks
         self._stopping = asyncio.Event()
         self._force = False
@@ -148,6 +153,8 @@ class Worker:
         backoff = 0.1
         while not self._stopping.is_set():
             try:
+                if self._orphan is not None:
+                    await self._settle_orphan()
                 # A bytes reply (the client decodes nothing); redis-py types it bytes or str.
                 raw = cast(
                     bytes | None,
@@ -169,16 +176,50 @@ class Worker:
                 if burst:
                     return
                 continue
+            current = raw
             try:
                 # A job that yields its slot hands back the job it claimed in its place.
                 next_raw: bytes | None = raw
                 while next_raw is not None:
+                    current = next_raw
+                    self._progress = None
                     next_raw = await self._handle(next_raw)
             except (RedisConnectionError, RedisTimeoutError, OSError) as err:
-                # The job stays in our in-flight list; the front's deadline tells its client, and a restart or a
-                # reaper clears it.
+                # The job stays in our in-flight list until Redis answers again: then it is queued again (its audio
+                # had not started) or ended with a clear error (_settle_orphan).
                 logger.error("worker %s: redis lost during a job: %s", self.worker_id, err)
+                self._orphan = (current, self._progress)
                 await asyncio.sleep(backoff)
+
+    async def _settle_orphan(self) -> None:
+        """Settle the job that lost Redis while it ran, once Redis answers (raises while it does not).
+
+        A job that had published nothing and is not marked started goes back to the head of the queue, to be run
+        once; any other ends with ``redis_failover`` (its client may have heard part of it: never again).
+        """
+        assert self._orphan is not None
+        raw, progress = self._orphan
+        job = protocol.Job.from_json(raw)
+        log = JobLog(logger, {"job_id": job.job_id, "worker_id": self.worker_id})
+        published = progress is not None and progress.seq > job.seq
+        started = (
+            job.resumed or published or await self.redis.hexists(protocol.job_key(job.job_id), protocol.STARTED_FIELD)
+        )
+        if not started:
+            async with self.redis.pipeline(transaction=True) as pipe:
+                pipe.lrem(self.processing, 1, raw)  # type: ignore[arg-type]  # redis-py types the value str
+                pipe.rpush(protocol.QUEUE, raw)  # the end workers claim from: it goes first
+                await pipe.execute()
+            log.warning("queued again: redis was lost before its audio started")
+        else:
+            error = protocol.error_event(
+                protocol.ANY_SEQ,
+                ErrorCode.REDIS_FAILOVER,
+                "Redis failed over while this job was speaking; part of its audio was lost. Retry the request.",
+            )
+            await self._record_terminal(job, error, release=raw)
+            log.warning("failed: redis was lost after its audio started")
+        self._orphan = None
 
     async def _recover_in_flight(self) -> None:
         """Fail the jobs a previous life of this worker id left claimed but unfinished."""
@@ -307,6 +348,7 @@ class Worker:
         started = time.time()
         log.info("claimed (%d chars, part %d, voice %s, %s)", len(job.text), job.part, job.voice_id, job.output_format)
         progress = _Progress(seq=job.seq, samples=job.sample_offset)
+        self._progress = progress
         self.memory.begin(job, raw, lambda: progress.seq)
         try:
             terminal = await self._synthesize(job, raw, progress, log)
@@ -330,14 +372,21 @@ class Worker:
         # A remainder has started: its client is listening for the rest, whatever the start deadline said.
         if not job.resumed and job.start_deadline and time.time() > job.start_deadline:
             return ErrorCode.DEADLINE_EXCEEDED, "The job waited in the queue past its deadline."
+        key = protocol.job_key(job.job_id)
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.exists(protocol.cancel_key(job.job_id))
-            pipe.hexists(protocol.job_key(job.job_id), protocol.MEMORY_FIELD)
-            cancelled, poison = await pipe.execute()
+            pipe.hexists(key, protocol.MEMORY_FIELD)
+            # Claim the job's ownership, unless its front already queued it again after a failover (protocol).
+            pipe.hsetnx(key, protocol.OWNER_FIELD, self.worker_id)
+            pipe.hget(key, protocol.OWNER_FIELD)
+            pipe.expire(key, self.settings.job_ttl_s)
+            cancelled, poison, _, owner, _ = await pipe.execute()
         if poison:  # e.g. the remainder of a job that passed the memory ceiling: never run again
             return ErrorCode.INPUT_TOO_COMPLEX, TOO_COMPLEX_MESSAGE
         if cancelled:
             return ErrorCode.CANCELLED, "The client went away before the job started."
+        if owner is not None and owner.decode() == protocol.RESUBMITTED:
+            return ErrorCode.CANCELLED, "Its front queued it again after a Redis failover."
         return None
 
     async def _synthesize(
@@ -498,7 +547,11 @@ class Worker:
         self, job: protocol.Job, terminal: protocol.Event, release: bytes | str | None = None
     ) -> None:
         """Publish the terminal event, record it, and (with ``release``) free the in-flight slot, atomically."""
-        state: dict[EncodableT, EncodableT] = {"state": terminal.kind, **{k: str(v) for k, v in terminal.meta.items()}}
+        state: dict[EncodableT, EncodableT] = {
+            "state": terminal.kind,
+            protocol.SEQ_FIELD: str(terminal.seq),  # the front compares it with the events it got (lost_events)
+            **{k: str(v) for k, v in terminal.meta.items()},
+        }
         terminal.job_id = job.job_id
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.publish(job.reply_to, terminal.encode())

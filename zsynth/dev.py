@@ -22,6 +22,7 @@ from urllib.parse import urlparse
 import redis
 
 from zsynth.core.config import Settings
+from zsynth.core.redis_link import is_sentinel_url
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +92,8 @@ def run_dev(settings: Settings, workers: int = 1) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     try:
-        if not redis_answers(settings.redis_url):
+        # A Sentinel-managed Redis is the operator's to run: dev starts a redis-server only for a plain URL.
+        if not is_sentinel_url(settings.redis_url) and not redis_answers(settings.redis_url):
             services.append(start_redis(settings.redis_url))
         env = dict(os.environ, ZSYNTH_REDIS_URL=settings.redis_url)
         for index in range(workers):

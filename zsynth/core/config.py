@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
+from zsynth.core.redis_link import check_url
+
 PREFIX: Final = "ZSYNTH_"
 # Defaults of the AWS client settings, also used where no Settings are at hand (the keys admin command).
 AWS_CONNECT_TIMEOUT_S: Final = 2.0
@@ -101,9 +103,8 @@ def _engine(raw: str) -> str:
 
 
 def _redis_url(raw: str) -> str:
-    if not raw.startswith(("redis://", "rediss://", "unix://")):
-        raise ValueError("expected a redis://, rediss:// or unix:// URL")
-    return raw
+    # Plain URLs as redis-py takes them, and redis+sentinel:// (zsynth.core.redis_link).
+    return check_url(raw)
 
 
 def _cache_ttl(raw: str) -> float:
@@ -229,6 +230,9 @@ class Settings:
     # the request fails with 503 redis_unavailable) instead of failing at once.
     redis_pool_size: int = _env("REDIS_POOL_SIZE", _positive_int, default=256)
     redis_pool_timeout_s: float = _env("REDIS_POOL_TIMEOUT", _positive_float, default=5.0)
+    # With a redis+sentinel:// URL: how long a front keeps pushing a job while Redis is unreachable (a failover takes
+    # Sentinel's down-after time plus an election) before it answers 503 with Retry-After. Plain URLs answer at once.
+    redis_failover_wait_s: float = _env("REDIS_FAILOVER_WAIT", _positive_float, default=10.0)
     # Longest text one synthesis request may carry (characters).
     max_text_chars: int = _env("MAX_TEXT_CHARS", _positive_int, default=10000)
     # Longest run without white space an engine is given (longer ones get a space put in); unset: the engine's own

@@ -106,6 +106,15 @@ STARTED_FIELD: Final = "first_chunk_at"
 # run again, by a reaper, a restarted worker or a worker claiming its remainder; it ends with
 # ErrorCode.INPUT_TOO_COMPLEX.
 MEMORY_FIELD: Final = "memory_exceeded"
+# Field of job_key that says who owns a job that has not started: the first worker to claim it writes its id there
+# (HSETNX), or a front writes RESUBMITTED after a Redis failover when the job was queued, never claimed, and missing
+# on the new master. One atomic HSETNX decides: a worker that finds RESUBMITTED drops the job unrun (its front has
+# queued it again under a new id), and a front that finds a worker's id leaves the job to that worker.
+OWNER_FIELD: Final = "owner"
+RESUBMITTED: Final = "re-submitted"
+# Field of job_key with the terminal event's sequence number: a front that recovers the terminal state after lost
+# events compares it with the events it has (``lost_events`` when they differ, never a silently shorter audio).
+SEQ_FIELD: Final = "seq"
 # A job whose worker died is run again at most once in all (when its audio had not started), never when marked above.
 MAX_ATTEMPTS: Final = 2
 
@@ -128,6 +137,7 @@ class ErrorCode(StrEnum):
     VOICE_STORAGE_UNAVAILABLE = "voice_storage_unavailable"  # the voice library's storage did not answer
     INVALID_OUTPUT_FORMAT = "invalid_output_format"  # the job names an output format the worker cannot encode
     SYNTHESIS_FAILED = "synthesis_failed"  # the engine raised
+    REDIS_FAILOVER = "redis_failover"  # the worker lost Redis (a failover) after the job's audio had started
     # Raised by the front's dispatcher.
     QUEUE_FULL = "queue_full"  # the queue, or the credential's share of it, is full
     REDIS_UNAVAILABLE = "redis_unavailable"  # Redis did not take the job, or the front lost it

@@ -3,6 +3,14 @@
 One front process holds one pub/sub connection, subscribed (and confirmed by Redis) at start to the front's own
 reply channel. Every job names that channel, and every event names its job, so a single listener task demultiplexes
 the events into per-job queues with no pub/sub traffic per job.
+
+When the listener loses Redis (a restart, a Sentinel failover), the events published meanwhile are lost; nothing
+else is. So the open streams are not failed at once: redis-py reconnects and resubscribes (to the new master after
+a promotion), and then :meth:`Dispatcher._audit` looks at each job that was open when the connection dropped. A job
+whose terminal state is recorded ends with it (or with ``lost_events`` when chunks are missing); a job that was
+queued, never claimed and is missing from the queue (a failover lost it) is queued again once, under a new id; the
+rest go on, and a gap in the sequence numbers or the deadlines end them with a clear error. Every end of a job is
+logged once, with its reason (:meth:`JobStream.end`).
 """
 
 from __future__ import annotations
@@ -10,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -18,15 +27,21 @@ from typing import Any, Final
 from aiohttp import web
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from zsynth.core import protocol
 from zsynth.core.config import Settings
 from zsynth.core.protocol import ErrorCode
+from zsynth.core.redis_link import is_sentinel_url
 from zsynth.core.supervise import Supervisor
 from zsynth.services.metrics import Metrics
 
 logger = logging.getLogger(__name__)
+
+# How long a job waits for the reply listener to subscribe again after it lost Redis (then: 503 with Retry-After).
+LISTENER_WAIT_S: Final = 2.0
 
 
 async def _pass_through(response: Any) -> Any:
@@ -69,6 +84,8 @@ class JobStream:
         self.submitted_at = time.monotonic()
         self._expected_seq = 0
         self.owner = owner  # the credential whose share of the queue this job counts against
+        self.queued_as: str = ""  # the JSON pushed on the queue (to find the job there after a failover)
+        self.resubmitted = False  # queued again once after a failover lost it
 
     async def __aenter__(self) -> JobStream:
         return self
@@ -76,13 +93,35 @@ class JobStream:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def close(self) -> None:
-        """Stop listening; cancel the job unless it already ended."""
+    @property
+    def seen(self) -> int:
+        """Events received so far: those read and those waiting in the queue."""
+        return self._expected_seq + self.queue.qsize()
+
+    @property
+    def started(self) -> bool:
+        """True once this stream has received the job's first chunk."""
+        return self.seen > 0
+
+    async def close(self, reason: str = "client gone") -> None:
+        """Stop listening; cancel the job unless it already ended (``reason`` goes in the log line of its end)."""
         if not self.finished:
-            self.finished = True
-            self._record(ErrorCode.CANCELLED)
+            self.end(ErrorCode.CANCELLED, reason)
             await self.dispatcher.cancel(self.job.job_id)
         await self.dispatcher.release(self.job.job_id)
+
+    def end(self, outcome: str, reason: str, terminal: protocol.Event | None = None) -> None:
+        """Mark the job ended: count it by outcome and log one line with its id and the reason."""
+        self.finished = True
+        self._record(outcome, terminal)
+        level = logging.INFO if outcome in ("done", ErrorCode.CANCELLED) else logging.WARNING
+        logger.log(
+            level,
+            "job %s ended: %s",
+            self.job.job_id,
+            reason,
+            extra={"job_id": self.job.job_id, "request_id": self.job.request_id, "outcome": outcome},
+        )
 
     async def next_event(self) -> protocol.Event:
         """The next event, or JobFailed(timeout) when the deadline for it passes."""
@@ -93,14 +132,16 @@ class JobStream:
         except TimeoutError:
             recovered = await self.dispatcher.recover_terminal(self.job.job_id, self._expected_seq)
             if recovered is None:
-                self.finished = True
-                self._record(ErrorCode.TIMEOUT)
+                what = "first" if self._expected_seq == 0 else f"#{self._expected_seq}"
+                self.end(ErrorCode.TIMEOUT, f"deadline: no {what} chunk within {timeout:g} s")
                 await self.dispatcher.cancel(self.job.job_id)
                 raise JobFailed(
                     ErrorCode.TIMEOUT, f"No audio from the engine within {timeout:g} s; the service may be overloaded."
                 ) from None
             event = recovered
         if event.seq != self._expected_seq and not (event.terminal and event.seq == protocol.ANY_SEQ):
+            self.end(ErrorCode.LOST_EVENTS, f"lost events: expected #{self._expected_seq}, got #{event.seq}")
+            await self.dispatcher.cancel(self.job.job_id)
             raise JobFailed(
                 ErrorCode.LOST_EVENTS, f"Audio events were lost (expected #{self._expected_seq}, got #{event.seq})."
             )
@@ -111,9 +152,12 @@ class JobStream:
             part = "first" if int(event.meta.get("part", 0)) == 0 else "resumed"
             self.dispatcher.metrics.slot_wait.labels(self.job.priority, part).observe(float(waited))
         if event.terminal:
-            self.finished = True
             self.terminal = event
-            self._record("done" if event.kind == "done" else str(event.meta.get("code", ErrorCode.ERROR)), event)
+            if event.kind == "done":
+                self.end("done", "done", event)
+            else:
+                code = str(event.meta.get("code", ErrorCode.ERROR))
+                self.end(code, f"error {code}: {event.meta.get('message', '')}", event)
         elif self.first_chunk_at is None:
             self.first_chunk_at = time.monotonic()
             self.dispatcher.metrics.ttfa.labels(self.job.priority).observe(self.first_chunk_at - self.submitted_at)
@@ -163,6 +207,13 @@ class Dispatcher:
         # Unfinished jobs per credential fingerprint, and a condition to wait on for a share to free up.
         self._owned: collections.Counter[str] = collections.Counter()
         self._share_freed = asyncio.Condition()
+        # While the reply listener is cut off from Redis: when that began, and the jobs open then (audited after).
+        self._lost_since: float | None = None
+        self._listening = asyncio.Event()  # set while the reply listener is subscribed
+        self._open_at_loss: set[str] = set()
+        self._audits: set[asyncio.Task[None]] = set()
+        # Retry a job's push this long while Redis is unreachable (a Sentinel failover); 0: answer 503 at once.
+        self.push_retry_s = settings.redis_failover_wait_s if is_sentinel_url(settings.redis_url) else 0.0
 
     async def start(self) -> None:
         """Subscribe to this front's reply channel, start the listener, and wait until Redis confirms."""
@@ -177,6 +228,8 @@ class Dispatcher:
     async def close(self) -> None:
         """Stop the listener and fail every waiting stream."""
         await self.supervisor.close()
+        for task in list(self._audits):
+            task.cancel()
         self._fail_all(ErrorCode.SHUTTING_DOWN, "The server is shutting down.")
         if self._pubsub is not None:
             await self._pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
@@ -231,11 +284,10 @@ class Dispatcher:
         stream = JobStream(self, job, owner)
         self._streams[job.job_id] = stream
         try:
-            # Realtime segments go ahead of batch jobs, new batch jobs ahead of remainders (protocol.PUSH_BOUNDED_LUA).
-            pushed = await self._push(
-                keys=[protocol.QUEUE, protocol.REALTIME_TAIL, protocol.BATCH_TAIL],
-                args=[job.to_json(), self.settings.max_queue, job.priority],
-            )
+            # A job pushed while the listener is not subscribed could have its events published to nobody.
+            deadline = time.monotonic() + max(LISTENER_WAIT_S, self.push_retry_s)
+            await asyncio.wait_for(self._listening.wait(), deadline - time.monotonic())
+            pushed = await self._push_job(stream, deadline)
         except (RedisError, OSError, TimeoutError) as err:
             await self.release(job.job_id)
             logger.warning("job %s not queued: redis unavailable (%r)", job.job_id, err)
@@ -249,6 +301,33 @@ class Dispatcher:
         logger.debug("job %s queued (%s, %d chars)", job.job_id, job.priority, len(job.text))
         return stream
 
+    async def _push_job(self, stream: JobStream, deadline: float) -> bool:
+        """Push the stream's job; False when the queue is full.
+
+        With a Sentinel URL a connection error is retried until ``deadline`` (monotonic): a failover takes
+        Sentinel's down-after time and an election, and a request that waits that long is better served than
+        refused. With a plain URL the caller's deadline is only the listener's, and the first error is raised.
+        """
+        stream.queued_as = stream.job.to_json()
+        if not self.push_retry_s:
+            deadline = 0.0
+        pause = 0.1
+        while True:
+            try:
+                # Realtime segments go ahead of batch jobs, new batch jobs ahead of remainders (PUSH_BOUNDED_LUA).
+                return bool(
+                    await self._push(
+                        keys=[protocol.QUEUE, protocol.REALTIME_TAIL, protocol.BATCH_TAIL],
+                        args=[stream.queued_as, self.settings.max_queue, stream.job.priority],
+                    )
+                )
+            except (RedisConnectionError, RedisTimeoutError, OSError, TimeoutError) as err:
+                if time.monotonic() + pause > deadline:
+                    raise
+                logger.info("job %s: redis unreachable (%r); pushing again in %.1f s", stream.job.job_id, err, pause)
+                await asyncio.sleep(pause)
+                pause = min(1.0, pause * 2)
+
     async def cancel(self, job_id: str) -> None:
         """Tell the workers this job's client is gone: skip it if queued, stop it if running."""
         with contextlib.suppress(Exception):
@@ -256,7 +335,7 @@ class Dispatcher:
                 pipe.set(protocol.cancel_key(job_id), b"1", ex=self.settings.job_ttl_s)
                 pipe.publish(protocol.CANCEL_CHANNEL, job_id)
                 await pipe.execute()
-            logger.info("job %s cancelled by the front", job_id)
+            logger.debug("job %s: cancel sent to the workers", job_id)
 
     async def release(self, job_id: str) -> None:
         """Forget a job: events that still arrive for it are dropped; its credential's share is given back."""
@@ -265,19 +344,105 @@ class Dispatcher:
             await self._give_share(stream.owner)
 
     async def recover_terminal(self, job_id: str, seq: int) -> protocol.Event | None:
-        """After a missed deadline, read the job's terminal record in case its event was missed."""
+        """After a missed deadline, read the job's terminal record in case its event was missed.
+
+        ``seq`` is the number of events the stream holds: a record that counts more (its chunks were lost with the
+        connection) comes back as ``lost_events``, never as a ``done`` that would end the audio short.
+        """
         with contextlib.suppress(Exception):
-            state = await self.redis.hgetall(protocol.job_key(job_id))
-            meta: dict[str, Any] = {_text(k): _text(v) for k, v in state.items()}
-            kind = meta.pop("state", None)  # absent while the job is queued or running
-            if kind is not None:
-                return protocol.Event("done" if kind == "done" else "error", seq, meta)
+            return _terminal_of(await self.redis.hgetall(protocol.job_key(job_id)), seq)
         return None
 
     def _fail_all(self, code: ErrorCode, message: str) -> None:
-        """End every waiting stream: events published while the connection was down are lost."""
+        """End every waiting stream (the front is stopping)."""
         for stream in self._streams.values():
             stream.queue.put_nowait(protocol.error_event(protocol.ANY_SEQ, code, message))
+
+    # ----- after the reply listener lost Redis ----------------------------------------------------------------
+
+    def _connection_lost(self, err: Exception) -> None:
+        self._listening.clear()
+        if self._lost_since is None:
+            self._lost_since = time.monotonic()
+            logger.warning("dispatch listener lost redis (%s); %d open jobs wait for it", err, len(self._streams))
+        self._open_at_loss.update(self._streams)
+
+    def _connection_back(self) -> None:
+        self._listening.set()
+        if self._lost_since is None:
+            return
+        logger.warning("dispatch listener back on redis after %.2f s", time.monotonic() - self._lost_since)
+        self._lost_since = None
+        job_ids, self._open_at_loss = self._open_at_loss, set()
+        task = asyncio.create_task(self._audit(job_ids))
+        self._audits.add(task)
+        task.add_done_callback(self._audits.discard)
+
+    async def after_promotion(self, master: str) -> None:
+        """A Redis promotion was seen (:class:`~zsynth.core.redis_link.MasterWatch`): audit every open job."""
+        await self._audit(set(self._streams))
+
+    async def _audit(self, job_ids: set[str], settle_s: float = 0.5) -> None:
+        """Look at each job that was open while events could be lost, and end or re-submit those that need it."""
+        # Events published just after the resubscription are read first, so "seen" counts them.
+        await asyncio.sleep(settle_s)
+        for job_id in job_ids:
+            stream = self._streams.get(job_id)
+            if stream is None or stream.finished:
+                continue
+            try:
+                await self._audit_one(stream)
+            except (RedisError, OSError) as err:  # still unreachable: the stream's deadlines end it
+                logger.warning("job %s: not audited after the reconnection: %r", job_id, err)
+
+    async def _audit_one(self, stream: JobStream) -> None:
+        job_id = stream.job.job_id
+        state = await self.redis.hgetall(protocol.job_key(job_id))
+        terminal = _terminal_of(state, stream.seen)
+        if terminal is not None:
+            stream.queue.put_nowait(terminal)  # its own event was published while the listener was away
+            return
+        if stream.started or _field(state, protocol.STARTED_FIELD) or _field(state, protocol.OWNER_FIELD):
+            return  # a worker has it: its events, a sequence gap or the deadlines end the stream
+        if await self.redis.lpos(protocol.QUEUE, stream.queued_as) is not None:
+            return  # still queued on this master
+        if stream.resubmitted:
+            return  # lost twice: its first-chunk deadline ends it
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hsetnx(protocol.job_key(job_id), protocol.OWNER_FIELD, protocol.RESUBMITTED)
+            pipe.expire(protocol.job_key(job_id), self.settings.job_ttl_s)
+            won, _ = await pipe.execute()
+        if not won:
+            return  # a worker claimed it meanwhile
+        await self._resubmit(stream)
+
+    async def _resubmit(self, stream: JobStream) -> None:
+        """Queue a job a failover lost again, once, under a new id (a worker that finds the old one drops it)."""
+        old_id = stream.job.job_id
+        stream.job = dataclasses.replace(stream.job, job_id=protocol.new_job_id())
+        stream.resubmitted = True
+        self._streams.pop(old_id, None)
+        self._streams[stream.job.job_id] = stream
+        try:
+            pushed = await self._push_job(stream, time.monotonic() + self.push_retry_s)
+        except (RedisError, OSError, TimeoutError) as err:
+            logger.warning("job %s: re-submission as %s failed: %r", old_id, stream.job.job_id, err)
+            pushed = False
+        if pushed:
+            logger.warning(
+                "job %s ended: failover re-submission (queued, never claimed, missing on the new master); "
+                "queued again as %s",
+                old_id,
+                stream.job.job_id,
+                extra={"job_id": old_id, "request_id": stream.job.request_id},
+            )
+            self.metrics.jobs.labels("resubmitted").inc()
+            return
+        stream.queue.put_nowait(
+            protocol.error_event(
+                protocol.ANY_SEQ, ErrorCode.REDIS_UNAVAILABLE, "The job queue failed over and lost this job."
+            )
+        )
 
     async def _listen(self) -> None:
         assert self._pubsub is not None
@@ -287,9 +452,10 @@ class Dispatcher:
             except asyncio.CancelledError:
                 raise
             except Exception as err:  # the connection dropped: redis-py reconnects and resubscribes on next read
-                logger.warning("dispatch listener lost redis: %s", err)
-                self._fail_all(ErrorCode.REDIS_UNAVAILABLE, "The connection to the job queue was lost; retry shortly.")
-                await asyncio.sleep(0.5)
+                # Not a reason to fail the open streams: only events published while it is down are lost, and
+                # the audit after the reconnection finds the jobs that need it.
+                self._connection_lost(err)
+                await asyncio.sleep(0.2)
                 continue
             if message is None:
                 continue
@@ -307,6 +473,31 @@ class Dispatcher:
             elif kind == "subscribe":
                 # Also after redis-py resubscribed on a reconnect.
                 self._subscribed.set()
+                self._connection_back()
+
+
+def _field(state: dict[Any, Any], name: str) -> str | None:
+    """One field of a job's hash as read by a client that decodes nothing."""
+    value = state.get(name.encode(), state.get(name))
+    return None if value is None else _text(value)
+
+
+def _terminal_of(state: dict[Any, Any], seen: int) -> protocol.Event | None:
+    """The terminal event a job's hash records, for a stream that holds ``seen`` events; None while it runs.
+
+    A record with more events than ``seen`` means chunks were lost on the way: it comes back as ``lost_events``.
+    """
+    meta: dict[str, Any] = {_text(k): _text(v) for k, v in state.items()}
+    kind = meta.pop("state", None)  # absent while the job is queued or running
+    if kind is None:
+        return None
+    recorded = meta.pop(protocol.SEQ_FIELD, None)
+    for name in (protocol.STARTED_FIELD, protocol.OWNER_FIELD):
+        meta.pop(name, None)
+    if recorded is not None and int(recorded) not in (seen, protocol.ANY_SEQ):
+        message = f"Audio events were lost (the job sent {recorded}, {seen} arrived)."
+        return protocol.error_event(protocol.ANY_SEQ, ErrorCode.LOST_EVENTS, message)
+    return protocol.Event("done" if kind == "done" else "error", seen, meta)
 
 
 DISPATCHER: Final = web.AppKey("dispatcher", Dispatcher)

@@ -16,11 +16,14 @@ from aiohttp import web
 from redis.asyncio import Redis
 
 from zsynth.core.config import Settings
+from zsynth.core.redis_link import MasterWatch
 from zsynth.core.text.dictionaries.store import DictionaryStore
 from zsynth.core.voices.library import VoiceLibrary
 
 SETTINGS: Final = web.AppKey("settings", Settings)
 REDIS: Final = web.AppKey("redis", Redis)
+# Which Redis master this server uses, and the promotions it saw (zsynth.core.redis_link).
+REDIS_MASTER: Final = web.AppKey("redis_master", MasterWatch)
 # Open realtime sockets, closed with GOING_AWAY when the front shuts down.
 WS_REGISTRY: Final = web.AppKey("ws_registry", weakref.WeakSet[web.WebSocketResponse])
 # Open realtime sockets per credential owner on this front, a token counting as the key that minted it

@@ -62,6 +62,9 @@ class Metrics:
         self.redis_pool_in_use = Gauge(
             "zsynth_redis_pool_in_use", "Connections of this front's Redis pool running a command now.", registry=r
         )
+        self.redis_promotions = Counter(
+            "zsynth_redis_promotions", "Redis master promotions this process saw (Sentinel).", registry=r
+        )
         self.audio_seconds = Counter("zsynth_audio_seconds", "Seconds of audio delivered.", registry=r)
         self.characters = Counter("zsynth_characters", "Characters of text synthesized.", registry=r)
         self.realtime_sockets = Gauge("zsynth_realtime_sockets", "Open realtime WebSockets.", registry=r)

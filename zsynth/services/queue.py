@@ -3,14 +3,16 @@ dispatcher (each server's app factory lists them in its ``cleanup_ctx``)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 
 from aiohttp import web
-from redis.asyncio import BlockingConnectionPool, Redis
 
+from zsynth.core.redis_link import MasterWatch, async_blocking_client
 from zsynth.core.supervise import Supervisor
 from zsynth.services.dispatch import DISPATCHER, Dispatcher
-from zsynth.services.keys import REDIS, SETTINGS
+from zsynth.services.keys import REDIS, REDIS_MASTER, SETTINGS
 from zsynth.services.metrics import METRICS
 
 
@@ -19,20 +21,35 @@ async def redis_client(app: web.Application) -> AsyncIterator[None]:
 
     The pool blocks: with ZSYNTH_REDIS_POOL_SIZE commands in flight, the next one waits for a free connection (up to
     ZSYNTH_REDIS_POOL_TIMEOUT) rather than failing with redis-py's MaxConnectionsError.
+
+    With a ``redis+sentinel://`` URL the pool's connections go to the master the sentinels name, and a
+    :class:`MasterWatch` (``app[REDIS_MASTER]``, shown by ``/readyz`` and counted in the metrics) notices promotions.
     """
     settings = app[SETTINGS]
     # Short connect timeout: while Redis is down, requests fail fast with 503 instead of hanging.
-    pool = BlockingConnectionPool.from_url(
+    client = async_blocking_client(
         settings.redis_url,
         max_connections=settings.redis_pool_size,
         timeout=settings.redis_pool_timeout_s,
         health_check_interval=30,
         socket_connect_timeout=1.0,
     )
-    client = Redis.from_pool(pool)
     await client.ping()
     app[REDIS] = client
+    watch = MasterWatch(settings.redis_url)
+    app[REDIS_MASTER] = watch
+    if METRICS in app:
+        metrics = app[METRICS]
+
+        async def count(master: str) -> None:
+            metrics.redis_promotions.inc()
+
+        watch.on_promotion(count)
+    watching = asyncio.create_task(watch.run(), name="redis-master-watch")
     yield
+    watching.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await watching
     await client.aclose()
 
 
@@ -41,6 +58,8 @@ async def dispatcher(app: web.Application) -> AsyncIterator[None]:
     metrics = app[METRICS]
     dispatch = Dispatcher(app[SETTINGS], app[REDIS], metrics, Supervisor(on_restart=metrics.count_restart))
     await dispatch.start()
+    if REDIS_MASTER in app:
+        app[REDIS_MASTER].on_promotion(dispatch.after_promotion)
     app[DISPATCHER] = dispatch
     yield
     await dispatch.close()

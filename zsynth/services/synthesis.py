@@ -79,6 +79,7 @@ TRANSIENT_CODES: Final = frozenset(
         ErrorCode.LOST_EVENTS,
         ErrorCode.DEADLINE_EXCEEDED,
         ErrorCode.REDIS_UNAVAILABLE,
+        ErrorCode.REDIS_FAILOVER,
     }
 )
 UNAVAILABLE_CODE: Final = "synthesis_unavailable"  # the realtime transports' code for the unavailable kinds
@@ -223,9 +224,9 @@ class Speech:
         except JobFailed as err:
             raise SynthesisFailed(classify(err)) from err
 
-    async def close(self) -> None:
-        """Stop listening; the job is cancelled on its worker unless it already ended."""
-        await self._stream.close()
+    async def close(self, reason: str = "client gone") -> None:
+        """Stop listening; the job is cancelled on its worker unless it already ended (``reason``: for its log)."""
+        await self._stream.close(reason)
 
     async def __aenter__(self) -> Speech:
         return self

@@ -20,7 +20,9 @@ Every front and every worker runs one :class:`VoiceLibrary` on its box's :class:
   not yet on this disk). A bucket that is down at start is retried in the background.
 * **A cloned id this box lacks** is fetched on demand (:meth:`ensure`), waiting at most ``fetch_wait_s``.
 * **Every ``resync_s``** the disk is compared with the bucket again, so an announcement Redis did not take (the
-  change itself is in the bucket) is settled within that time even without a restart.
+  change itself is in the bucket) is settled within that time even without a restart. After the follower lost
+  Redis (a restart, or a Sentinel promotion, which always drops the clients' connections) the comparison runs as
+  soon as Redis answers again, not ``resync_s`` later.
 
 Without a bucket nothing is shared: the disk is the truth, announcements only tell the box's other processes to
 forget cached engine state, and fronts announce themselves (:func:`protocol.voice_box_key`) so that a second box on
@@ -44,6 +46,7 @@ from redis.exceptions import RedisError
 from redis.typing import EncodableT, FieldT
 
 from zsynth.core import protocol
+from zsynth.core.redis_link import async_client
 from zsynth.core.supervise import Supervisor
 from zsynth.core.voices.bucket import S3_ERRORS, VoiceBucket, VoiceRefused
 from zsynth.core.voices.store import StoredVoice, VoiceStore, is_clone_id, reference_name, revision
@@ -167,7 +170,8 @@ class VoiceLibrary:
         self.start_wait_s = start_wait_s
         self.supervisor = supervisor or Supervisor()
         self.box_id = store.box_id()
-        self.redis: Redis = Redis.from_url(
+        # After any lost connection (a promotion always drops them) the follower compares with the bucket at once.
+        self.redis: Redis = async_client(
             redis_url, socket_connect_timeout=2.0, socket_timeout=READ_BLOCK_MS / 1000 + 10, health_check_interval=30
         )
         self.warning: str | None = None  # why this box cannot share the voice library, when it cannot

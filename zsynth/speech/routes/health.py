@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 from typing import Literal
 
 from aiohttp import web
@@ -13,7 +14,7 @@ from zsynth.core import protocol
 from zsynth.kit.endpoints import Access, Endpoints
 from zsynth.kit.operations import operation_routes
 from zsynth.services.dispatch import DISPATCHER
-from zsynth.services.keys import REDIS, VOICE_LIBRARY
+from zsynth.services.keys import REDIS, REDIS_MASTER, VOICE_LIBRARY
 from zsynth.services.metrics import METRICS
 from zsynth.speech.schemas.apidoc import json_body, optional
 
@@ -42,7 +43,7 @@ operations = operation_routes(
 
 
 class Readiness(BaseModel):
-    """Counts only: never an address, a key or a worker id."""
+    """Counts only, never a key or a worker id; the Redis master's address only to a caller on loopback."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -54,6 +55,11 @@ class Readiness(BaseModel):
     voice_library_catching_up: bool = optional(
         description="True while the start-up comparison with the bucket goes on."
     )
+    redis_mode: Literal["direct", "sentinel"] = optional(
+        description="How this front finds Redis: one URL, or the master that Sentinel names."
+    )
+    redis_master: str = optional(description="The Redis master in use (host:port), shown only to a caller on loopback.")
+    redis_promotions: int = optional(ge=0, description="Redis master promotions this front has seen since it started.")
 
 
 async def live_workers(app: web.Application) -> list[str]:
@@ -86,6 +92,10 @@ async def readyz(request: web.Request) -> web.Response:
 
     ``voice_library`` says why this box cannot share the voice library when it cannot (another box on this Redis
     holds cloned voices and no bucket is set here); the box still serves its own voices, so readiness stands.
+
+    ``redis_mode`` and ``redis_promotions`` say how Redis is found and how many failovers this front followed;
+    ``redis_master`` names the master in use, for a caller on loopback only (a probe or an operator on the box),
+    since the route is public.
     """
     try:
         workers = await asyncio.wait_for(live_workers(request.app), 2.0)
@@ -103,4 +113,17 @@ async def readyz(request: web.Request) -> web.Response:
         body["voice_library"] = library.warning
     if library is not None and library.catching_up:
         body["voice_library_catching_up"] = True
+    watch = request.app.get(REDIS_MASTER)
+    if watch is not None:
+        body["redis_mode"] = watch.mode
+        body["redis_promotions"] = watch.promotions
+        if watch.master is not None and _on_loopback(request.remote):
+            body["redis_master"] = watch.master
     return web.json_response(body, status=200 if ready else 503)
+
+
+def _on_loopback(remote: str | None) -> bool:
+    try:
+        return remote is not None and ipaddress.ip_address(remote).is_loopback
+    except ValueError:  # a Unix socket peer, say
+        return False

@@ -159,7 +159,7 @@ class Speaker:
             await asyncio.wait([self._finisher], timeout=5.0)
         for task in self._tasks:
             task.cancel()
-        await self._close_live()
+        await self._close_live("client gone: the socket or its context closed")
 
     async def interrupt(self) -> None:
         """Barge-in: stop now, but never in the middle of a frame; no audio is sent after this returns.
@@ -175,13 +175,13 @@ class Speaker:
         submit.cancel()  # it waits for a segment, a slot or the queue
         if not self._sending:
             forward.cancel()  # it waits for a segment or an event, never inside a send
-        await self._close_live()
+        await self._close_live("cancelled by a barge-in")
 
-    async def _close_live(self) -> None:
+    async def _close_live(self, reason: str) -> None:
         """Wait for both loops to end, then close every submitted speech (which cancels its job on its worker)."""
         await asyncio.gather(*self._tasks, return_exceptions=True)
         for speech in list(self._live):
-            await speech.close()  # cancels the job on its worker unless it already ended
+            await speech.close(reason)  # cancels the job on its worker unless it already ended
         self._live.clear()
         self.pending = 0
 
