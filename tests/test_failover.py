@@ -127,6 +127,10 @@ class Report:
     clone_id: str = ""
     clone_listed_after: bool = False
     outcomes: list[Outcome] = field(default_factory=list)
+    ready_after: dict[str, Any] = field(default_factory=dict)  # the front's /readyz after the scenario
+    promotions_metric: float = -1.0  # zsynth_redis_promotions_total after the scenario
+    master_after: int | None = None  # the master's port as the sentinels name it after the scenario
+    job_ends: list[str] = field(default_factory=list)  # the front's "job <id> ended: <reason>" lines
 
     def summary(self) -> dict[str, Any]:
         results = Counter(f"{o.kind}:{o.result}" for o in self.outcomes)
@@ -386,6 +390,26 @@ def claims_of_part0(log_paths: list[Path]) -> tuple[dict[str, list[float]], Coun
     return claims, requeued
 
 
+def _json_line(line: str) -> dict[str, Any]:
+    with contextlib.suppress(ValueError):
+        entry = json.loads(line)
+        return entry if isinstance(entry, dict) else {}
+    return {}
+
+
+async def _readiness(base: str) -> tuple[dict[str, Any], float]:
+    """The front's /readyz body (asked from loopback) and its zsynth_redis_promotions_total."""
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{base}/readyz") as resp:
+            ready = await resp.json()
+        async with http.get(f"{base}/metrics") as resp:
+            text = await resp.text()
+    promotions = [
+        float(line.split()[-1]) for line in text.splitlines() if line.startswith("zsynth_redis_promotions_total ")
+    ]
+    return ready, promotions[0] if promotions else -1.0
+
+
 def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts).isoformat(timespec="milliseconds")
 
@@ -419,8 +443,15 @@ def failover(aws_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
         started = time.time()
         try:
             asyncio.run(scenario(redis_set, base, report))
+            report.ready_after, report.promotions_metric = asyncio.run(_readiness(base))
+            report.master_after = redis_set.master_port()
         finally:
             print(f"\nfailover logs in {root} (scenario started {_iso(started)})")
+        report.job_ends = [
+            str(entry.get("msg", ""))
+            for line in front_log.read_text(errors="replace").splitlines()
+            if " ended: " in line and (entry := _json_line(line))
+        ]
     claims, requeued = claims_of_part0(logs)
     report.requeued_unstarted = sum(requeued.values())
     report.claimed_twice_part0 = {job: len(times) for job, times in claims.items() if len(times) - requeued[job] > 1}
@@ -478,3 +509,16 @@ def test_clone_made_before_the_kill_is_listed_and_speaks_after(failover: Report)
     assert failover.clone_listed_after
     spoken = [o for o in failover.outcomes if o.kind == "clone-voice"]
     assert spoken and all(o.result == "ok" for o in spoken), spoken
+
+
+def test_readyz_names_the_new_master_and_the_metrics_count_the_promotion(failover: Report):
+    ready = failover.ready_after
+    assert (ready["status"], ready["redis_mode"], ready["redis_promotions"]) == ("ready", "sentinel", 1), ready
+    assert ready["redis_master"] == f"127.0.0.1:{failover.master_after}", ready
+    assert failover.promotions_metric == 1.0
+
+
+def test_every_job_end_on_the_front_is_logged_with_a_reason(failover: Report):
+    ended = [line.split(" ended: ", 1) for line in failover.job_ends]
+    assert len(ended) >= len(failover.outcomes), failover.job_ends
+    assert all(head.startswith("job ") and reason.strip() for head, reason in ended), failover.job_ends
