@@ -21,6 +21,7 @@ import soundfile as sf
 from zsynth.core import protocol
 from zsynth.core.audio import alaw_to_int16, parse_output_format, ulaw_to_int16
 from zsynth.core.config import Settings
+from zsynth.core.redis_link import sync_client
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -64,12 +65,11 @@ def wait_for(predicate: Callable[[], object], timeout: float, what: str, interva
 
 
 class WorkerProcess:
-    """A real ``zsynth worker`` child process."""
+    """A real ``zsynth worker`` child process (its log to ``log_path`` when given, else to the test's stderr)."""
 
     def __init__(
-        self, redis_url: str, worker_id: str, data_dir: Path, *, log: Path | str | None = None, **env: str
+        self, redis_url: str, worker_id: str, data_dir: Path, *, log_path: str | None = None, **env: str
     ) -> None:
-        """Start it; its stderr (the log) goes to the file ``log`` when one is given (appended), else to ours."""
         self.redis_url = redis_url
         self.worker_id = worker_id
         full_env = dict(
@@ -83,14 +83,13 @@ class WorkerProcess:
             PYTHONUNBUFFERED="1",
         )
         full_env.update(env)
-        with contextlib.ExitStack() as stack:
-            stderr = stack.enter_context(Path(log).open("ab")) if log is not None else None
-            argv = [sys.executable, "-m", "zsynth", "worker"]
-            self.proc = subprocess.Popen(argv, env=full_env, cwd=ROOT, stderr=stderr)
+        with contextlib.ExitStack() as stack:  # the log file's copy here closes once the child holds its own
+            log = stack.enter_context(Path(log_path).open("ab")) if log_path is not None else None
+            self.proc = subprocess.Popen([sys.executable, "-m", "zsynth", "worker"], env=full_env, cwd=ROOT, stderr=log)
 
     def wait_ready(self, timeout: float = 60.0) -> WorkerProcess:
         """Block until the worker's heartbeat shows up."""
-        client = redis.Redis.from_url(self.redis_url)
+        client = sync_client(self.redis_url)
         key = protocol.heartbeat_key(self.worker_id)
 
         def ready() -> bool:
@@ -210,17 +209,18 @@ def moto_server() -> Iterator[str]:
 
 @contextlib.contextmanager
 def zsynth_process(
-    command: str, port: int, env: dict[str, str], timeout: float = 60.0, log: Path | None = None
+    command: str, port: int, env: dict[str, str], timeout: float = 60.0, log_path: str | None = None
 ) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
     """Run ``zsynth <command>`` (serve, avatar, demo) until its port answers; yield (process, base URL).
 
     A process that exits while starting fails at once with its exit code; on the way out it is asked to stop
-    (SIGTERM, so it drains) and killed only if it does not. Its stderr goes to the file ``log`` when one is given.
+    (SIGTERM, so it drains) and killed only if it does not. Its log goes to ``log_path`` when given.
     """
-    with contextlib.ExitStack() as stack:
-        stderr = stack.enter_context(log.open("ab")) if log is not None else None
-        argv = [sys.executable, "-m", "zsynth", command]
-        proc = subprocess.Popen(argv, env={**os.environ, **env}, cwd=ROOT, stderr=stderr)
+    with contextlib.ExitStack() as stack:  # the log file's copy here closes once the child holds its own
+        log = stack.enter_context(Path(log_path).open("ab")) if log_path is not None else None
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "zsynth", command], env={**os.environ, **env}, cwd=ROOT, stderr=log
+        )
 
     def up() -> bool:
         if proc.poll() is not None:
@@ -242,11 +242,13 @@ def zsynth_process(
 
 
 @contextlib.contextmanager
-def front_process(redis_url: str, data_dir: Path, **env: str) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    """Run a real `zsynth serve` on a free port; yield (process, base URL)."""
+def front_process(
+    redis_url: str, data_dir: Path, *, log_path: str | None = None, **env: str
+) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """Run a real `zsynth serve` on a free port; yield (process, base URL). Its log goes to ``log_path`` if given."""
     port = free_port()
     env = {"ZSYNTH_REDIS_URL": redis_url, "ZSYNTH_PORT": str(port), "ZSYNTH_DATA_DIR": str(data_dir), **env}
-    with zsynth_process("serve", port, env, timeout=30) as started:
+    with zsynth_process("serve", port, env, timeout=30, log_path=log_path) as started:
         yield started
 
 

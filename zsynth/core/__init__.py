@@ -5,6 +5,7 @@
 - :mod:`.audio`: output formats and encoders; :mod:`.alignment`: character timing.
 - :mod:`.text`: everything done to a text before it is spoken.
 - :mod:`.voices`: cloned voices on disk and in the bucket.
+- :mod:`.redis_link`: how every process reaches Redis (a plain URL, or the master Sentinel names).
 - :mod:`.supervise`, :mod:`.logs`, :mod:`.aws`, :mod:`.sdnotify`, :mod:`.ratelimit`, :mod:`.voice_settings`: small
   shared utilities.
 """
@@ -17,6 +18,7 @@ __all__ = [
     "logs",
     "protocol",
     "ratelimit",
+    "redis_link",
     "runtime",
     "sdnotify",
     "supervise",
