@@ -78,6 +78,7 @@ LONG_RATIO = 1.6
 SHORT_RATIO = 0.6
 CLAIMED = re.compile(r"\[job (\S+) worker (\S+)\] claimed \(\d+ chars, part (\d+),")
 ENDED = re.compile(r"job (\S+) ended: (.*)$")
+REQUEUED = re.compile(r"\[job (\S+) worker \S+\] queued again: redis was lost before its audio started")
 SUBMITTED = re.compile(r"request (\w+): job (\w+) ")
 
 
@@ -195,7 +196,7 @@ class Stack:
         started = time.monotonic()
         name = f"worker-{index}"
         log = self.logs / f"{name}.life{self.lives[name] + 1}.log"
-        worker = WorkerProcess(self.url, name, self.data_dir, log=log)
+        worker = WorkerProcess(self.url, name, self.data_dir, log_path=str(log))
         self._life(name, worker.proc.pid)
         if index < len(self.workers):
             self.workers[index] = worker  # before it is ready: a respawn that fails is seen by the watchdog
@@ -222,7 +223,9 @@ class Stack:
             "ZSYNTH_LOG_LEVEL": "INFO",
         }
         stack = contextlib.ExitStack()
-        proc, _ = stack.enter_context(zsynth_process("serve", self.front_ports[index], env, timeout=60, log=log))
+        proc, _ = stack.enter_context(
+            zsynth_process("serve", self.front_ports[index], env, timeout=60, log_path=str(log))
+        )
         self._life(name, proc.pid)
         if index < len(self.fronts):
             self.fronts[index], self.front_procs[index] = stack, proc
@@ -573,15 +576,20 @@ def longest_outage(requests: list[Request]) -> tuple[float, float | None]:
     return round(best, 2), began
 
 
-def repeated_claims(logs: Path) -> dict[str, int]:
-    """Job ids claimed as part 0 more than once across every worker log, with the count."""
+def repeated_claims(logs: Path) -> dict[str, tuple[int, int]]:
+    """Job ids claimed as part 0 more than once across every worker log: (claims, whole re-queues a worker logged
+    because Redis was lost before the job's audio started; each explains one claim)."""
     claims: Counter[str] = Counter()
+    requeued: Counter[str] = Counter()
     for path in sorted(logs.glob("worker-*.log")):
         for line in path.read_text(errors="replace").splitlines():
             match = CLAIMED.search(line)
             if match and match.group(3) == "0":
                 claims[match.group(1)] += 1
-    return {job: n for job, n in claims.items() if n > 1}
+            match = REQUEUED.search(line)
+            if match:
+                requeued[match.group(1)] += 1
+    return {job: (n, requeued[job]) for job, n in claims.items() if n > 1}
 
 
 def job_requests(logs: Path) -> dict[str, str]:
@@ -601,8 +609,8 @@ def repeated(requests: list[Request], solo: dict[str, float], logs: Path) -> lis
     by_id = {r.request_id: r for r in requests if r.request_id}
     jobs = job_requests(logs)
     rows = []
-    for job, claims in repeated_claims(logs).items():
-        row: dict[str, Any] = {"job": job, "part0_claims": claims}
+    for job, (claims, requeues) in repeated_claims(logs).items():
+        row: dict[str, Any] = {"job": job, "part0_claims": claims, "logged_requeues": requeues}
         req = by_id.get(jobs.get(job, ""))
         if req is not None:
             row.update(kind=req.kind, outcome=req.outcome, start=req.start, audio_s=req.audio_s)
@@ -738,8 +746,9 @@ def text_report(report: dict[str, Any]) -> str:
         f"refused connections (retried on the other front): {report['refused_connections']}",
         f"longest outage seen by a client: {report['longest_outage_s']:.1f}s"
         + (f" (from t={began:.0f}s)" if began is not None else ""),
-        "jobs claimed as part 0 more than once (re-runs; harmless when no audio had gone out, which the client's "
-        f"audio length tells; realtime turns are not tied to their job): {len(report['repeated_part0_claims'])}",
+        "jobs claimed as part 0 more than once (re-runs: harmless when no audio had gone out, which a logged re-queue "
+        "or the client's audio length tells; a dead worker's re-queued jobs are not logged, realtime turns not tied to "
+        f"their job): {len(report['repeated_part0_claims'])}",
         *(f"  {row}" for row in report["repeated_part0_claims"]),
         f"ok audio over {LONG_RATIO}x its solo duration: {len(report['long_audio']) or 'none'}",
         *(f"  {row}" for row in report["long_audio"]),
