@@ -114,3 +114,40 @@ async def test_engine_failure_mid_job_reaches_the_client_as_an_error(private_red
         await dispatcher.close()
         chunk_redis.close()
         await redis.aclose()
+
+
+async def test_a_job_pushed_twice_is_spoken_once(private_redis_url, tmp_path, caplog):
+    """A push Redis ran twice (a retried command whose reply a failover cut) leaves two copies of one job in the
+    queue: the first copy claimed owns the job and the second is dropped without a word, so the client hears the
+    audio once and no second terminal event reaches its stream."""
+    import redis as sync_redis
+
+    from workers.engines import load_engine
+    from workers.worker import Worker
+    from zsynth.services.dispatch import Dispatcher
+
+    settings = make_settings(private_redis_url, tmp_path)
+    redis = Redis.from_url(private_redis_url)
+    dispatcher = Dispatcher(settings, redis)
+    await dispatcher.start()
+    chunk_redis = sync_redis.Redis.from_url(private_redis_url)
+    worker = Worker(settings, load_engine(settings), redis, chunk_redis)
+    text = "Pushed twice by a retry, and spoken only once."
+    caplog.set_level("INFO", logger="workers.worker")
+    try:
+        stream = await dispatcher.submit(protocol.Job(text, "joe", "pcm_16000"))
+        await redis.lpush(protocol.QUEUE, stream.queued_as)  # the same job JSON again, claimed after the first
+        await worker.run(burst=True)  # both copies are claimed before the client reads anything
+        audio = b"".join([event.audio async for event in stream.chunks()])
+        assert_speech(*decode_audio(audio, "pcm_16000"), text)
+        assert stream.queue.empty(), "a second run's events reached the stream"
+        assert await redis.llen(protocol.QUEUE) == 0
+        assert await redis.llen(protocol.processing_key(settings.worker_id)) == 0
+        assert await redis.hget(protocol.job_key(stream.job.job_id), "state") == b"done"
+        dropped = [r.getMessage() for r in caplog.records if "dropped unrun, silently" in r.getMessage()]
+        assert len(dropped) == 1 and stream.job.job_id in dropped[0], dropped
+        await stream.close()
+    finally:
+        await dispatcher.close()
+        chunk_redis.close()
+        await redis.aclose()

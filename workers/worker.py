@@ -66,6 +66,13 @@ class JobLog(logging.LoggerAdapter[logging.Logger]):
         return f"[job {self.extra['job_id']} worker {self.extra['worker_id']}] {msg}", kwargs
 
 
+@dataclass(frozen=True, slots=True)
+class _Duplicate:
+    """A claimed job another copy of which was claimed before (by ``owner``)."""
+
+    owner: str
+
+
 @dataclass(slots=True)
 class _Progress:
     """What the engine thread has published of the running job: the next sequence number and the samples sent."""
@@ -202,12 +209,12 @@ class Worker:
         job = protocol.Job.from_json(raw)
         log = JobLog(logger, {"job_id": job.job_id, "worker_id": self.worker_id})
         published = progress is not None and progress.seq > job.seq
-        started = (
-            job.resumed or published or await self.redis.hexists(protocol.job_key(job.job_id), protocol.STARTED_FIELD)
-        )
+        key = protocol.job_key(job.job_id)
+        started = job.resumed or published or bool(await self.redis.hexists(key, protocol.STARTED_FIELD))
         if not started:
             async with self.redis.pipeline(transaction=True) as pipe:
                 pipe.lrem(self.processing, 1, raw)  # type: ignore[arg-type]  # redis-py types the value str
+                pipe.hdel(key, protocol.OWNER_FIELD)  # unowned again: the next worker to claim it runs it
                 pipe.rpush(protocol.QUEUE, raw)  # the end workers claim from: it goes first
                 await pipe.execute()
             log.warning("queued again: redis was lost before its audio started")
@@ -294,6 +301,7 @@ class Worker:
                     protocol.MAX_ATTEMPTS,
                     worker_id,
                     protocol.MEMORY_FIELD,
+                    protocol.OWNER_FIELD,
                 ],
             )
             for raw in failed:
@@ -339,6 +347,10 @@ class Worker:
             return None
         log = JobLog(logger, {"job_id": job.job_id, "worker_id": self.worker_id})
         skip = await self._skip_reason(job)
+        if isinstance(skip, _Duplicate):
+            log.warning("dropped unrun, silently: a copy of this job was claimed before (by %s)", skip.owner)
+            await self.redis.lrem(self.processing, 1, raw)  # type: ignore[arg-type]  # redis-py types the value str
+            return None
         if skip is not None:
             log.info("dropped unrun: %s", skip[1])
             await self._record_terminal(job, protocol.error_event(job.seq, *skip), release=raw)
@@ -368,25 +380,34 @@ class Worker:
             await self._shed_memory(log)
         return None
 
-    async def _skip_reason(self, job: protocol.Job) -> tuple[ErrorCode, str] | None:
-        # A remainder has started: its client is listening for the rest, whatever the start deadline said.
-        if not job.resumed and job.start_deadline and time.time() > job.start_deadline:
-            return ErrorCode.DEADLINE_EXCEEDED, "The job waited in the queue past its deadline."
+    async def _skip_reason(self, job: protocol.Job) -> tuple[ErrorCode, str] | None | _Duplicate:
+        """Why a claimed job is dropped unrun, or None to run it (this worker now owns it).
+
+        A job that is not a remainder is claimed first (HSETNX of its ``owner`` field): a copy whose owner is set
+        already is a duplicate (a push that Redis ran twice, say when a failover cut the reply and the client sent
+        it again) and is dropped without a word, since its terminal event would end the running copy's stream.
+        """
         key = protocol.job_key(job.job_id)
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.exists(protocol.cancel_key(job.job_id))
             pipe.hexists(key, protocol.MEMORY_FIELD)
-            # Claim the job's ownership, unless its front already queued it again after a failover (protocol).
-            pipe.hsetnx(key, protocol.OWNER_FIELD, self.worker_id)
-            pipe.hget(key, protocol.OWNER_FIELD)
-            pipe.expire(key, self.settings.job_ttl_s)
-            cancelled, poison, _, owner, _ = await pipe.execute()
+            if not job.resumed:  # a remainder's owner is the worker that ran its first part
+                pipe.hsetnx(key, protocol.OWNER_FIELD, self.worker_id)
+                pipe.hget(key, protocol.OWNER_FIELD)
+                pipe.expire(key, self.settings.job_ttl_s)
+            cancelled, poison, *claim = await pipe.execute()
+        if claim and not claim[0]:
+            owner = claim[1].decode() if isinstance(claim[1], bytes) else str(claim[1])
+            if owner == protocol.RESUBMITTED:  # its front queued it again under a new id: this id has no listener
+                return ErrorCode.CANCELLED, "Its front queued it again after a Redis failover."
+            return _Duplicate(owner)
+        # A remainder has started: its client is listening for the rest, whatever the start deadline said.
+        if not job.resumed and job.start_deadline and time.time() > job.start_deadline:
+            return ErrorCode.DEADLINE_EXCEEDED, "The job waited in the queue past its deadline."
         if poison:  # e.g. the remainder of a job that passed the memory ceiling: never run again
             return ErrorCode.INPUT_TOO_COMPLEX, TOO_COMPLEX_MESSAGE
         if cancelled:
             return ErrorCode.CANCELLED, "The client went away before the job started."
-        if owner is not None and owner.decode() == protocol.RESUBMITTED:
-            return ErrorCode.CANCELLED, "Its front queued it again after a Redis failover."
         return None
 
     async def _synthesize(

@@ -106,10 +106,12 @@ STARTED_FIELD: Final = "first_chunk_at"
 # run again, by a reaper, a restarted worker or a worker claiming its remainder; it ends with
 # ErrorCode.INPUT_TOO_COMPLEX.
 MEMORY_FIELD: Final = "memory_exceeded"
-# Field of job_key that says who owns a job that has not started: the first worker to claim it writes its id there
-# (HSETNX), or a front writes RESUBMITTED after a Redis failover when the job was queued, never claimed, and missing
-# on the new master. One atomic HSETNX decides: a worker that finds RESUBMITTED drops the job unrun (its front has
-# queued it again under a new id), and a front that finds a worker's id leaves the job to that worker.
+# Field of job_key that says who owns a job: the first worker to claim it writes its id there (HSETNX), or a front
+# writes RESUBMITTED after a Redis failover when the job was queued, never claimed, and missing on the new master.
+# One atomic HSETNX decides: a worker that finds RESUBMITTED drops the job unrun (its front has queued it again under
+# a new id), a worker that finds another owner drops its copy silently (a duplicate push), and a front that finds a
+# worker's id leaves the job to that worker. Whoever puts an unstarted job back in the queue (a reaper, a worker that
+# lost Redis before the audio) clears the field in the same step.
 OWNER_FIELD: Final = "owner"
 RESUBMITTED: Final = "re-submitted"
 # Field of job_key with the terminal event's sequence number: a front that recovers the terminal state after lost
@@ -208,6 +210,7 @@ return redis.call('RPOPLPUSH', KEYS[1], KEYS[2])
 # (its JSON) to the caller, who fails it.
 # KEYS[1]=processing list  KEYS[2]=heartbeat key  KEYS[3]=queue  KEYS[4]=workers set
 # ARGV[1]=job key prefix  ARGV[2]=started field  ARGV[3]=max attempts  ARGV[4]=worker id  ARGV[5]=memory field
+# ARGV[6]=owner field (cleared on a job put back, so that the next worker to claim it owns it)
 REAP_LUA: Final = """
 if redis.call('EXISTS', KEYS[2]) == 1 then return {} end
 local failed = {}
@@ -221,6 +224,7 @@ while true do
     local attempts = tonumber(job.attempts) or 0
     if started == 0 and poison == 0 and attempts + 1 < tonumber(ARGV[3]) then
       job.attempts = attempts + 1
+      redis.call('HDEL', ARGV[1] .. job.job_id, ARGV[6])
       redis.call('RPUSH', KEYS[3], cjson.encode(job))
     else
       table.insert(failed, raw)
