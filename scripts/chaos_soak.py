@@ -78,7 +78,7 @@ LONG_RATIO = 1.6
 SHORT_RATIO = 0.6
 CLAIMED = re.compile(r"\[job (\S+) worker (\S+)\] claimed \(\d+ chars, part (\d+),")
 ENDED = re.compile(r"job (\S+) ended: (.*)$")
-REQUEUED = re.compile(r"\[job (\S+) worker \S+\] queued again: redis was lost before its audio started")
+REQUEUED = re.compile(r"\[job (\S+) worker \S+\] queued again: ")  # a worker lost Redis, or a reaper put it back
 SUBMITTED = re.compile(r"request (\w+): job (\w+) ")
 
 

@@ -81,7 +81,7 @@ TEXTS = {
 NUMBERED = re.compile(r"Request (\d+)\.$")
 CLAIMED = re.compile(r"claimed \(\d+ chars, part (\d+),")
 #: A worker that lost Redis before a job's first chunk puts it back whole: its next claim repeats no audio.
-REQUEUED = "queued again: redis was lost before its audio started"
+REQUEUED = "queued again: "  # a worker lost Redis before its audio started, or a reaper put it back
 
 
 def numbered(kind: str, n: int) -> str:

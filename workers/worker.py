@@ -288,7 +288,7 @@ class Worker:
         for worker_id, beat in zip(others, beats, strict=True):
             if beat is not None:
                 continue
-            failed: list[bytes] = await self._reap(
+            failed, requeued = await self._reap(
                 keys=[
                     protocol.processing_key(worker_id),
                     protocol.heartbeat_key(worker_id),
@@ -304,6 +304,10 @@ class Worker:
                     protocol.OWNER_FIELD,
                 ],
             )
+            for job_id in requeued:
+                JobLog(logger, {"job_id": bytes(job_id).decode(), "worker_id": worker_id}).warning(
+                    "queued again: its worker died before its audio started"
+                )
             for raw in failed:
                 job = protocol.Job.from_json(raw)
                 log = JobLog(logger, {"job_id": job.job_id, "worker_id": worker_id})

@@ -206,14 +206,15 @@ return redis.call('RPOPLPUSH', KEYS[1], KEYS[2])
 """
 
 # Recover a dead worker's in-flight list, atomically, only while its heartbeat is gone. A job whose audio had not
-# started and that did not exceed a memory ceiling goes back to the head of the queue once; any other job is returned
-# (its JSON) to the caller, who fails it.
+# started and that did not exceed a memory ceiling goes back to the head of the queue once (its id is returned second,
+# for the log); any other job is returned first (its JSON) to the caller, who fails it.
 # KEYS[1]=processing list  KEYS[2]=heartbeat key  KEYS[3]=queue  KEYS[4]=workers set
 # ARGV[1]=job key prefix  ARGV[2]=started field  ARGV[3]=max attempts  ARGV[4]=worker id  ARGV[5]=memory field
 # ARGV[6]=owner field (cleared on a job put back, so that the next worker to claim it owns it)
 REAP_LUA: Final = """
-if redis.call('EXISTS', KEYS[2]) == 1 then return {} end
+if redis.call('EXISTS', KEYS[2]) == 1 then return {{}, {}} end
 local failed = {}
+local requeued = {}
 while true do
   local raw = redis.call('RPOP', KEYS[1])
   if not raw then break end
@@ -226,13 +227,14 @@ while true do
       job.attempts = attempts + 1
       redis.call('HDEL', ARGV[1] .. job.job_id, ARGV[6])
       redis.call('RPUSH', KEYS[3], cjson.encode(job))
+      table.insert(requeued, job.job_id)
     else
       table.insert(failed, raw)
     end
   end
 end
 redis.call('SREM', KEYS[4], ARGV[4])
-return failed
+return {failed, requeued}
 """
 
 
