@@ -13,8 +13,10 @@ connection to a master that was demoted fails (redis-py turns its READONLY reply
 opened again on the new master.
 
 :class:`MasterWatch` asks the sentinels once a second which master they name, so a process notices a promotion
-even while idle: it counts them, says which master it uses (``/readyz``), and runs callbacks (a voice library
-compares with its bucket at once).
+even while idle: it counts them and says which master it uses (``/readyz``, and the front's metrics through a
+callback). Reconnecting needs no callback: a promotion drops every connection to the old master, and each
+reconnects through the sentinels (the front's reply listener then audits its open jobs, a voice-library follower
+compares with its bucket).
 """
 
 from __future__ import annotations

@@ -284,9 +284,10 @@ class Dispatcher:
         stream = JobStream(self, job, owner)
         self._streams[job.job_id] = stream
         try:
-            # A job pushed while the listener is not subscribed could have its events published to nobody.
             deadline = time.monotonic() + max(LISTENER_WAIT_S, self.push_retry_s)
-            await asyncio.wait_for(self._listening.wait(), deadline - time.monotonic())
+            if not self._listening.is_set():
+                # A job pushed while the listener is not subscribed could have its events published to nobody.
+                await asyncio.wait_for(self._listening.wait(), deadline - time.monotonic())
             pushed = await self._push_job(stream, deadline)
         except (RedisError, OSError, TimeoutError) as err:
             await self.release(job.job_id)
@@ -377,10 +378,6 @@ class Dispatcher:
         task = asyncio.create_task(self._audit(job_ids))
         self._audits.add(task)
         task.add_done_callback(self._audits.discard)
-
-    async def after_promotion(self, master: str) -> None:
-        """A Redis promotion was seen (:class:`~zsynth.core.redis_link.MasterWatch`): audit every open job."""
-        await self._audit(set(self._streams))
 
     async def _audit(self, job_ids: set[str], settle_s: float = 0.5) -> None:
         """Look at each job that was open while events could be lost, and end or re-submit those that need it."""

@@ -58,8 +58,6 @@ async def dispatcher(app: web.Application) -> AsyncIterator[None]:
     metrics = app[METRICS]
     dispatch = Dispatcher(app[SETTINGS], app[REDIS], metrics, Supervisor(on_restart=metrics.count_restart))
     await dispatch.start()
-    if REDIS_MASTER in app:
-        app[REDIS_MASTER].on_promotion(dispatch.after_promotion)
     app[DISPATCHER] = dispatch
     yield
     await dispatch.close()
