@@ -200,7 +200,6 @@ class Dispatcher:
         self.reply_channel = protocol.reply_channel(self.front_id)
         self._pubsub: PubSub | None = None
         self._streams: dict[str, JobStream] = {}
-        self._subscribed: asyncio.Event = asyncio.Event()
         # The one reply listener is vital: while it is down no job of this front gets its audio (/readyz says so).
         self.supervisor = supervisor or Supervisor()
         self._push = redis.register_script(protocol.PUSH_BOUNDED_LUA)
@@ -222,7 +221,7 @@ class Dispatcher:
         self._pubsub = self.redis.pubsub(push_handler_func=_pass_through)
         await self._pubsub.subscribe(self.reply_channel)
         self.supervisor.spawn("dispatch-listener", self._listen)
-        await asyncio.wait_for(self._subscribed.wait(), 10.0)
+        await asyncio.wait_for(self._listening.wait(), 10.0)
         logger.info("dispatcher %s listening on %s", self.front_id, self.reply_channel)
 
     async def close(self) -> None:
@@ -469,7 +468,6 @@ class Dispatcher:
                     stream.queue.put_nowait(event)
             elif kind == "subscribe":
                 # Also after redis-py resubscribed on a reconnect.
-                self._subscribed.set()
                 self._connection_back()
 
 
