@@ -4,6 +4,7 @@ API's ElevenLabs ``detail``, the avatar server's ``{code, message}``); a route m
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 from typing import Final
 
@@ -12,7 +13,8 @@ from aiohttp.typedefs import Handler, Middleware
 
 from zsynth.kit.endpoints import ENDPOINTS, Endpoint, endpoint_of
 from zsynth.kit.envelope import ErrorEnvelope, Refusal, render
-from zsynth.services.keys import REQUEST_ID
+from zsynth.kit.answer_headers import REQUEST_ID_HEADER, TRACE_ID_HEADER
+from zsynth.services.keys import REQUEST_ID, TRACE_ID
 
 logger = logging.getLogger(__name__)
 
@@ -20,15 +22,40 @@ logger = logging.getLogger(__name__)
 #: The code an aiohttp HTTP error (unknown route, wrong method, body too large) gets in every envelope.
 HTTP_ERROR_CODES: Final = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
 INTERNAL_MESSAGE: Final = "Something went wrong on our side."
+#: An incoming request id that is taken as this request's id: 1 to 128 printable ASCII characters, no space (it
+#: goes into log lines and an answer header as it is). Anything else is ignored and an id is minted.
+REQUEST_ID_PATTERN: Final = re.compile(r"[\x21-\x7e]{1,128}")
+#: W3C Trace Context: version 00, a trace id and a parent id that are not all zeros, and the flags.
+TRACEPARENT_PATTERN: Final = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
+
+
+def incoming_request_id(request: web.Request) -> str | None:
+    """The caller's ``X-Request-ID`` when it is one this server takes (:data:`REQUEST_ID_PATTERN`), else None."""
+    given = request.headers.get("X-Request-ID")
+    if given is not None and REQUEST_ID_PATTERN.fullmatch(given):
+        return given
+    return None
+
+
+def incoming_trace_id(request: web.Request) -> str | None:
+    """The trace id of the caller's valid ``traceparent`` header (32 hex digits), else None."""
+    match = TRACEPARENT_PATTERN.fullmatch(request.headers.get("traceparent", "").strip())
+    if match is None or match[1] == "ff" or set(match[2]) == {"0"} or set(match[3]) == {"0"}:
+        return None
+    return match[2]
 
 
 @web.middleware
 async def request_id_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Give every request an id, echoed as ``request-id`` and carried in the logs."""
-    request[REQUEST_ID] = uuid.uuid4().hex
+    """Give every request an id, echoed as ``request-id`` and carried in the logs: the caller's ``X-Request-ID``
+    when it sent a usable one (a load balancer's), else a minted one; and a trace id, echoed as ``x-trace-id``: the
+    caller's ``traceparent`` trace id when it sent one, else the request id."""
+    request[REQUEST_ID] = incoming_request_id(request) or uuid.uuid4().hex
+    request[TRACE_ID] = incoming_trace_id(request) or request[REQUEST_ID]
     response = await handler(request)
     if not response.prepared:
-        response.headers.setdefault("request-id", request[REQUEST_ID])
+        response.headers.setdefault(REQUEST_ID_HEADER, request[REQUEST_ID])
+        response.headers.setdefault(TRACE_ID_HEADER, request[TRACE_ID])
     return response
 
 

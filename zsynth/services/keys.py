@@ -34,6 +34,8 @@ WS_UNAUTHENTICATED: Final = web.AppKey("ws_unauthenticated", collections.Counter
 
 # Per-request values.
 REQUEST_ID: Final = web.RequestKey("request_id", str)
+# The request's trace id (x-trace-id): the caller's traceparent's, else the request id.
+TRACE_ID: Final = web.RequestKey("trace_id", str)
 
 # The kernel's services, under the keys the fronts find them by (the kernel itself does not import aiohttp).
 VOICE_LIBRARY: Final = web.AppKey("voice_library", VoiceLibrary)
