@@ -32,9 +32,7 @@ async def test_a_streamed_answer_carries_the_callers_request_id_and_trace_id_and
 
 
 async def test_an_error_envelope_names_the_callers_request_id(client):
-    resp = await client.post(
-        "/v1/text-to-speech/any-voice", data=b"{not json", headers={"X-Request-ID": "edge-123"}
-    )
+    resp = await client.post("/v1/text-to-speech/any-voice", data=b"{not json", headers={"X-Request-ID": "edge-123"})
     assert resp.status == 400
     assert resp.headers["request-id"] == "edge-123" and resp.headers["x-trace-id"] == "edge-123"
     assert (await resp.json())["detail"]["request_id"] == "edge-123"

@@ -11,9 +11,9 @@ from typing import Final
 from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler, Middleware
 
+from zsynth.kit.answer_headers import REQUEST_ID_HEADER, TRACE_ID_HEADER
 from zsynth.kit.endpoints import ENDPOINTS, Endpoint, endpoint_of
 from zsynth.kit.envelope import ErrorEnvelope, Refusal, render
-from zsynth.kit.answer_headers import REQUEST_ID_HEADER, TRACE_ID_HEADER
 from zsynth.services.keys import REQUEST_ID, TRACE_ID
 
 logger = logging.getLogger(__name__)
