@@ -76,6 +76,12 @@ class Metrics:
             ["task"],
             registry=r,
         )
+        self.tls_expiry = Gauge(
+            "zsynth_tls_certificate_expiry_timestamp_seconds",
+            "When the TLS certificate this server presents expires (Unix time), by file; absent without TLS.",
+            ["file"],
+            registry=r,
+        )
         self.worker_background_restarts = Gauge(
             "zsynth_worker_background_restarts",
             "Crashes of the live workers' background tasks (the heartbeat), each followed by a restart.",
