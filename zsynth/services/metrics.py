@@ -62,6 +62,9 @@ class Metrics:
         self.redis_pool_in_use = Gauge(
             "zsynth_redis_pool_in_use", "Connections of this front's Redis pool running a command now.", registry=r
         )
+        self.redis_up = Gauge(
+            "zsynth_redis_up", "1 when this front's last /metrics read of Redis answered, else 0.", registry=r
+        )
         self.redis_promotions = Counter(
             "zsynth_redis_promotions", "Redis master promotions this process saw (Sentinel).", registry=r
         )
