@@ -150,7 +150,7 @@ PANELS: Final = (
         "short",
         (
             Query("sum(increase(zsynth_redis_promotions_total[1h]))", "promotions in the last hour"),
-            Query("min(zsynth_redis_up)", "every front reads Redis (1)"),
+            Query('min(zsynth_redis_up{job="zsynth-front"})', "every front reads Redis (1)"),
         ),
         "Sentinel promotions the fronts followed, and whether each front's last read of Redis answered.",
     ),
