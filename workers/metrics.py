@@ -30,6 +30,7 @@ from prometheus_client.registry import Collector
 
 from zsynth.core import protocol
 from zsynth.core.config import Settings
+from zsynth.core.tracing import Tracing
 
 from .engines import Engine, EngineChunk
 from .memory import rss_bytes
@@ -104,6 +105,10 @@ class WorkerMetrics:
         if gpu is not None:
             r.register(gpu)
         self._server: Any = None
+        # Spans of the running job, children of the front's "queued" span (its context rides in Job.trace).
+        self.tracing = Tracing.from_settings(settings, "zsynth-worker")
+        self._job_span: Any = None
+        self._first_span: Any = None
         # The running job: when it was claimed (monotonic), its engine seconds and samples so far.
         self._claimed_at = 0.0
         self._engine_s = 0.0
@@ -135,7 +140,9 @@ class WorkerMetrics:
         return port
 
     def close(self) -> None:
-        """Stop serving."""
+        """Stop serving (and export the spans still buffered)."""
+        if self.tracing is not None:
+            self.tracing.shutdown()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -152,17 +159,30 @@ class WorkerMetrics:
         self._samples = 0
         self._first_seen = False
         self.busy.set(1)
+        if self.tracing is not None and job.trace:
+            attributes = {
+                "zsynth.job_id": job.job_id,
+                "zsynth.worker_id": self.settings.worker_id,
+                "zsynth.priority": job.priority,
+                "zsynth.part": job.part,
+                "zsynth.queue_wait_s": round(waited, 4),
+            }
+            self._job_span = self.tracing.start("claimed", attributes, carrier=job.trace)
+            self._first_span = self.tracing.start("first chunk", parent=self._job_span)
 
     def chunks(self, job: protocol.Job, made: Iterable[EngineChunk]) -> Iterator[EngineChunk]:
         """The engine's chunks, each timed (in the engine thread): engine seconds, and the first chunk's delay."""
         source = iter(made)
         while True:
             started = time.perf_counter()
+            began_ns = time.time_ns()
             try:
                 chunk = next(source)
             except StopIteration:
                 return
             spent = time.perf_counter() - started
+            if self._job_span is not None:
+                self._trace_chunk(chunk, began_ns)
             self.engine_seconds.observe(spent)
             self._engine_s += spent
             self._samples += len(chunk.pcm)
@@ -170,6 +190,30 @@ class WorkerMetrics:
                 self._first_seen = True
                 self.first_chunk.labels(job.priority).observe(time.monotonic() - self._claimed_at)
             yield chunk
+
+    def _trace_chunk(self, chunk: EngineChunk, began_ns: int) -> None:
+        """The span of one chunk the engine made (a sentence on Piper), and the end of the first-chunk span."""
+        assert self.tracing is not None
+        audio_s = round(len(chunk.pcm) / self.sample_rate, 3) if self.sample_rate else 0.0
+        made = self.tracing.start(
+            "sentence",
+            {"zsynth.chars": len(chunk.text), "zsynth.audio_s": audio_s},
+            parent=self._job_span,
+            start_time=began_ns,
+        )
+        self.tracing.end(made)
+        if self._first_span is not None:
+            self.tracing.end(self._first_span)
+            self._first_span = None
+
+    def _end_spans(self, outcome: str, message: str) -> None:
+        """End the running job's spans: an error status unless it ended done (or yielded its slot)."""
+        assert self.tracing is not None
+        if self._first_span is not None:
+            self.tracing.end(self._first_span)
+        self._job_span.add_event(outcome)
+        self.tracing.end(self._job_span, None if outcome in ("done", "yielded") else outcome, message)
+        self._job_span = self._first_span = None
 
     def ended(self, job: protocol.Job, terminal: protocol.Event | None, *, memory_over: bool = False) -> None:
         """The claimed job ended with ``terminal``, or yielded its slot (None)."""
@@ -188,10 +232,16 @@ class WorkerMetrics:
             self.rtf.labels(job.priority).observe(self._engine_s / audio_s)
         if memory_over and outcome == protocol.ErrorCode.INPUT_TOO_COMPLEX:
             self.ceiling_stops.inc()
+        if self._job_span is not None:
+            self._end_spans(outcome, str(terminal.meta.get("message", "")) if terminal is not None else "")
 
     def dropped(self, job: protocol.Job, code: str) -> None:
         """A claimed job was dropped unrun (cancelled, past its deadline, refused): its outcome is ``code``."""
         self.jobs.labels(code, job.priority).inc()
+        if self.tracing is not None and job.trace:
+            dropped = self.tracing.start("claimed", {"zsynth.job_id": job.job_id}, carrier=job.trace)
+            dropped.add_event("dropped unrun")
+            self.tracing.end(dropped, code)
 
 
 class _StateCollector(Collector):

@@ -401,6 +401,9 @@ class Settings:
     # TLS for serve, avatar and demo: both files (PEM) set = HTTPS and WSS on their ports; SIGHUP re-reads them.
     tls_cert_file: Path | None = _env("TLS_CERT_FILE", _optional_path, default=None)
     tls_key_file: Path | None = _env("TLS_KEY_FILE", _optional_path, default=None)
+    # OpenTelemetry traces over OTLP/HTTP (zsynth/core/tracing.py; the otel extra): the collector's base URL
+    # (http://127.0.0.1:4318, /v1/traces is added) or its full traces URL. Unset: no traces, nothing imported.
+    otlp_endpoint: str | None = _env("OTLP_ENDPOINT", _http_url, default=None)
     log_level: str = _env("LOG_LEVEL", default="INFO")
     log_json: bool = _env("LOG_JSON", _parse_bool, default=False)
 

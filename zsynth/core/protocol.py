@@ -273,6 +273,8 @@ class Job:
     total_chars: int = 0
     # Unix time the job (or this remainder) was queued; 0 means created_at. Gives the slot-wait figure.
     queued_at: float = 0.0
+    # The W3C trace context (traceparent) of the front's span that queued the job, when traces are on (tracing.py).
+    trace: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> str:
         """Serialise for the queue."""

@@ -11,10 +11,12 @@ from typing import Final
 from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler, Middleware
 
+from zsynth.core.config import Settings
+from zsynth.core.tracing import Tracing
 from zsynth.kit.answer_headers import REQUEST_ID_HEADER, TRACE_ID_HEADER
 from zsynth.kit.endpoints import ENDPOINTS, Endpoint, endpoint_of
 from zsynth.kit.envelope import ErrorEnvelope, Refusal, render
-from zsynth.services.keys import REQUEST_ID, TRACE_ID
+from zsynth.services.keys import REQUEST_ID, TRACE_ID, TRACING
 
 logger = logging.getLogger(__name__)
 
@@ -52,11 +54,42 @@ async def request_id_middleware(request: web.Request, handler: Handler) -> web.S
     caller's ``traceparent`` trace id when it sent one, else the request id."""
     request[REQUEST_ID] = incoming_request_id(request) or uuid.uuid4().hex
     request[TRACE_ID] = incoming_trace_id(request) or request[REQUEST_ID]
-    response = await handler(request)
+    tracing = request.app.get(TRACING)
+    if tracing is None:
+        response = await handler(request)
+    else:
+        response = await _traced(request, handler, tracing)
     if not response.prepared:
         response.headers.setdefault(REQUEST_ID_HEADER, request[REQUEST_ID])
         response.headers.setdefault(TRACE_ID_HEADER, request[TRACE_ID])
     return response
+
+
+async def _traced(request: web.Request, handler: Handler, tracing: Tracing) -> web.StreamResponse:
+    """Run the request inside its server span, the child of the caller's ``traceparent`` when it sent one; the
+    request's trace id becomes the span's."""
+    resource = request.match_info.route.resource
+    route = resource.canonical if resource is not None else "unmatched"  # never the raw path: ids would explode it
+    attributes = {"http.request.method": request.method, "http.route": route, "zsynth.request_id": request[REQUEST_ID]}
+    with tracing.span(f"{request.method} {route}", attributes, carrier=request.headers, kind="server") as span:
+        request[TRACE_ID] = tracing.trace_id(span)
+        response = await handler(request)
+        span.set_attribute("http.response.status_code", response.status)
+        return response
+
+
+def setup_tracing(app: web.Application, settings: Settings, service: str) -> None:
+    """Give ``app`` its tracing when ZSYNTH_OTLP_ENDPOINT is set (nothing of OpenTelemetry is imported otherwise);
+    what is buffered is exported when the app shuts down."""
+    tracing = Tracing.from_settings(settings, service)
+    if tracing is None:
+        return
+    app[TRACING] = tracing
+
+    async def flush(app: web.Application) -> None:
+        tracing.shutdown()
+
+    app.on_cleanup.append(flush)
 
 
 async def declarations_at(request: web.Request) -> list[Endpoint]:

@@ -18,6 +18,7 @@ from redis.asyncio import Redis
 from zsynth.core.config import Settings
 from zsynth.core.redis_link import MasterWatch
 from zsynth.core.text.dictionaries.store import DictionaryStore
+from zsynth.core.tracing import Tracing
 from zsynth.core.voices.library import VoiceLibrary
 
 SETTINGS: Final = web.AppKey("settings", Settings)
@@ -31,6 +32,9 @@ WS_REGISTRY: Final = web.AppKey("ws_registry", weakref.WeakSet[web.WebSocketResp
 WS_PER_CREDENTIAL: Final = web.AppKey("ws_per_credential", collections.Counter[str])
 # Realtime sockets on this front that have not authenticated yet, under the key "" (ZSYNTH_WS_MAX_UNAUTHENTICATED).
 WS_UNAUTHENTICATED: Final = web.AppKey("ws_unauthenticated", collections.Counter[str])
+
+# This process's OpenTelemetry tracing, present only when ZSYNTH_OTLP_ENDPOINT is set (zsynth.core.tracing).
+TRACING: Final = web.AppKey("tracing", Tracing)
 
 # Per-request values.
 REQUEST_ID: Final = web.RequestKey("request_id", str)
