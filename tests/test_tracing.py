@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import json
 import os
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+from websockets.sync.client import connect as ws_connect
 
 from .helpers import ROOT, WorkerProcess, assert_speech, decode_audio, front_process, wait_for
 
@@ -24,6 +26,7 @@ pytestmark = pytest.mark.timeout(180)
 KEY = "tracing-key"
 CALLER_TRACE = "0af7651916cd43dd8448eb211c80319c"
 CALLER_SPAN = "b7ad6b7169203331"
+SOCKET = "GET /v1/text-to-speech/{voice_id}/stream-input"
 TEXT = "The first sentence of a traced request. And the second one, spoken after it."
 
 
@@ -113,13 +116,12 @@ def test_one_request_is_one_trace_across_the_front_and_the_worker(private_redis_
                 assert_speech(*decode_audio(resp.content, "pcm_16000"), TEXT)
                 assert resp.headers["x-trace-id"] == CALLER_TRACE
                 job_id = resp.headers["history-item-id"]
+                socket_turn(front)
 
                 def both_exported() -> bool:
                     names = {(s["service"], s["name"]) for s in receiver.spans}
-                    return {
-                        ("zsynth-front", "POST /v1/text-to-speech/{voice_id}"),
-                        ("zsynth-worker", "claimed"),
-                    } <= names
+                    wanted = {("zsynth-front", "POST /v1/text-to-speech/{voice_id}"), ("zsynth-front", SOCKET)}
+                    return wanted | {("zsynth-worker", "claimed")} <= names
 
                 wait_for(both_exported, 30, "the front's and the worker's spans")
         finally:
@@ -144,6 +146,28 @@ def test_one_request_is_one_trace_across_the_front_and_the_worker(private_redis_
     sentences = [s for s in spans if s["name"] == "sentence"]
     assert len(sentences) == 2 and all(s["parent"] == claimed["span_id"] for s in sentences)
     assert all(s["attributes"]["zsynth.audio_s"] > 0.5 for s in sentences)
+    # A realtime socket's turn: its segment is queued under the socket's span and claimed under that.
+    socket = next(s for s in receiver.spans if s["name"] == SOCKET)
+    turns = [s for s in receiver.spans if s["name"] == "queued" and s["parent"] == socket["span_id"]]
+    assert turns and all(t["attributes"]["zsynth.priority"] == "realtime" for t in turns)
+    claims = {s["parent"] for s in receiver.spans if s["service"] == "zsynth-worker" and s["name"] == "claimed"}
+    assert {t["span_id"] for t in turns} <= claims
+
+
+def socket_turn(front: str) -> None:
+    """One realtime turn on stream-input: a sentence flushed, audio back until isFinal."""
+    url = front.replace("http://", "ws://") + "/v1/text-to-speech/joe/stream-input?output_format=pcm_16000"
+    with ws_connect(url, additional_headers={"xi-api-key": KEY}, open_timeout=10) as ws:
+        ws.send(json.dumps({"text": " "}))
+        ws.send(json.dumps({"text": "A traced turn on the socket.", "flush": True}))
+        ws.send(json.dumps({"text": ""}))
+        audio = 0
+        for raw in ws:
+            frame = json.loads(raw)
+            audio += len(frame.get("audio") or "")
+            if frame.get("isFinal"):
+                break
+    assert audio > 0
 
 
 _NO_OTEL = """
