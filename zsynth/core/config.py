@@ -235,6 +235,23 @@ class Settings:
     redis_failover_wait_s: float = _env("REDIS_FAILOVER_WAIT", _positive_float, default=10.0)
     # Longest text one synthesis request may carry (characters).
     max_text_chars: int = _env("MAX_TEXT_CHARS", _positive_int, default=10000)
+    # ----- flow control and output bounds (docs/architecture.md "Flow control", docs/limits.md) -----
+    # A job's window: the most encoded audio (bytes) its worker publishes ahead of what the front's transport has
+    # taken, and at most FLOW_WINDOW_SECONDS of audio in the job's format; 0 turns pacing off.
+    flow_window_bytes: int = _env("FLOW_WINDOW", _byte_size, default=1024 * 1024)
+    flow_window_seconds: float = _env("FLOW_WINDOW_SECONDS", _positive_float, default=10.0)
+    # The most audio (bytes) one front lets all its jobs hold in flight at once (in Redis's pub/sub buffer for the
+    # front and in the jobs' buffers): kept well under Redis's client-output-buffer-limit for pub/sub (32 MB hard).
+    front_audio_budget: int = _env("FRONT_AUDIO_BUDGET", _byte_size, default=16 * 1024 * 1024)
+    # How long a transport may take to hand one piece of audio to a client that does not read (HTTP bodies; the
+    # sockets' send deadline) before the client is cut and its job cancelled; a worker whose front takes nothing for
+    # FLOW_WAIT seconds stops the job (its front died, or its client stopped reading).
+    write_timeout_s: float = _env("WRITE_TIMEOUT", _positive_float, default=10.0)
+    flow_wait_s: float = _env("FLOW_WAIT", _positive_float, default=12.0)
+    # Output bounds per request: the break tags' pauses in all, and the audio the text stands for (estimated from
+    # what is spoken: characters at a brisk reading pace plus the pauses). Past either: 400 before any job.
+    max_pause_s: float = _env("MAX_PAUSE", _positive_float, default=60.0)
+    max_audio_s: float = _env("MAX_AUDIO", _positive_float, default=900.0)
     # Longest run without white space an engine is given (longer ones get a space put in); unset: the engine's own
     # bound (zsynth/core/text/sentences.py ENGINE_WORD_CHARS: 100 for Piper, 300 for Turbo).
     max_word_chars: int | None = _env("MAX_WORD_CHARS", _positive_int, default=None)

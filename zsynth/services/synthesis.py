@@ -45,6 +45,7 @@ from redis.exceptions import RedisError
 from zsynth.core.config import Settings
 from zsynth.core.logs import quoted
 from zsynth.core.protocol import ErrorCode, Event, Job, Priority
+from zsynth.core.text import bounds
 from zsynth.core.text.dictionaries.store import DictionaryStore
 from zsynth.core.text.dictionaries.store import StorageUnavailable as DictionariesUnavailable
 from zsynth.core.text.prepare import TextOptionError, TextOptions, prepare
@@ -80,6 +81,7 @@ TRANSIENT_CODES: Final = frozenset(
         ErrorCode.DEADLINE_EXCEEDED,
         ErrorCode.REDIS_UNAVAILABLE,
         ErrorCode.REDIS_FAILOVER,
+        ErrorCode.CLIENT_TOO_SLOW,  # its front took no audio for the flow-control wait: the client is likely gone
     }
 )
 UNAVAILABLE_CODE: Final = "synthesis_unavailable"  # the realtime transports' code for the unavailable kinds
@@ -150,7 +152,7 @@ def classify(err: Classified) -> Failure:
         return Failure("busy", 429, "system_busy", "system_busy", message, 1, reason=code)
     if code in TRANSIENT_CODES:
         return unreachable(message, reason=code)
-    if code == ErrorCode.INPUT_TOO_COMPLEX:  # the job took its worker past its memory ceiling: retrying fails again
+    if code in (ErrorCode.INPUT_TOO_COMPLEX, ErrorCode.AUDIO_TOO_LONG):  # retrying fails again: the text is at fault
         return Failure("invalid", 400, code, code, message, param="text", reason=code)
     if code == ErrorCode.VOICE_NOT_FOUND:  # the worker could not load the voice (it never speaks another one)
         return Failure("voice_not_found", 404, code, code, message, reason=code)
@@ -318,6 +320,10 @@ class SynthesisService:
         engine, bound = self.settings.engine, self.settings.max_word_chars
         spoken = await prepare(request.text, request.options, engine, self.dictionaries, max_word_chars=bound)
         text = spoken.text if spoken.changed else request.text
+        try:
+            bounds.check(text, self.settings.max_pause_s, self.settings.max_audio_s)
+        except bounds.OutputTooLong as err:
+            raise TextOptionError(err.code, err.message, "text", 400) from err
         voice_id = self.voices.resolve(request.voice_id) if self.voices is not None else request.voice_id
         job = Job(
             text=text,
