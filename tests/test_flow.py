@@ -293,3 +293,53 @@ async def test_a_socket_segment_past_the_pause_bound_gets_an_error_frame(client,
         errors = [frame for frame in frames if "error" in frame]
         assert errors and errors[0]["error"] == "pause_limit_exceeded", frames
         assert not any(frame.get("audio") for frame in frames)
+
+
+async def test_normal_streams_come_whole_beside_clients_that_do_not_read_and_pause_heavy_requests(
+    aiohttp_client, redis_url, data_dir, shared_workers
+):
+    """The mixed load: unread streams of long text, pause-heavy whole answers and normal streams at once; every normal
+    stream arrives whole (none cut, none past its deadlines), and the unread ones are cut without taking the front's
+    memory."""
+    settings_ = make_settings(redis_url, data_dir, write_timeout_s=4.0, front_audio_budget=4 * 1024 * 1024)
+    client = await aiohttp_client(create_app(settings_))
+    app = client.server.app
+    body = aiohttp.JsonPayload({"text": ORDINARY})._value
+    unread = [
+        await _request_without_reading(client.server.port, "/v1/text-to-speech/v/stream?output_format=pcm_48000", body)
+        for _ in range(3)
+    ]
+    paused = 'Hold on. <break time="3s"/> ' * 10 + "Here it is."
+    normal = "A normal request, spoken while other clients misbehave."
+    peak = 0
+    watching = True
+
+    async def watch() -> None:
+        nonlocal peak
+        while watching:
+            peak = max(peak, _buffered(app))
+            await asyncio.sleep(0.05)
+
+    async def pause_heavy() -> int:
+        resp = await client.post("/v1/text-to-speech/v/with-timestamps?output_format=pcm_48000", json={"text": paused})
+        await resp.read()
+        return resp.status
+
+    async def normal_stream() -> float:
+        resp = await client.post("/v1/text-to-speech/v/stream?output_format=mp3_44100_128", json={"text": normal})
+        assert resp.status == 200
+        samples, rate = decode_audio(await resp.read(), "mp3_44100_128")
+        return assert_speech(samples, rate, normal)
+
+    watcher = asyncio.create_task(watch())
+    try:
+        results = await asyncio.gather(*(pause_heavy() for _ in range(2)), *(normal_stream() for _ in range(3)))
+    finally:
+        watching = False
+        await watcher
+        for sock in unread:
+            sock.close()
+    assert results[:2] == [200, 200]
+    assert all(duration > 1.5 for duration in results[2:])
+    # The budget bounds every job's credit together; the whole answers take their chunks as they come.
+    assert peak <= settings_.front_audio_budget + 3 * 1_000_000, f"the front buffered {peak} bytes"
