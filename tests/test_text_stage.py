@@ -21,10 +21,11 @@ from redis.asyncio import Redis
 
 from zsynth.avatar.speech import SpeechTask
 from zsynth.core.config import Settings
+from zsynth.core.engines import PIPER
 from zsynth.core.text import normalize as normalize_module
 from zsynth.core.text.normalize import MAX_NUMBER_DIGITS, cardinal, normalize_text
 from zsynth.core.text.prepare import TextOptions, prepare
-from zsynth.core.text.sentences import ENGINE_WORD_CHARS, bound_words, split_sentences, word_bound, word_cuts
+from zsynth.core.text.sentences import bound_words, split_sentences, word_bound, word_cuts
 from zsynth.core.text.spoken import AlignmentMapper, Spoken
 from zsynth.services.dispatch import Dispatcher
 from zsynth.services.synthesis import SynthesisRequest, SynthesisService
@@ -85,7 +86,7 @@ def _longest_word(text: str) -> int:
 
 
 def test_each_engine_has_a_bound_and_the_setting_overrides_it() -> None:
-    assert word_bound("piper") == ENGINE_WORD_CHARS["piper"] == 100
+    assert word_bound("piper") == PIPER.word_chars == 100
     assert word_bound("turbo") == 300
     assert word_bound("piper", 40) == 40
     assert Settings.from_env({"ZSYNTH_MAX_WORD_CHARS": "150"}).max_word_chars == 150

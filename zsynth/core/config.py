@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
+from zsynth.core.engines import PROFILES, profile
 from zsynth.core.redis_link import check_url
 
 PREFIX: Final = "ZSYNTH_"
@@ -21,7 +22,6 @@ PREFIX: Final = "ZSYNTH_"
 AWS_CONNECT_TIMEOUT_S: Final = 2.0
 AWS_READ_TIMEOUT_S: Final = 4.0
 AWS_MAX_ATTEMPTS: Final = 2
-ENGINES: Final = ("piper", "turbo", "simulated")
 
 T = TypeVar("T")
 
@@ -97,8 +97,8 @@ def _byte_size(raw: str) -> int:
 
 def _engine(raw: str) -> str:
     value = raw.strip().lower()
-    if value not in ENGINES:
-        raise ValueError(f"expected one of {', '.join(ENGINES)}")
+    if value not in PROFILES:
+        raise ValueError(f"expected one of {', '.join(PROFILES)}")
     return value
 
 
@@ -476,9 +476,9 @@ def default_workers(engine: str, cores: int | None = None) -> int:
     Piper (CPU): one per core. Two onnxruntime calls of one thread each on two cores make more audio per second
     than one call of two threads (VITS is many small operators; splitting each over threads gains less than running
     two jobs side by side), so the box's throughput needs as many jobs in flight as cores. Other engines: one (a GPU
-    engine runs one worker per GPU, each named by its systemd instance).
+    engine runs one worker per GPU, each named by its systemd instance). The engine's profile says which.
     """
-    return max(1, cores or usable_cores()) if engine == "piper" else 1
+    return max(1, cores or usable_cores()) if profile(engine).workers_per_box == "per_core" else 1
 
 
 def default_engine_threads(engine: str, cores: int | None = None) -> int:
@@ -486,6 +486,6 @@ def default_engine_threads(engine: str, cores: int | None = None) -> int:
 
     Piper (CPU): two where there are two cores, so a job alone on the box (the one user waiting) is spoken on both;
     while another worker of the box is busy a Piper worker speaks on one (see :mod:`workers.cores`). Other engines:
-    one.
+    one. The engine's profile says which.
     """
-    return max(1, min(2, cores or usable_cores())) if engine == "piper" else 1
+    return max(1, min(2, cores or usable_cores())) if profile(engine).threads_per_job == "up_to_two" else 1
