@@ -259,14 +259,8 @@ class SynthesisService:
 
     @classmethod
     def of(cls, app: web.Application) -> SynthesisService:
-        """The service over an application's dispatcher, dictionaries, voice catalog and library (those it has)."""
-        return cls(
-            app[SETTINGS],
-            app[DISPATCHER],
-            dictionaries=app.get(DICTIONARIES),
-            voices=app.get(VOICES),
-            library=app.get(VOICE_LIBRARY),
-        )
+        """The application's one service (built by :func:`synthesis_context`)."""
+        return app[SYNTHESIS]
 
     async def speak(self, request: SynthesisRequest, *, owner: str | None = None) -> Speech:
         """Queue ``request``'s job (counted against ``owner``'s share of the queue) and return its speech.
@@ -336,3 +330,20 @@ class SynthesisService:
             seed=request.seed,  # the dispatcher sets the start deadline
         )
         return Prepared(job, spoken)
+
+
+SYNTHESIS: Final = web.AppKey("synthesis", SynthesisService)
+
+
+async def synthesis_context(app: web.Application) -> AsyncIterator[None]:
+    """Build the application's one synthesis service over its dispatcher, and the dictionaries, voice catalog and
+    library it has (register it after their contexts), under ``app[SYNTHESIS]``: every transport of a server then
+    speaks through the same service, built the same way."""
+    app[SYNTHESIS] = SynthesisService(
+        app[SETTINGS],
+        app[DISPATCHER],
+        dictionaries=app.get(DICTIONARIES),
+        voices=app.get(VOICES),
+        library=app.get(VOICE_LIBRARY),
+    )
+    yield
