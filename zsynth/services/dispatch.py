@@ -44,6 +44,8 @@ logger = logging.getLogger(__name__)
 
 # How long a job waits for the reply listener to subscribe again after it lost Redis (then: 503 with Retry-After).
 LISTENER_WAIT_S: Final = 2.0
+# How often a paced stream waiting for its next chunk says its grant again (one may have been lost with a failover).
+REGRANT_S: Final = 2.0
 
 
 async def _pass_through(response: Any) -> Any:
@@ -135,7 +137,7 @@ class JobStream:
         settings = self.dispatcher.settings
         timeout = settings.first_chunk_timeout_s if self._expected_seq == 0 else settings.chunk_timeout_s
         try:
-            event = await asyncio.wait_for(self.queue.get(), timeout)
+            event = await self._wait(timeout)
         except TimeoutError:
             recovered = await self.dispatcher.recover_terminal(self.job.job_id, self._expected_seq)
             if recovered is None:
@@ -171,6 +173,25 @@ class JobStream:
             self.first_chunk_at = time.monotonic()
             self.dispatcher.metrics.ttfa.labels(self.job.priority).observe(self.first_chunk_at - self.submitted_at)
         return event
+
+    async def _wait(self, timeout: float) -> protocol.Event:
+        """The next event from the buffer; TimeoutError after ``timeout`` seconds.
+
+        A paced job whose audio has started gets its grant said again every :data:`REGRANT_S` while it waits: a
+        grant lost with a failover would otherwise leave its worker waiting for credit and this stream for audio.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            left = deadline - loop.time()
+            if left <= 0:
+                raise TimeoutError
+            try:
+                async with asyncio.timeout(min(left, REGRANT_S) if self.credit is not None else left):
+                    return await self.queue.get()
+            except TimeoutError:
+                if self.credit is not None and self._expected_seq > 0 and loop.time() < deadline:
+                    await self.dispatcher.grant(self, self.dispatcher.ledger.again(self.credit))
 
     def _record(self, outcome: str, terminal: protocol.Event | None = None) -> None:
         metrics = self.dispatcher.metrics
@@ -330,12 +351,18 @@ class Dispatcher:
         """The transport took ``size`` bytes of the stream's audio: grant its worker more when that is due."""
         assert stream.credit is not None
         grant = self.ledger.take(stream.credit, size, drained=stream.queue.empty())
-        if grant is None or stream.finished:
+        if grant is not None:
+            await self.grant(stream, grant)
+
+    async def grant(self, stream: JobStream, grant: tuple[int, int]) -> None:
+        """Tell the stream's worker how much was taken and how much it may have published (absolute counts)."""
+        if stream.finished:
             return
         key = protocol.credit_key(stream.job.job_id)
         try:
             async with self.redis.pipeline(transaction=False) as pipe:
                 pipe.rpush(key, f"{grant[0]} {grant[1]}")
+                pipe.ltrim(key, -4, -1)  # the newest grant says it all; a worker that never waits never pops them
                 pipe.expire(key, self.settings.job_ttl_s)
                 await pipe.execute()
         except (RedisError, OSError) as err:  # the next grant says it all again; a worker left waiting times out

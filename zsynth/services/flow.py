@@ -69,14 +69,25 @@ class Ledger:
         before = credit.outstanding
         credit.taken += size
         self.outstanding += credit.outstanding - before
+        self._top_up(credit)
+        moved = credit.taken - credit.told_taken
+        if moved <= 0 or (not drained and moved < credit.window // 2):
+            return None
+        credit.told_taken = credit.taken
+        return credit.taken, credit.granted
+
+    def again(self, credit: Credit) -> tuple[int, int]:
+        """The job's grant, said again (topped up if the budget has room now): for a worker that may have missed one
+        (a grant lost with a Redis failover) while the transport waits for its next chunk."""
+        self._top_up(credit)
+        credit.told_taken = credit.taken
+        return credit.taken, credit.granted
+
+    def _top_up(self, credit: Credit) -> None:
+        """Grant the job up to its window past what was taken, as far as the budget allows."""
         room = max(0, self.budget - self.outstanding)
         granted = min(credit.taken + credit.window, max(credit.taken, credit.granted) + room)
         if granted > credit.granted:
             before = credit.outstanding
             credit.granted = granted
             self.outstanding += credit.outstanding - before
-        moved = credit.taken - credit.told_taken
-        if moved <= 0 or (not drained and moved < credit.window // 2):
-            return None
-        credit.told_taken = credit.taken
-        return credit.taken, credit.granted
