@@ -15,11 +15,10 @@ import asyncio
 import logging
 from collections import Counter as CountBy
 
-from zsynth.core.aws import client_config
 from zsynth.core.config import Settings
 from zsynth.core.protocol import ErrorCode
 from zsynth.core.voices import StoredVoice, VoiceStore, is_clone_id
-from zsynth.core.voices.bucket import VoiceBucket, VoiceRefused
+from zsynth.core.voices.bucket import VoiceRefused
 from zsynth.core.voices.clips import ADVICE, ClipError, clip_header
 from zsynth.core.voices.library import StorageUnavailable, VoiceLibrary
 
@@ -42,28 +41,7 @@ class WorkerVoices:
     def __init__(self, settings: Settings, engine: Engine) -> None:
         self.settings = settings
         self.store = VoiceStore(settings.voices_dir)
-        bucket = (
-            VoiceBucket(
-                settings.voices_bucket,
-                settings.voices_prefix,
-                client_config(settings),
-                clip_max_bytes=settings.voice_clip_max_bytes,
-            )
-            if settings.voices_bucket
-            else None
-        )
-        self.library = VoiceLibrary(
-            self.store,
-            settings.redis_url,
-            bucket,
-            role="worker",
-            fetch_wait_s=settings.voices_fetch_wait_s,
-            resync_s=settings.voices_resync_s,
-            on_change=engine.forget_voice,
-            start_wait_s=settings.voices_start_wait_s,
-            missing_ttl_s=settings.voices_missing_ttl_s,
-            missing_max=settings.voices_missing_max,
-        )
+        self.library = VoiceLibrary.from_settings(settings, self.store, role="worker", on_change=engine.forget_voice)
         self._loop: asyncio.AbstractEventLoop | None = None
         #: Voices jobs asked for, by result (builtin, hit, fetched, missing): the worker's metrics read them.
         self.lookups: CountBy[str] = CountBy()

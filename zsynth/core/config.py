@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
+from zsynth.core.engines import PROFILES, profile
 from zsynth.core.redis_link import check_url
 
 PREFIX: Final = "ZSYNTH_"
@@ -21,7 +22,6 @@ PREFIX: Final = "ZSYNTH_"
 AWS_CONNECT_TIMEOUT_S: Final = 2.0
 AWS_READ_TIMEOUT_S: Final = 4.0
 AWS_MAX_ATTEMPTS: Final = 2
-ENGINES: Final = ("piper", "turbo", "simulated")
 
 T = TypeVar("T")
 
@@ -97,8 +97,8 @@ def _byte_size(raw: str) -> int:
 
 def _engine(raw: str) -> str:
     value = raw.strip().lower()
-    if value not in ENGINES:
-        raise ValueError(f"expected one of {', '.join(ENGINES)}")
+    if value not in PROFILES:
+        raise ValueError(f"expected one of {', '.join(PROFILES)}")
     return value
 
 
@@ -241,6 +241,23 @@ class Settings:
     redis_failover_wait_s: float = _env("REDIS_FAILOVER_WAIT", _positive_float, default=10.0)
     # Longest text one synthesis request may carry (characters).
     max_text_chars: int = _env("MAX_TEXT_CHARS", _positive_int, default=10000)
+    # ----- flow control and output bounds (docs/architecture.md "Flow control", docs/limits.md) -----
+    # A job's window: the most encoded audio (bytes) its worker publishes ahead of what the front's transport has
+    # taken, and at most FLOW_WINDOW_SECONDS of audio in the job's format; 0 turns pacing off.
+    flow_window_bytes: int = _env("FLOW_WINDOW", _byte_size, default=1024 * 1024)
+    flow_window_seconds: float = _env("FLOW_WINDOW_SECONDS", _positive_float, default=10.0)
+    # The most audio (bytes) one front lets all its jobs hold in flight at once (in Redis's pub/sub buffer for the
+    # front and in the jobs' buffers): kept well under Redis's client-output-buffer-limit for pub/sub (32 MB hard).
+    front_audio_budget: int = _env("FRONT_AUDIO_BUDGET", _byte_size, default=16 * 1024 * 1024)
+    # How long a transport may take to hand one piece of audio to a client that does not read (HTTP bodies; the
+    # sockets' send deadline) before the client is cut and its job cancelled; a worker whose front takes nothing for
+    # FLOW_WAIT seconds stops the job (its front died, or its client stopped reading).
+    write_timeout_s: float = _env("WRITE_TIMEOUT", _positive_float, default=10.0)
+    flow_wait_s: float = _env("FLOW_WAIT", _positive_float, default=12.0)
+    # Output bounds per request: the break tags' pauses in all, and the audio the text stands for (estimated from
+    # what is spoken: characters at a brisk reading pace plus the pauses). Past either: 400 before any job.
+    max_pause_s: float = _env("MAX_PAUSE", _positive_float, default=60.0)
+    max_audio_s: float = _env("MAX_AUDIO", _positive_float, default=900.0)
     # Longest run without white space an engine is given (longer ones get a space put in); unset: the engine's own
     # bound (zsynth/core/text/sentences.py ENGINE_WORD_CHARS: 100 for Piper, 300 for Turbo).
     max_word_chars: int | None = _env("MAX_WORD_CHARS", _positive_int, default=None)
@@ -468,9 +485,9 @@ def default_workers(engine: str, cores: int | None = None) -> int:
     Piper (CPU): one per core. Two onnxruntime calls of one thread each on two cores make more audio per second
     than one call of two threads (VITS is many small operators; splitting each over threads gains less than running
     two jobs side by side), so the box's throughput needs as many jobs in flight as cores. Other engines: one (a GPU
-    engine runs one worker per GPU, each named by its systemd instance).
+    engine runs one worker per GPU, each named by its systemd instance). The engine's profile says which.
     """
-    return max(1, cores or usable_cores()) if engine == "piper" else 1
+    return max(1, cores or usable_cores()) if profile(engine).workers_per_box == "per_core" else 1
 
 
 def default_engine_threads(engine: str, cores: int | None = None) -> int:
@@ -478,6 +495,6 @@ def default_engine_threads(engine: str, cores: int | None = None) -> int:
 
     Piper (CPU): two where there are two cores, so a job alone on the box (the one user waiting) is spoken on both;
     while another worker of the box is busy a Piper worker speaks on one (see :mod:`workers.cores`). Other engines:
-    one.
+    one. The engine's profile says which.
     """
-    return max(1, min(2, cores or usable_cores())) if engine == "piper" else 1
+    return max(1, min(2, cores or usable_cores())) if profile(engine).threads_per_job == "up_to_two" else 1

@@ -48,7 +48,7 @@ from zsynth.speech.schemas.bodies import (
     spoken_text_field,
     text_options,
 )
-from zsynth.speech.synthesis_http import TtsRequest, audio_headers, finish_stream, first_chunk, speak
+from zsynth.speech.synthesis_http import AudioStream, TtsRequest, audio_headers, finish_stream, first_chunk, speak
 
 routes = Endpoints()
 
@@ -220,7 +220,7 @@ async def speech(request: web.Request, body: OpenAISpeechRequest) -> web.StreamR
         headers["Content-Type"] = "text/event-stream" if asked.sse else fmt.media_type
         if asked.sse:
             headers["Cache-Control"] = "no-cache"
-        response = web.StreamResponse(headers=headers)
+        response = AudioStream(request, headers)
         await response.prepare(request)
 
         async def encode(audio: bytes | None) -> bytes:

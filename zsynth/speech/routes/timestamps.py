@@ -10,6 +10,7 @@ its replacement was spoken in; otherwise both are the same.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
@@ -19,11 +20,13 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
 from zsynth.core.alignment import CharAlignment, Timeline, join_chunks
+from zsynth.core.protocol import Event
 from zsynth.core.text.marks import CLOSE, OPEN
 from zsynth.core.text.spoken import AlignmentMapper, Spoken
 from zsynth.kit.endpoints import Endpoints
 from zsynth.speech.schemas.apidoc import AUDIO_HEADERS, json_body
 from zsynth.speech.synthesis_http import (
+    AudioStream,
     ConvertQuery,
     StreamQuery,
     TextToSpeechRequest,
@@ -131,26 +134,32 @@ def _json(payload: dict[str, Any]) -> str:
 async def convert_with_timestamps(request: web.Request, body: TextToSpeechRequest, query: ConvertQuery) -> web.Response:
     """The whole audio as base64 plus the alignment of the whole text, once synthesis is complete."""
     tts = tts_request(request, body, query)
-    audio: list[bytes] = []
+    async with await speak(request, tts, alignment=True) as speech:
+        events = await every_chunk(speech)
+        # Base64 and JSON of minutes of audio take a while: off the event loop, which serves every other stream.
+        answer = await asyncio.to_thread(_whole_answer, events, speech.spoken)
+        return web.Response(text=answer, headers=audio_headers(request, tts, speech.job) | JSON_TYPE)
+
+
+def _whole_answer(events: list[Event], spoken: Spoken) -> str:
+    """The with-timestamps answer's JSON: all the audio as base64 and the alignment of the whole text."""
     parts: list[tuple[float, CharAlignment]] = []
     timeline = Timeline()
-    async with await speak(request, tts, alignment=True) as speech:
-        for event in await every_chunk(speech):
-            audio.append(event.audio)
-            part = timeline.place(event.meta)
-            if part is not None:
-                parts.append(part)
-        chars, starts, ends = join_chunks(parts)
-        if ends:
-            # An encoder's final flush can carry a few ms after the last character starts: it is that character's.
-            ends[-1] = max(ends[-1], round(timeline.placed_s, 3))
-        aligned, normalized = _Alignments(speech.spoken).bodies((chars, starts, ends), final=True)
-        answer = {
-            "audio_base64": base64.b64encode(b"".join(audio)).decode("ascii"),
-            "alignment": aligned,
-            "normalized_alignment": normalized,
-        }
-        return web.Response(text=_json(answer), headers=audio_headers(request, tts, speech.job) | JSON_TYPE)
+    for event in events:
+        part = timeline.place(event.meta)
+        if part is not None:
+            parts.append(part)
+    chars, starts, ends = join_chunks(parts)
+    if ends:
+        # An encoder's final flush can carry a few ms after the last character starts: it is that character's.
+        ends[-1] = max(ends[-1], round(timeline.placed_s, 3))
+    aligned, normalized = _Alignments(spoken).bodies((chars, starts, ends), final=True)
+    answer = {
+        "audio_base64": base64.b64encode(b"".join(event.audio for event in events)).decode("ascii"),
+        "alignment": aligned,
+        "normalized_alignment": normalized,
+    }
+    return _json(answer)
 
 
 @routes.post(
@@ -176,7 +185,7 @@ async def stream_with_timestamps(
     async with await speak(request, tts, alignment=True) as speech:
         chunks = speech.chunks()
         first = await first_chunk(chunks)
-        response = web.StreamResponse(headers=audio_headers(request, tts, speech.job) | JSON_TYPE)
+        response = AudioStream(request, audio_headers(request, tts, speech.job) | JSON_TYPE)
         await response.prepare(request)
         timeline = Timeline()
         alignments = _Alignments(speech.spoken)

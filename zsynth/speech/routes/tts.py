@@ -6,6 +6,7 @@ from aiohttp import web
 
 from zsynth.kit.endpoints import Endpoints
 from zsynth.speech.synthesis_http import (
+    AudioStream,
     ConvertQuery,
     StreamQuery,
     TextToSpeechRequest,
@@ -48,7 +49,7 @@ async def stream(request: web.Request, body: TextToSpeechRequest, query: StreamQ
     async with await speak(request, tts) as speech:
         chunks = speech.chunks()
         first = await first_chunk(chunks)
-        response = web.StreamResponse(headers=audio_headers(request, tts, speech.job))
+        response = AudioStream(request, audio_headers(request, tts, speech.job))
         await response.prepare(request)
 
         async def write_all() -> None:

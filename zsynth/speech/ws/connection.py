@@ -39,8 +39,6 @@ CLOSE_POLICY: Final = 1008
 # Close reasons travel in a control frame: 125 bytes minus the 2-byte code.
 MAX_REASON_BYTES: Final = 123
 # Clients send text; a message above this is refused by aiohttp with close 1009.
-# Seconds a send may block on a client that stopped reading before the socket is dropped.
-SEND_TIMEOUT_S: Final = 10.0
 
 
 class WsError(Exception):
@@ -129,6 +127,9 @@ class Connection:
         settings = request.app[SETTINGS]
         # Token bucket for client messages: refills at the configured rate, holds a burst of twice that.
         self._rate = settings.ws_max_messages_per_s
+        # Seconds a send may block on a client that stopped reading before the socket is dropped (the write deadline
+        # every transport shares: docs/architecture.md, "Flow control").
+        self.send_timeout_s = settings.write_timeout_s
         self._messages = TokenBucket(self._rate, 2 * self._rate)
 
     @property
@@ -141,7 +142,7 @@ class Connection:
         self.last_activity = time.monotonic()
 
     async def send(self, payload: dict[str, Any]) -> None:
-        """Send one JSON frame; a client that stops reading for SEND_TIMEOUT_S is dropped."""
+        """Send one JSON frame; a client that stops reading for the write deadline is dropped."""
         if not self.ws.closed:
             await self.send_json_text(json.dumps(payload, separators=(",", ":"), ensure_ascii=False))
 
@@ -152,7 +153,7 @@ class Connection:
                 return
             try:
                 # asyncio.timeout, not wait_for: no extra task per frame on the audio path.
-                async with asyncio.timeout(SEND_TIMEOUT_S):
+                async with asyncio.timeout(self.send_timeout_s):
                     await self.ws.send_str(data)
             except (ConnectionError, RuntimeError, TimeoutError) as err:
                 logger.info("socket %s: send failed (%s); closing", self.socket_id, err)
