@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import time
 
 import aiohttp
@@ -130,3 +131,46 @@ async def test_a_context_id_over_128_characters_is_refused(client):
     assert [frame["error"] for frame in got.errors] == ["invalid_message"]
     assert "128 characters" in got.errors[0]["message"]
     assert all(frame.get("contextId") != "x" * 129 for frame in got.frames)
+
+
+# ----- issue 36, F6: sockets waiting for their first-message key, per address -------------------------------------
+
+
+async def test_one_address_cannot_take_every_place_of_first_message_auth(
+    aiohttp_client, redis_url, data_dir, shared_workers
+):
+    """F6: one address held every place of the front's unauthenticated sockets, so clients that send their key in
+    the first message (ElevenLabs' own pattern) got 503. Now it holds its own 16; another address still gets in.
+    The addresses are the clients a trusted proxy names, as every per-address limit reads them."""
+    settings = make_settings(
+        redis_url,
+        data_dir,
+        api_key=KEY,
+        ws_max_unauthenticated=20,
+        trusted_proxies=(ipaddress.ip_network("127.0.0.1/32"),),
+    )
+    client = await aiohttp_client(create_app(settings))
+    held: list[aiohttp.ClientWebSocketResponse] = []
+    refused: aiohttp.WSServerHandshakeError | None = None
+    for _ in range(20):
+        try:
+            held.append(await client.ws_connect(PATH, headers={"X-Forwarded-For": "203.0.113.7"}))
+        except aiohttp.WSServerHandshakeError as err:
+            refused = err
+            break
+    assert len(held) == 16 and refused is not None, f"one address holds {len(held)} unauthenticated sockets"
+    assert refused.status == 429 and refused.headers is not None and refused.headers.get("Retry-After") == "1"
+    ws = await client.ws_connect(PATH + "?output_format=pcm_16000", headers={"X-Forwarded-For": "198.51.100.9"})
+    await ws.send_json({"text": " ", "xi_api_key": KEY})
+    await ws.send_json({"text": "Another address still gets its turn. ", "flush": True})
+    await ws.send_json({"text": ""})
+    got = await collect(ws)
+    assert got.errors == [] and got.close_code == 1000
+    samples, rate = decode_audio(got.audio(), "pcm_16000")
+    assert_speech(samples, rate, "Another address still gets its turn.")
+    # A place comes back once a held socket authenticates.
+    await held[0].send_json({"text": " ", "xi_api_key": KEY})
+    await asyncio.sleep(0.3)
+    held.append(await client.ws_connect(PATH, headers={"X-Forwarded-For": "203.0.113.7"}))
+    for socket in held:
+        await socket.close()

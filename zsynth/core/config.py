@@ -341,8 +341,11 @@ class Settings:
     # Characters and segments one context may hold waiting to be spoken; more ends the socket with an error frame.
     ws_max_queued_chars: int = _env("WS_MAX_QUEUED_CHARS", _positive_int, default=50_000)
     ws_max_queued_segments: int = _env("WS_MAX_QUEUED_SEGMENTS", _positive_int, default=500)
-    # Sockets on one front that have not authenticated yet; more are refused with HTTP 503 before the upgrade.
-    ws_max_unauthenticated: int = _env("WS_MAX_UNAUTHENTICATED", _positive_int, default=256)
+    # Sockets on one front that have not authenticated yet (more are refused with HTTP 503 before the upgrade), and
+    # those of one client address (an IPv6 /64; behind ZSYNTH_TRUSTED_PROXIES the client they name) among them (more
+    # get 429), so one address cannot hold every place that clients sending their key in the first message need.
+    ws_max_unauthenticated: int = _env("WS_MAX_UNAUTHENTICATED", _positive_int, default=1024)
+    ws_max_unauthenticated_per_address: int = _env("WS_MAX_UNAUTHENTICATED_PER_ADDRESS", _positive_int, default=16)
     # Largest first message of a socket that authenticates in it (read before the credential is known).
     ws_first_message_max_bytes: int = _env("WS_FIRST_MESSAGE_MAX_BYTES", _positive_int, default=16 * 1024)
     # Failed look-ups (zsk_ secrets the keys table does not hold) one client address may make per minute; its next
