@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
@@ -28,6 +29,23 @@ T = TypeVar("T")
 
 class SettingsError(ValueError):
     """A ZSYNTH_* variable is missing or malformed; the message names it."""
+
+
+# A URL's password: what lies between the user's ":" and the last "@" (a password may hold "/" or ":" typed raw), after
+# "://", or, for a mistyped scheme ("redis:/user:pw@host"), after the start of a word: that loses the scheme, never
+# the secret.
+_URL_PASSWORD: Final = re.compile(r"(://)([^\s:@/]*):\S*@")
+_BARE_PASSWORD: Final = re.compile(r"(^|[\s'\"(=/])([^\s:@/'\"]*):(?!//)\S*@")
+# Query parameters that carry secrets (sentinel_password=, token=, ...).
+_SECRET_PARAMETER: Final = re.compile(r"([?&;][\w.-]*(?:pass|secret|token|key)[\w.-]*=)[^&;\s'\"]*", re.IGNORECASE)
+
+
+def redacted(text: str) -> str:
+    """``text`` with the passwords of the URLs in it (``user:password@``) and secret query parameters replaced by
+    ``***``: what a message about a setting (an error, a log line) may show of it."""
+    for pattern in (_URL_PASSWORD, _BARE_PASSWORD):
+        text = pattern.sub(lambda m: f"{m[1]}{m[2]}:***@", text)
+    return _SECRET_PARAMETER.sub(lambda m: f"{m[1]}***", text)
 
 
 def _default_data_dir() -> Path:
@@ -414,7 +432,8 @@ class Settings:
             try:
                 values[f.name] = f.metadata["parse"](raw)
             except (TypeError, ValueError) as err:
-                raise SettingsError(f"{var}={raw!r} is invalid: {err}") from err
+                # The journal keeps this line: a URL's password never goes in it (nor does it in the err's words).
+                raise SettingsError(f"{var}={redacted(raw)!r} is invalid: {redacted(str(err))}") from None
         values.update(overrides)
         settings = cls(**values)
         if (settings.tls_cert_file is None) != (settings.tls_key_file is None):
