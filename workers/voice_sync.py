@@ -101,9 +101,11 @@ class WorkerVoices:
             ) from err
         except (StorageUnavailable, TimeoutError) as err:
             future.cancel()
+            # The storage's own words name its endpoint, bucket and object keys: the log gets them, the caller not.
+            logger.warning("voice %s: the voice library's storage did not answer: %s", voice_id, err)
             raise VoiceUnavailable(
                 ErrorCode.VOICE_STORAGE_UNAVAILABLE,
-                f"The voice {voice_id} is not on this box and the voice library's storage did not answer ({err}); "
+                f"The voice {voice_id} is not on this box and the voice library's storage did not answer; "
                 "no other voice was used. Try again shortly.",
             ) from err
         stored = self.store.get(voice_id) if found else None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
@@ -28,6 +29,23 @@ T = TypeVar("T")
 
 class SettingsError(ValueError):
     """A ZSYNTH_* variable is missing or malformed; the message names it."""
+
+
+# A URL's password: what lies between the user's ":" and the last "@" (a password may hold "/" or ":" typed raw), after
+# "://", or, for a mistyped scheme ("redis:/user:pw@host"), after the start of a word: that loses the scheme, never
+# the secret.
+_URL_PASSWORD: Final = re.compile(r"(://)([^\s:@/]*):\S*@")
+_BARE_PASSWORD: Final = re.compile(r"(^|[\s'\"(=/])([^\s:@/'\"]*):(?!//)\S*@")
+# Query parameters that carry secrets (sentinel_password=, token=, ...).
+_SECRET_PARAMETER: Final = re.compile(r"([?&;][\w.-]*(?:pass|secret|token|key)[\w.-]*=)[^&;\s'\"]*", re.IGNORECASE)
+
+
+def redacted(text: str) -> str:
+    """``text`` with the passwords of the URLs in it (``user:password@``) and secret query parameters replaced by
+    ``***``: what a message about a setting (an error, a log line) may show of it."""
+    for pattern in (_URL_PASSWORD, _BARE_PASSWORD):
+        text = pattern.sub(lambda m: f"{m[1]}{m[2]}:***@", text)
+    return _SECRET_PARAMETER.sub(lambda m: f"{m[1]}***", text)
 
 
 def _default_data_dir() -> Path:
@@ -364,8 +382,11 @@ class Settings:
     # Characters and segments one context may hold waiting to be spoken; more ends the socket with an error frame.
     ws_max_queued_chars: int = _env("WS_MAX_QUEUED_CHARS", _positive_int, default=50_000)
     ws_max_queued_segments: int = _env("WS_MAX_QUEUED_SEGMENTS", _positive_int, default=500)
-    # Sockets on one front that have not authenticated yet; more are refused with HTTP 503 before the upgrade.
-    ws_max_unauthenticated: int = _env("WS_MAX_UNAUTHENTICATED", _positive_int, default=256)
+    # Sockets on one front that have not authenticated yet (more are refused with HTTP 503 before the upgrade), and
+    # those of one client address (an IPv6 /64; behind ZSYNTH_TRUSTED_PROXIES the client they name) among them (more
+    # get 429), so one address cannot hold every place that clients sending their key in the first message need.
+    ws_max_unauthenticated: int = _env("WS_MAX_UNAUTHENTICATED", _positive_int, default=1024)
+    ws_max_unauthenticated_per_address: int = _env("WS_MAX_UNAUTHENTICATED_PER_ADDRESS", _positive_int, default=16)
     # Largest first message of a socket that authenticates in it (read before the credential is known).
     ws_first_message_max_bytes: int = _env("WS_FIRST_MESSAGE_MAX_BYTES", _positive_int, default=16 * 1024)
     # Failed look-ups (zsk_ secrets the keys table does not hold) one client address may make per minute; its next
@@ -437,7 +458,8 @@ class Settings:
             try:
                 values[f.name] = f.metadata["parse"](raw)
             except (TypeError, ValueError) as err:
-                raise SettingsError(f"{var}={raw!r} is invalid: {err}") from err
+                # The journal keeps this line: a URL's password never goes in it (nor does it in the err's words).
+                raise SettingsError(f"{var}={redacted(raw)!r} is invalid: {redacted(str(err))}") from None
         values.update(overrides)
         settings = cls(**values)
         if (settings.tls_cert_file is None) != (settings.tls_key_file is None):

@@ -129,7 +129,9 @@ def classify(err: Classified) -> Failure:
     if isinstance(err, TextOptionError):
         return Failure("invalid", err.status, err.code, err.code, err.message, param=err.param, reason=err.code)
     if isinstance(err, DictionariesUnavailable):
-        message = f"Pronunciation dictionaries cannot be read ({err})."
+        # The storage's own words name its endpoint, bucket and object keys: the log gets them, the caller does not.
+        logger.warning("pronunciation dictionaries cannot be read: %s", err)
+        message = "Pronunciation dictionaries cannot be read right now. Try again shortly."
         return Failure(
             "dictionary_storage_unavailable",
             503,
@@ -144,7 +146,8 @@ def classify(err: Classified) -> Failure:
         return Failure("voice_not_found", 404, code, code, err.message, param="voice_id", reason="voices")
     if isinstance(err, VoicesUnavailable):
         code = "voice_storage_unavailable"
-        message = f"The voice library's storage cannot be reached ({err}); nothing was changed. Try again shortly."
+        # The storage's own words are in the voice library's log line, never in the caller's message.
+        message = "The voice library's storage cannot be reached; nothing was changed. Try again shortly."
         return Failure("voice_storage_unavailable", 503, code, code, message, VOICE_RETRY_AFTER_S, reason="voices")
     if isinstance(err, RedisError | OSError):  # Redis unreachable or slow, outside the dispatcher's own calls
         return unreachable(reason="redis_unavailable")

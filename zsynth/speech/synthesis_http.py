@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar, Final
 
@@ -345,3 +345,35 @@ async def finish_stream(
         if request.transport is not None:
             request.transport.abort()
     return response
+
+
+#: Turns a job's chunk events into the bytes of a streamed answer (raw audio, JSON lines, server-sent events).
+Render = Callable[[AsyncIterator[Event]], AsyncIterator[bytes]]
+
+
+async def stream_speech(
+    request: web.Request, speech: Speech, headers: Mapping[str, str], render: Render
+) -> web.StreamResponse:
+    """Answer with ``speech`` streamed as ``render`` writes it: the one sequence every HTTP streaming route follows.
+
+    The first chunk is awaited before the status line (a failure up to then is answered with the route's envelope);
+    then each piece ``render`` yields is written within the write deadline (:class:`AudioStream`), and
+    :func:`finish_stream` ends the answer, or cuts it on a failure or a client that stopped reading.
+    """
+    chunks = speech.chunks()
+    first = await first_chunk(chunks)
+    response = AudioStream(request, dict(headers))
+    await response.prepare(request)
+
+    async def events() -> AsyncIterator[Event]:
+        if first is not None:
+            yield first
+            async for event in chunks:
+                yield event
+
+    async def write_all() -> None:
+        async for data in render(events()):
+            if data:
+                await response.write(data)
+
+    return await finish_stream(request, response, speech, write_all())

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import json
 import logging
+from collections.abc import AsyncIterator
 from typing import Annotated, Any, Final
 
 from aiohttp import web
@@ -26,15 +28,13 @@ from zsynth.core.text.spoken import AlignmentMapper, Spoken
 from zsynth.kit.endpoints import Endpoints
 from zsynth.speech.schemas.apidoc import AUDIO_HEADERS, json_body
 from zsynth.speech.synthesis_http import (
-    AudioStream,
     ConvertQuery,
     StreamQuery,
     TextToSpeechRequest,
     audio_headers,
     every_chunk,
-    finish_stream,
-    first_chunk,
     speak,
+    stream_speech,
     synthesis_doc,
     tts_request,
 )
@@ -183,29 +183,27 @@ async def stream_with_timestamps(
     """One JSON object per line, per chunk, as the worker makes them."""
     tts = tts_request(request, body, query)
     async with await speak(request, tts, alignment=True) as speech:
-        chunks = speech.chunks()
-        first = await first_chunk(chunks)
-        response = AudioStream(request, audio_headers(request, tts, speech.job) | JSON_TYPE)
-        await response.prepare(request)
-        timeline = Timeline()
-        alignments = _Alignments(speech.spoken)
+        headers = audio_headers(request, tts, speech.job) | JSON_TYPE
+        return await stream_speech(request, speech, headers, functools.partial(_json_lines, speech.spoken))
 
-        async def write_all() -> None:
-            event = first
-            while event is not None:
-                following = await anext(chunks, None)
-                part = timeline.place(event.meta)
-                aligned: dict[str, Any] | None = None
-                normalized: dict[str, Any] | None = None
-                if part is not None or (following is None and alignments.mapper is not None):
-                    joined = join_chunks([part]) if part is not None else ([], [], [])
-                    aligned, normalized = alignments.bodies(joined, final=following is None)
-                line = {
-                    "audio_base64": base64.b64encode(event.audio).decode("ascii"),
-                    "alignment": aligned,
-                    "normalized_alignment": normalized,
-                }
-                await response.write((_json(line) + "\n").encode())
-                event = following
 
-        return await finish_stream(request, response, speech, write_all())
+async def _json_lines(spoken: Spoken, events: AsyncIterator[Event]) -> AsyncIterator[bytes]:
+    """One JSON object per chunk and line: its audio as base64 and its characters' timing from the audio's start."""
+    timeline = Timeline()
+    alignments = _Alignments(spoken)
+    event = await anext(events, None)
+    while event is not None:
+        following = await anext(events, None)  # the last chunk's alignment is final (the mapper's rest goes there)
+        part = timeline.place(event.meta)
+        aligned: dict[str, Any] | None = None
+        normalized: dict[str, Any] | None = None
+        if part is not None or (following is None and alignments.mapper is not None):
+            joined = join_chunks([part]) if part is not None else ([], [], [])
+            aligned, normalized = alignments.bodies(joined, final=following is None)
+        line = {
+            "audio_base64": base64.b64encode(event.audio).decode("ascii"),
+            "alignment": aligned,
+            "normalized_alignment": normalized,
+        }
+        yield (_json(line) + "\n").encode()
+        event = following
