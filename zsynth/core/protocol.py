@@ -7,8 +7,9 @@ Flow of one job:
    every event carries its job id, so one subscription serves all of the front's jobs (no SUBSCRIBE/UNSUBSCRIBE
    round trips per job).
 2. The front pushes the job JSON on :data:`QUEUE` with :data:`PUSH_BOUNDED_LUA` (which also bounds the queue).
-   The queue is kept in three runs, claimed in this order: realtime jobs, then batch jobs that have not started,
-   then the remainders of batch jobs that gave up their slot; first come, first served within each run.
+   Fresh jobs (realtime, and batch jobs that have not started) are claimed owner by owner in rounds, realtime
+   before batch within a round and within one owner; the remainders of batch jobs that gave up their slot come
+   last, first come, first served.
 3. A worker claims with ``BLMOVE QUEUE processing_key(worker) RIGHT LEFT``: atomic, one job at a time, and a dead
    worker's job stays visible in its in-flight list.
 4. The worker speaks the job one piece (a few sentences) at a time. After a piece of a batch job, when the next
@@ -35,8 +36,6 @@ from typing import Any, Final, Literal
 
 PREFIX: Final = "zsynth:"
 QUEUE: Final = PREFIX + "queue"  # list of job JSON; workers BLMOVE from the right
-REALTIME_TAIL: Final = PREFIX + "queue:realtime_tail"  # JSON of the newest realtime job pushed (see PUSH_BOUNDED_LUA)
-BATCH_TAIL: Final = PREFIX + "queue:batch_tail"  # JSON of the newest unstarted batch job pushed (same idea)
 CANCEL_CHANNEL: Final = PREFIX + "cancel"  # pub/sub: job ids to stop now
 WORKERS: Final = PREFIX + "workers"  # set of worker ids that have ever registered
 # Counter: failed voice-bucket operations (the name is from when voices were mirrored to S3 in the background).
@@ -155,31 +154,68 @@ class ErrorCode(StrEnum):
 ANY_SEQ: Final = -1
 
 # Push a job unless the queue already holds ARGV[2] jobs: check and push are one atomic step. Workers take from the
-# right end. From the right the queue holds realtime jobs, then unstarted batch jobs, then batch remainders (jobs
-# that yielded their slot, pushed at the far left by YIELD_LUA), each run oldest rightmost. A new job goes just left
-# of the newest job of its run still waiting (REALTIME_TAIL / BATCH_TAIL name them); when that one was claimed
-# already, no job of its run waits, so it goes just left of the run before it, or at the right end. A push costs a
-# GET or two and one LINSERT scan in C, never a decode per waiting job. Remainders count in LLEN like any waiting
-# request, but their push is never refused: a client never gets 429 because its own job was split.
-# KEYS[1]=queue  KEYS[2]=realtime tail  KEYS[3]=batch tail  ARGV[1]=job json  ARGV[2]=max queued
-# ARGV[3]="realtime" or "batch"
+# right end. From the right the queue holds the fresh jobs (realtime segments and batch jobs that have not started),
+# then the remainders of batch jobs that yielded their slot (pushed at the far left by YIELD_LUA, first come, first
+# served). The fresh jobs are served owner by owner, in rounds: a job's round is the number of its owner's jobs ahead
+# of it, and the fresh jobs are kept in order of (round, class), realtime before batch within a round. So a new job
+# goes after its owner's last job (a realtime one: after its owner's last realtime job, before its owner's batch
+# jobs) and before the first job whose round is greater than its own, or equal with a later class. One owner's
+# hundred jobs therefore never put another owner's first job behind all of them, and one owner's own realtime jobs
+# still go ahead of its own batch jobs. A job is read from its first bytes (Job.to_json writes owner, priority and
+# part first); only a job written otherwise (a reaper's cjson) is decoded. The scan stops at the first remainder.
+# A push costs one LRANGE of the fresh jobs and one LINSERT scan in C. Remainders count in LLEN like any waiting
+# request, but their push (YIELD_LUA) is never refused: a client never gets 429 because its own job was split.
+# KEYS[1]=queue  ARGV[1]=job json  ARGV[2]=max queued
 PUSH_BOUNDED_LUA: Final = """
-if redis.call('LLEN', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
-local rt = redis.call('GET', KEYS[2])
-if ARGV[3] == 'realtime' then
-  if not rt or redis.call('LINSERT', KEYS[1], 'BEFORE', rt, ARGV[1]) <= 0 then
-    redis.call('RPUSH', KEYS[1], ARGV[1])
+local n = redis.call('LLEN', KEYS[1])
+if n >= tonumber(ARGV[2]) then return 0 end
+local function head(raw)
+  local owner, priority, part = string.match(raw, '^{"owner":"([^"]*)","priority":"(%a+)","part":(%d+)')
+  if not owner then
+    local ok, job = pcall(cjson.decode, raw)
+    if not ok or type(job) ~= 'table' then return '', 2 end
+    owner = job.owner
+    if type(owner) ~= 'string' then owner = '' end
+    priority = job.priority
+    part = job.part
   end
-  redis.call('SET', KEYS[2], ARGV[1])
-  return 1
+  if (tonumber(part) or 0) ~= 0 then return owner, 2 end
+  if priority == 'realtime' then return owner, 0 end
+  return owner, 1
 end
-local bt = redis.call('GET', KEYS[3])
-if not bt or redis.call('LINSERT', KEYS[1], 'BEFORE', bt, ARGV[1]) <= 0 then
-  if not rt or redis.call('LINSERT', KEYS[1], 'BEFORE', rt, ARGV[1]) <= 0 then
-    redis.call('RPUSH', KEYS[1], ARGV[1])
+local owner, class = head(ARGV[1])
+local raws, rounds, classes, ahead = {}, {}, {}, {}
+local round, floor, stop, i = 0, 0, nil, 0
+while i < n and not stop do
+  local page = redis.call('LRANGE', KEYS[1], -(i + 64), -(i + 1))
+  for k = #page, 1, -1 do
+    local o, c = head(page[k])
+    if c == 2 then stop = page[k] break end
+    local idx = #raws + 1
+    raws[idx] = page[k]
+    rounds[idx] = ahead[o] or 0
+    classes[idx] = c
+    ahead[o] = rounds[idx] + 1
+    if o == owner and (class == 1 or c == 0) then
+      round = round + 1
+      floor = idx
+    end
+  end
+  i = i + 64
+end
+for idx = floor + 1, #raws do
+  if rounds[idx] > round or (rounds[idx] == round and classes[idx] > class) then
+    redis.call('LINSERT', KEYS[1], 'AFTER', raws[idx], ARGV[1])
+    return 1
   end
 end
-redis.call('SET', KEYS[3], ARGV[1])
+if #raws > 0 then
+  redis.call('LINSERT', KEYS[1], 'BEFORE', raws[#raws], ARGV[1])
+elseif stop then
+  redis.call('LINSERT', KEYS[1], 'AFTER', stop, ARGV[1])
+else
+  redis.call('RPUSH', KEYS[1], ARGV[1])
+end
 return 1
 """
 
@@ -238,6 +274,10 @@ return {failed, requeued}
 """
 
 
+# The Job fields to_json writes first, in this order, for PUSH_BOUNDED_LUA.
+QUEUE_LEAD_FIELDS: Final = ("owner", "priority", "part")
+
+
 def new_job_id() -> str:
     """A fresh, unguessable job id."""
     return uuid.uuid4().hex
@@ -273,10 +313,16 @@ class Job:
     total_chars: int = 0
     # Unix time the job (or this remainder) was queued; 0 means created_at. Gives the slot-wait figure.
     queued_at: float = 0.0
+    # Whose turn the job takes in the queue (PUSH_BOUNDED_LUA): the short, non-secret fingerprint of the key the
+    # request counts against (a token's minting key); "" for an open server. Not the job hash's OWNER_FIELD (a worker).
+    owner: str = ""
 
     def to_json(self) -> str:
-        """Serialise for the queue."""
-        return json.dumps(asdict(self), separators=(",", ":"), ensure_ascii=False)
+        """Serialise for the queue, the fields PUSH_BOUNDED_LUA reads first (owner, priority, part)."""
+        data = asdict(self)
+        # The push script reads these from a job's first bytes, never decoding a whole (maybe 10,000-character) job.
+        lead = {name: data.pop(name) for name in QUEUE_LEAD_FIELDS}
+        return json.dumps({**lead, **data}, separators=(",", ":"), ensure_ascii=False)
 
     @property
     def resumed(self) -> bool:
