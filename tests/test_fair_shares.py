@@ -4,6 +4,7 @@ leaves the queue at once, and a key's share is sized by the live workers."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from collections.abc import AsyncIterator
@@ -201,3 +202,35 @@ def test_the_queue_share_stays_the_ceiling(tmp_path):
     dispatcher = Dispatcher(settings, Redis.from_url(settings.redis_url))
     dispatcher.live_workers = 50
     assert dispatcher.share_limit == 2
+
+
+async def test_a_long_realtime_segment_gives_way_to_another_keys_first_job_only(queue):
+    """A running realtime segment yields between pieces to another key's fresh job (never to its own key's), and its
+    remainder continues right after that turn, ahead of its key's later segments."""
+    dispatcher, redis = queue
+    should_yield = redis.register_script(protocol.SHOULD_YIELD_LUA)
+    yield_slot = redis.register_script(protocol.YIELD_LUA)
+    # Key A's long segment is claimed by a worker (still unfinished on the front: it counts in A's turns).
+    held = await dispatcher.submit(protocol.Job("a long segment", "v", "pcm_16000", priority="realtime"), owner="A")
+    running = held.job
+    assert await redis.rpoplpush(protocol.QUEUE, "inflight") is not None
+    a1 = await dispatcher.submit(protocol.Job("a1", "v", "pcm_16000", priority="realtime"), owner="A")
+    assert await should_yield(keys=[protocol.QUEUE], args=["realtime", "A"]) == 0  # its own key's segment waits
+    await push(dispatcher, "b0", "B")
+    assert await claim_order_peek(redis) == "b0"  # another key's first job is next (its round 0)
+    assert await should_yield(keys=[protocol.QUEUE], args=["realtime", "A"]) == 1
+    remainder = dataclasses.replace(running, text="the rest", part=1, seq=4)
+    claimed = await yield_slot(keys=[protocol.QUEUE, "inflight"], args=[running.to_json(), remainder.to_json(), "head"])
+    assert protocol.Job.from_json(claimed).text == "b0"
+    assert await should_yield(keys=[protocol.QUEUE], args=["realtime", "B"]) == 0  # a remainder takes no turn
+    await push(dispatcher, "c0", "C", "realtime")  # a third key's first segment: after A's remainder (round 0)
+    await push(dispatcher, "a2", "A", "realtime")
+    assert await claim_order(redis) == ["the rest", "c0", "a1", "a2"]
+    await held.close()
+    await a1.close()
+
+
+async def claim_order_peek(redis: Redis) -> str:
+    raw = await redis.lindex(protocol.QUEUE, -1)
+    assert raw is not None
+    return protocol.Job.from_json(redis_text(raw)).text

@@ -541,14 +541,15 @@ class Worker:
     def _produce(self, job: protocol.Job, raw: bytes, fmt: OutputFormat, progress: _Progress) -> None:
         """In the engine thread: synthesise, encode and publish every chunk, counting them in ``progress``.
 
-        Between pieces of a batch job, yield the slot when the next job in the queue should go first.
+        Between pieces, yield the slot when the next job in the queue should go first (SHOULD_YIELD_LUA).
         """
         encoder = Encoder(fmt, self.engine.sample_rate)
         metas = ChunkMeta(fmt, self.engine.sample_rate, job.alignment, continues=job.resumed)
         voice = self.voice_spec(job.voice_id)
         waited_s: float | None = round(max(0.0, time.time() - (job.queued_at or job.created_at)), 4)
         offset = job.sample_offset
-        may_yield = job.priority == "batch" and fmt.codec in YIELDING_CODECS
+        # A realtime segment gives way only to another owner's fresh job (SHOULD_YIELD_LUA), a batch job to any.
+        may_yield = fmt.codec in YIELDING_CODECS
         # Only a job that may yield is cut into pieces: the others go to the engine whole (one call, one seeding).
         pieces = text_pieces(job.text, self.settings.piece_max_chars) if may_yield else [job.text]
         for index, piece in enumerate(pieces):
@@ -571,7 +572,7 @@ class Worker:
                 and may_yield
                 and not self._stopping.is_set()
                 and not self._abort.is_set()
-                and self._should_yield(keys=[protocol.QUEUE])
+                and self._should_yield(keys=[protocol.QUEUE], args=[job.priority, job.owner])
             ):
                 self._finish_encoding(job, progress, encoder, metas)
                 remainder = dataclasses.replace(
@@ -583,8 +584,9 @@ class Worker:
                     total_chars=job.total_chars or len(job.text),
                     queued_at=time.time(),
                 )
+                where = "head" if job.priority == "realtime" else "tail"  # see YIELD_LUA
                 progress.handed_to = self._yield(
-                    keys=[protocol.QUEUE, self.processing], args=[raw, remainder.to_json()]
+                    keys=[protocol.QUEUE, self.processing], args=[raw, remainder.to_json(), where]
                 )
                 progress.yielded = True
                 return

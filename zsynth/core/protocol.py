@@ -156,53 +156,57 @@ ANY_SEQ: Final = -1
 # Push a job unless the queue already holds ARGV[2] jobs: check and push are one atomic step. Workers take from the
 # right end. From the right the queue holds the fresh jobs (realtime segments and batch jobs that have not started),
 # then the remainders of batch jobs that yielded their slot (pushed at the far left by YIELD_LUA, first come, first
-# served). The fresh jobs are served owner by owner, in rounds: a job's round is the number of its owner's jobs ahead
-# of it, and the fresh jobs are kept in order of (round, class), realtime before batch within a round. So a new job
-# goes after its owner's last job (a realtime one: after its owner's last realtime job, before its owner's batch
-# jobs) and before the first job whose round is greater than its own, or equal with a later class. One owner's
-# hundred jobs therefore never put another owner's first job behind all of them, and one owner's own realtime jobs
-# still go ahead of its own batch jobs. A job is read from its first bytes (Job.to_json writes owner, priority and
-# part first); only a job written otherwise (a reaper's cjson) is decoded. The scan stops at the first remainder.
-# A push costs one LRANGE of the fresh jobs and one LINSERT scan in C. Remainders count in LLEN like any waiting
-# request, but their push (YIELD_LUA) is never refused: a client never gets 429 because its own job was split.
+# served). The fresh jobs are served owner by owner, in rounds, kept in order of (round, class), realtime before
+# batch within a round. A job's round is the number of its owner's jobs ahead of it in the queue, or its ``turn``
+# (its owner's unfinished jobs on its front when it was pushed, running ones included) when that is more. A new job
+# goes after its owner's last job (a realtime one: after its owner's last realtime job, so before its owner's batch
+# jobs) and before the first job whose round is greater than its own, or equal with a later class. So one owner's
+# hundred jobs, queued or running, never put another owner's first job behind all of them, and one owner's own
+# realtime jobs still go ahead of its own batch jobs. The remainder of a realtime segment that gave way to another
+# owner (YIELD_LUA) counts as a realtime job of its owner. A job is read from its first bytes (Job.to_json writes
+# QUEUE_LEAD_FIELDS first); only a job written otherwise (a reaper's cjson) is decoded. The scan stops at the first
+# remainder. A push costs one LRANGE of the fresh jobs and one LINSERT scan in C. Remainders count in LLEN like any
+# waiting request, but their push (YIELD_LUA) is never refused: a client never gets 429 because its own job was split.
 # KEYS[1]=queue  ARGV[1]=job json  ARGV[2]=max queued
 PUSH_BOUNDED_LUA: Final = """
 local n = redis.call('LLEN', KEYS[1])
 if n >= tonumber(ARGV[2]) then return 0 end
 local function head(raw)
-  local owner, priority, part = string.match(raw, '^{"owner":"([^"]*)","priority":"(%a+)","part":(%d+)')
+  local owner, priority, part, turn =
+    string.match(raw, '^{"owner":"([^"]*)","priority":"(%a+)","part":(%d+),"turn":(%d+)')
   if not owner then
     local ok, job = pcall(cjson.decode, raw)
-    if not ok or type(job) ~= 'table' then return '', 2 end
+    if not ok or type(job) ~= 'table' then return '', 2, 0 end
     owner = job.owner
     if type(owner) ~= 'string' then owner = '' end
-    priority = job.priority
-    part = job.part
+    priority, part, turn = job.priority, job.part, job.turn
   end
-  if (tonumber(part) or 0) ~= 0 then return owner, 2 end
-  if priority == 'realtime' then return owner, 0 end
-  return owner, 1
+  turn = tonumber(turn) or 0
+  if priority == 'realtime' then return owner, 0, turn end
+  if (tonumber(part) or 0) ~= 0 then return owner, 2, turn end
+  return owner, 1, turn
 end
-local owner, class = head(ARGV[1])
+local owner, class, round = head(ARGV[1])
 local raws, rounds, classes, ahead = {}, {}, {}, {}
-local round, floor, stop, i = 0, 0, nil, 0
+local mine, floor, stop, i = 0, 0, nil, 0
 while i < n and not stop do
   local page = redis.call('LRANGE', KEYS[1], -(i + 64), -(i + 1))
   for k = #page, 1, -1 do
-    local o, c = head(page[k])
+    local o, c, turn = head(page[k])
     if c == 2 then stop = page[k] break end
     local idx = #raws + 1
     raws[idx] = page[k]
-    rounds[idx] = ahead[o] or 0
+    rounds[idx] = math.max(turn, ahead[o] or 0)
     classes[idx] = c
-    ahead[o] = rounds[idx] + 1
+    ahead[o] = (ahead[o] or 0) + 1
     if o == owner and (class == 1 or c == 0) then
-      round = round + 1
+      mine = mine + 1
       floor = idx
     end
   end
   i = i + 64
 end
+round = math.max(round, mine)
 for idx = floor + 1, #raws do
   if rounds[idx] > round or (rounds[idx] == round and classes[idx] > class) then
     redis.call('LINSERT', KEYS[1], 'AFTER', raws[idx], ARGV[1])
@@ -219,24 +223,40 @@ end
 return 1
 """
 
-# True when the job a worker would claim next should have the slot before a running batch job's next piece: it is
-# realtime, or a batch job that has not started (part 0). One LINDEX and a JSON decode of one job, in Redis.
-# KEYS[1]=queue
+# True when the job a worker would claim next should have the slot before the running job's next piece. A running
+# batch job gives way to a realtime job or to a batch job that has not started (part 0). A running realtime segment
+# gives way only to another owner's fresh job (part 0): one key's long segments never hold every worker while
+# another key's first job waits, and a key's own jobs never interrupt each other. One LINDEX and a JSON decode of
+# one job, in Redis.
+# KEYS[1]=queue  ARGV[1]=the running job's priority ("batch" when absent)  ARGV[2]=the running job's owner
 SHOULD_YIELD_LUA: Final = """
 local raw = redis.call('LINDEX', KEYS[1], -1)
 if not raw then return 0 end
 local ok, job = pcall(cjson.decode, raw)
 if not ok or type(job) ~= 'table' then return 0 end
-if job.priority == 'realtime' or (tonumber(job.part) or 0) == 0 then return 1 end
+local fresh = (tonumber(job.part) or 0) == 0
+if ARGV[1] == 'realtime' then
+  if fresh and job.owner ~= (ARGV[2] or '') then return 1 end
+  return 0
+end
+if job.priority == 'realtime' or fresh then return 1 end
 return 0
 """
 
-# Give up the slot, atomically: drop the running job from the worker's in-flight list, push its remainder at the far
-# (left) end of the queue, and claim the next job (the right end) into the in-flight list; return that job's JSON.
+# Give up the slot, atomically: drop the running job from the worker's in-flight list, push its remainder, and claim
+# the next job (the right end) into the in-flight list; return that job's JSON. A batch remainder goes to the far
+# (left) end; a realtime remainder (ARGV[3] "head") goes to the right end once the next job is claimed: it continues
+# right after the turn it gave way to, and PUSH_BOUNDED_LUA counts it as its owner's realtime job.
 # A reaper therefore finds the job in exactly one place at every moment: nothing is lost or run twice.
 # KEYS[1]=queue  KEYS[2]=in-flight list  ARGV[1]=the running job's JSON as claimed  ARGV[2]=the remainder's JSON
+# ARGV[3]="head" for a realtime remainder
 YIELD_LUA: Final = """
 redis.call('LREM', KEYS[2], 1, ARGV[1])
+if ARGV[3] == 'head' then
+  local claimed = redis.call('RPOPLPUSH', KEYS[1], KEYS[2])
+  redis.call('RPUSH', KEYS[1], ARGV[2])
+  return claimed
+end
 redis.call('LPUSH', KEYS[1], ARGV[2])
 return redis.call('RPOPLPUSH', KEYS[1], KEYS[2])
 """
@@ -275,7 +295,7 @@ return {failed, requeued}
 
 
 # The Job fields to_json writes first, in this order, for PUSH_BOUNDED_LUA.
-QUEUE_LEAD_FIELDS: Final = ("owner", "priority", "part")
+QUEUE_LEAD_FIELDS: Final = ("owner", "priority", "part", "turn")
 
 
 def new_job_id() -> str:
@@ -316,9 +336,12 @@ class Job:
     # Whose turn the job takes in the queue (PUSH_BOUNDED_LUA): the short, non-secret fingerprint of the key the
     # request counts against (a token's minting key); "" for an open server. Not the job hash's OWNER_FIELD (a worker).
     owner: str = ""
+    # The owner's unfinished jobs on the front that pushed this one (queued or running, this one not counted): the
+    # least round this job takes in the queue, so a key whose jobs hold the workers waits behind other keys' turns.
+    turn: int = 0
 
     def to_json(self) -> str:
-        """Serialise for the queue, the fields PUSH_BOUNDED_LUA reads first (owner, priority, part)."""
+        """Serialise for the queue, the fields PUSH_BOUNDED_LUA reads first (QUEUE_LEAD_FIELDS)."""
         data = asdict(self)
         # The push script reads these from a job's first bytes, never decoding a whole (maybe 10,000-character) job.
         lead = {name: data.pop(name) for name in QUEUE_LEAD_FIELDS}

@@ -290,8 +290,9 @@ class Dispatcher:
             limit = self.share_limit
             if self._owned[owner] >= limit:
                 raise _share_full(limit)
+            # The queue serves owners in turn (PUSH_BOUNDED_LUA): this job's turn counts its owner's unfinished jobs.
+            job.owner, job.turn = owner, self._owned[owner]
             self._owned[owner] += 1
-            job.owner = owner  # the queue serves owners in turn (PUSH_BOUNDED_LUA)
         if not job.start_deadline:
             # A job still queued when its client has given up waiting is dropped unrun.
             job.start_deadline = time.time() + self.settings.first_chunk_timeout_s
