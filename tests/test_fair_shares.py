@@ -220,7 +220,9 @@ async def test_a_long_realtime_segment_gives_way_to_another_keys_first_job_only(
     assert await claim_order_peek(redis) == "b0"  # another key's first job is next (its round 0)
     assert await should_yield(keys=[protocol.QUEUE], args=["realtime", "A"]) == 1
     remainder = dataclasses.replace(running, text="the rest", part=1, seq=4)
-    claimed = await yield_slot(keys=[protocol.QUEUE, "inflight"], args=[running.to_json(), remainder.to_json(), "head"])
+    claimed = await yield_slot(
+        keys=[protocol.QUEUE, "inflight"], args=[running.to_json(), remainder.to_json(), "realtime"]
+    )
     assert protocol.Job.from_json(claimed).text == "b0"
     assert await should_yield(keys=[protocol.QUEUE], args=["realtime", "B"]) == 0  # a remainder takes no turn
     await push(dispatcher, "c0", "C", "realtime")  # a third key's first segment: after A's remainder (round 0)
@@ -234,3 +236,27 @@ async def claim_order_peek(redis: Redis) -> str:
     raw = await redis.lindex(protocol.QUEUE, -1)
     assert raw is not None
     return protocol.Job.from_json(redis_text(raw)).text
+
+
+async def test_a_realtime_remainder_keeps_its_keys_turn_not_the_head(queue):
+    """The remainder of a key's late segment (a high turn) waits behind another key's first job, yet goes ahead of
+    its own key's later segments; and a running segment gives way to its own key's remainder of an earlier turn."""
+    _, redis = queue
+    yield_slot = redis.register_script(protocol.YIELD_LUA)
+    should_yield = redis.register_script(protocol.SHOULD_YIELD_LUA)
+
+    def job(name: str, owner: str, turn: int, **fields: int) -> str:
+        return protocol.Job(name, "v", "pcm_16000", priority="realtime", owner=owner, turn=turn, **fields).to_json()
+
+    await redis.rpush(protocol.QUEUE, job("a6", "A", 6), job("b0", "B", 0), job("next", "C", 0))
+    await redis.lpush("inflight", job("a5", "A", 5))
+    remainder = job("a5 rest", "A", 5, part=1, seq=3)
+    claimed = await yield_slot(keys=[protocol.QUEUE, "inflight"], args=[job("a5", "A", 5), remainder, "realtime"])
+    assert protocol.Job.from_json(claimed).text == "next"
+    assert await claim_order_peek(redis) == "b0"
+    # A worker running A's turn-7 segment gives way to the turn-5 remainder once it is next; not to A's turn-6 job.
+    await redis.rpop(protocol.QUEUE)
+    assert await claim_order_peek(redis) == "a5 rest"
+    assert await should_yield(keys=[protocol.QUEUE], args=["realtime", "A", 7]) == 1
+    assert await should_yield(keys=[protocol.QUEUE], args=["realtime", "A", 4]) == 0
+    assert await claim_order(redis) == ["a5 rest", "a6"]

@@ -572,7 +572,7 @@ class Worker:
                 and may_yield
                 and not self._stopping.is_set()
                 and not self._abort.is_set()
-                and self._should_yield(keys=[protocol.QUEUE], args=[job.priority, job.owner])
+                and self._should_yield(keys=[protocol.QUEUE], args=[job.priority, job.owner, job.turn])
             ):
                 self._finish_encoding(job, progress, encoder, metas)
                 remainder = dataclasses.replace(
@@ -584,9 +584,8 @@ class Worker:
                     total_chars=job.total_chars or len(job.text),
                     queued_at=time.time(),
                 )
-                where = "head" if job.priority == "realtime" else "tail"  # see YIELD_LUA
                 progress.handed_to = self._yield(
-                    keys=[protocol.QUEUE, self.processing], args=[raw, remainder.to_json(), where]
+                    keys=[protocol.QUEUE, self.processing], args=[raw, remainder.to_json(), job.priority]
                 )
                 progress.yielded = True
                 return

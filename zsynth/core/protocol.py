@@ -153,24 +153,20 @@ class ErrorCode(StrEnum):
 # the front accepts it whatever it has counted so far.
 ANY_SEQ: Final = -1
 
-# Push a job unless the queue already holds ARGV[2] jobs: check and push are one atomic step. Workers take from the
-# right end. From the right the queue holds the fresh jobs (realtime segments and batch jobs that have not started),
-# then the remainders of batch jobs that yielded their slot (pushed at the far left by YIELD_LUA, first come, first
-# served). The fresh jobs are served owner by owner, in rounds, kept in order of (round, class), realtime before
-# batch within a round. A job's round is the number of its owner's jobs ahead of it in the queue, or its ``turn``
-# (its owner's unfinished jobs on its front when it was pushed, running ones included) when that is more. A new job
-# goes after its owner's last job (a realtime one: after its owner's last realtime job, so before its owner's batch
-# jobs) and before the first job whose round is greater than its own, or equal with a later class. So one owner's
+# The queue's order, shared by PUSH_BOUNDED_LUA and YIELD_LUA. From the right (the end workers claim from) the queue
+# holds the fresh jobs (realtime segments, batch jobs that have not started, and the remainders of realtime segments
+# that gave way), then the remainders of batch jobs that yielded their slot (pushed at the far left by YIELD_LUA,
+# first come, first served). The fresh jobs are served owner by owner, in rounds, kept in order of (round, class),
+# realtime before batch within a round. A job's round is the number of its owner's jobs ahead of it in the queue, or
+# its ``turn`` (its owner's unfinished jobs on its front when it was pushed, running ones included) when that is
+# more. place() puts a new job after its owner's last job (a realtime one: after its owner's last realtime job, so
+# before its owner's batch jobs) and before the first job whose round is greater than its own, or equal with a later
+# class; a realtime remainder (``first``) goes by its turn alone, and ahead of its owner's other jobs. So one owner's
 # hundred jobs, queued or running, never put another owner's first job behind all of them, and one owner's own
-# realtime jobs still go ahead of its own batch jobs. The remainder of a realtime segment that gave way to another
-# owner (YIELD_LUA) counts as a realtime job of its owner. A job is read from its first bytes (Job.to_json writes
+# realtime jobs still go ahead of its own batch jobs. A job is read from its first bytes (Job.to_json writes
 # QUEUE_LEAD_FIELDS first); only a job written otherwise (a reaper's cjson) is decoded. The scan stops at the first
-# remainder. A push costs one LRANGE of the fresh jobs and one LINSERT scan in C. Remainders count in LLEN like any
-# waiting request, but their push (YIELD_LUA) is never refused: a client never gets 429 because its own job was split.
-# KEYS[1]=queue  ARGV[1]=job json  ARGV[2]=max queued
-PUSH_BOUNDED_LUA: Final = """
-local n = redis.call('LLEN', KEYS[1])
-if n >= tonumber(ARGV[2]) then return 0 end
+# batch remainder. A placement costs one LRANGE of the fresh jobs and one LINSERT scan in C.
+_QUEUE_ORDER_LUA: Final = """
 local function head(raw)
   local owner, priority, part, turn =
     string.match(raw, '^{"owner":"([^"]*)","priority":"(%a+)","part":(%d+),"turn":(%d+)')
@@ -186,49 +182,71 @@ local function head(raw)
   if (tonumber(part) or 0) ~= 0 then return owner, 2, turn end
   return owner, 1, turn
 end
-local owner, class, round = head(ARGV[1])
-local raws, rounds, classes, ahead = {}, {}, {}, {}
-local mine, floor, stop, i = 0, 0, nil, 0
-while i < n and not stop do
-  local page = redis.call('LRANGE', KEYS[1], -(i + 64), -(i + 1))
-  for k = #page, 1, -1 do
-    local o, c, turn = head(page[k])
-    if c == 2 then stop = page[k] break end
-    local idx = #raws + 1
-    raws[idx] = page[k]
-    rounds[idx] = math.max(turn, ahead[o] or 0)
-    classes[idx] = c
-    ahead[o] = (ahead[o] or 0) + 1
-    if o == owner and (class == 1 or c == 0) then
-      mine = mine + 1
-      floor = idx
+local function place(queue, new, first)
+  local owner, class, round = head(new)
+  local n = redis.call('LLEN', queue)
+  local raws, rounds, classes, ahead = {}, {}, {}, {}
+  local mine, floor, own_first, stop, i = 0, 0, nil, nil, 0
+  while i < n and not stop do
+    local page = redis.call('LRANGE', queue, -(i + 64), -(i + 1))
+    for k = #page, 1, -1 do
+      local o, c, turn = head(page[k])
+      if c == 2 then stop = page[k] break end
+      local idx = #raws + 1
+      raws[idx] = page[k]
+      rounds[idx] = math.max(turn, ahead[o] or 0)
+      classes[idx] = c
+      ahead[o] = (ahead[o] or 0) + 1
+      if o == owner then
+        own_first = own_first or idx
+        if class == 1 or c == 0 then
+          mine = mine + 1
+          floor = idx
+        end
+      end
+    end
+    i = i + 64
+  end
+  if first then
+    floor = 0
+  else
+    round = math.max(round, mine)
+  end
+  for idx = floor + 1, #raws do
+    if (first and idx == own_first) or rounds[idx] > round or (rounds[idx] == round and classes[idx] > class) then
+      redis.call('LINSERT', queue, 'AFTER', raws[idx], new)
+      return
     end
   end
-  i = i + 64
-end
-round = math.max(round, mine)
-for idx = floor + 1, #raws do
-  if rounds[idx] > round or (rounds[idx] == round and classes[idx] > class) then
-    redis.call('LINSERT', KEYS[1], 'AFTER', raws[idx], ARGV[1])
-    return 1
+  if #raws > 0 then
+    redis.call('LINSERT', queue, 'BEFORE', raws[#raws], new)
+  elseif stop then
+    redis.call('LINSERT', queue, 'AFTER', stop, new)
+  else
+    redis.call('RPUSH', queue, new)
   end
 end
-if #raws > 0 then
-  redis.call('LINSERT', KEYS[1], 'BEFORE', raws[#raws], ARGV[1])
-elseif stop then
-  redis.call('LINSERT', KEYS[1], 'AFTER', stop, ARGV[1])
-else
-  redis.call('RPUSH', KEYS[1], ARGV[1])
-end
-return 1
 """
 
+# Push a job unless the queue already holds ARGV[2] jobs, at its place in the queue's order (_QUEUE_ORDER_LUA): check
+# and push are one atomic step. Remainders count in LLEN like any waiting request, but their push (YIELD_LUA) is
+# never refused: a client never gets 429 because its own job was split.
+# KEYS[1]=queue  ARGV[1]=job json  ARGV[2]=max queued
+PUSH_BOUNDED_LUA: Final = (
+    _QUEUE_ORDER_LUA
+    + """
+if redis.call('LLEN', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
+place(KEYS[1], ARGV[1], false)
+return 1
+"""
+)
+
 # True when the job a worker would claim next should have the slot before the running job's next piece. A running
-# batch job gives way to a realtime job or to a batch job that has not started (part 0). A running realtime segment
-# gives way only to another owner's fresh job (part 0): one key's long segments never hold every worker while
-# another key's first job waits, and a key's own jobs never interrupt each other. One LINDEX and a JSON decode of
-# one job, in Redis.
-# KEYS[1]=queue  ARGV[1]=the running job's priority ("batch" when absent)  ARGV[2]=the running job's owner
+# batch job gives way to any fresh job: realtime, or a batch job that has not started (part 0). A running realtime
+# segment gives way to another owner's fresh job, and to a realtime job of an earlier turn (the remainder of a
+# segment that gave way before): one key's long segments never hold every worker while another key's first job
+# waits, and a key's own later segments never interrupt its earlier ones. One LINDEX and a JSON decode of one job.
+# KEYS[1]=queue  ARGV[1]=the running job's priority ("batch" when absent)  ARGV[2]=its owner  ARGV[3]=its turn
 SHOULD_YIELD_LUA: Final = """
 local raw = redis.call('LINDEX', KEYS[1], -1)
 if not raw then return 0 end
@@ -237,6 +255,7 @@ if not ok or type(job) ~= 'table' then return 0 end
 local fresh = (tonumber(job.part) or 0) == 0
 if ARGV[1] == 'realtime' then
   if fresh and job.owner ~= (ARGV[2] or '') then return 1 end
+  if job.priority == 'realtime' and (tonumber(job.turn) or 0) < (tonumber(ARGV[3]) or 0) then return 1 end
   return 0
 end
 if job.priority == 'realtime' or fresh then return 1 end
@@ -245,21 +264,24 @@ return 0
 
 # Give up the slot, atomically: drop the running job from the worker's in-flight list, push its remainder, and claim
 # the next job (the right end) into the in-flight list; return that job's JSON. A batch remainder goes to the far
-# (left) end; a realtime remainder (ARGV[3] "head") goes to the right end once the next job is claimed: it continues
-# right after the turn it gave way to, and PUSH_BOUNDED_LUA counts it as its owner's realtime job.
-# A reaper therefore finds the job in exactly one place at every moment: nothing is lost or run twice.
+# (left) end. A realtime remainder (ARGV[3] "realtime") is placed once the next job is claimed, by its turn and ahead
+# of its owner's later jobs (_QUEUE_ORDER_LUA): it continues at its owner's next turn, never behind its own later
+# segments. A reaper therefore finds the job in exactly one place at every moment: nothing is lost or run twice.
 # KEYS[1]=queue  KEYS[2]=in-flight list  ARGV[1]=the running job's JSON as claimed  ARGV[2]=the remainder's JSON
-# ARGV[3]="head" for a realtime remainder
-YIELD_LUA: Final = """
+# ARGV[3]="realtime" for a realtime remainder
+YIELD_LUA: Final = (
+    _QUEUE_ORDER_LUA
+    + """
 redis.call('LREM', KEYS[2], 1, ARGV[1])
-if ARGV[3] == 'head' then
+if ARGV[3] == 'realtime' then
   local claimed = redis.call('RPOPLPUSH', KEYS[1], KEYS[2])
-  redis.call('RPUSH', KEYS[1], ARGV[2])
+  place(KEYS[1], ARGV[2], true)
   return claimed
 end
 redis.call('LPUSH', KEYS[1], ARGV[2])
 return redis.call('RPOPLPUSH', KEYS[1], KEYS[2])
 """
+)
 
 # Recover a dead worker's in-flight list, atomically, only while its heartbeat is gone. A job whose audio had not
 # started and that did not exceed a memory ceiling goes back to the head of the queue once (its id is returned second,
