@@ -245,12 +245,12 @@ async def test_a_realtime_remainder_keeps_its_keys_turn_not_the_head(queue):
     yield_slot = redis.register_script(protocol.YIELD_LUA)
     should_yield = redis.register_script(protocol.SHOULD_YIELD_LUA)
 
-    def job(name: str, owner: str, turn: int, **fields: int) -> str:
-        return protocol.Job(name, "v", "pcm_16000", priority="realtime", owner=owner, turn=turn, **fields).to_json()
+    def job(name: str, owner: str, turn: int, part: int = 0) -> str:
+        return protocol.Job(name, "v", "pcm_16000", priority="realtime", owner=owner, turn=turn, part=part).to_json()
 
     await redis.rpush(protocol.QUEUE, job("a6", "A", 6), job("b0", "B", 0), job("next", "C", 0))
     await redis.lpush("inflight", job("a5", "A", 5))
-    remainder = job("a5 rest", "A", 5, part=1, seq=3)
+    remainder = job("a5 rest", "A", 5, part=1)
     claimed = await yield_slot(keys=[protocol.QUEUE, "inflight"], args=[job("a5", "A", 5), remainder, "realtime"])
     assert protocol.Job.from_json(claimed).text == "next"
     assert await claim_order_peek(redis) == "b0"
