@@ -548,8 +548,11 @@ class Worker:
         voice = self.voice_spec(job.voice_id)
         waited_s: float | None = round(max(0.0, time.time() - (job.queued_at or job.created_at)), 4)
         offset = job.sample_offset
-        # A realtime segment gives way only to another owner's fresh job (SHOULD_YIELD_LUA), a batch job to any.
-        may_yield = fmt.codec in YIELDING_CODECS
+        # A batch job gives way to any fresh job, a realtime segment to another owner's (SHOULD_YIELD_LUA); a segment
+        # that fits in one piece (an agent's usual flush) is never cut.
+        may_yield = fmt.codec in YIELDING_CODECS and (
+            job.priority == "batch" or len(job.text) > self.settings.piece_max_chars
+        )
         # Only a job that may yield is cut into pieces: the others go to the engine whole (one call, one seeding).
         pieces = text_pieces(job.text, self.settings.piece_max_chars) if may_yield else [job.text]
         for index, piece in enumerate(pieces):
