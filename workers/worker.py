@@ -61,9 +61,10 @@ MAX_BACKOFF_S = 1.0
 
 
 def beat_bound_s(settings: Settings) -> float:
-    """The longest one heartbeat may take before its connection is dropped: a quarter of the TTL, so a beat that
-    timed out, the pause and the next beat still land within the TTL."""
-    return settings.heartbeat_ttl_s / 4
+    """The longest one heartbeat may take before its connections are dropped: half the TTL, so that after a beat
+    that timed out (the next one goes at once) a fresh one still lands within the TTL, while a beat that is only slow
+    (a worker starved of CPU) has time to finish."""
+    return settings.heartbeat_ttl_s / 2
 
 
 def heartbeat_client(settings: Settings) -> Redis:
@@ -299,17 +300,20 @@ class Worker:
 
     async def _heartbeat_loop(self) -> None:
         """Beat every heartbeat interval, on the heartbeat's own connections; nothing else runs in this loop."""
+        pause = self.settings.heartbeat_interval_s
         while True:
-            await asyncio.sleep(self.settings.heartbeat_interval_s)
+            await asyncio.sleep(pause)
+            pause = self.settings.heartbeat_interval_s
             try:
                 await self._beat()
             except TimeoutError:
                 logger.warning(
-                    "worker %s: heartbeat took over %.1f s; its connections are dropped",
+                    "worker %s: heartbeat took over %.1f s; its connections are dropped and it beats again now",
                     self.worker_id,
                     beat_bound_s(self.settings),
                 )
                 await self._drop_beat_connections()
+                pause = 0.0  # the time is already spent: the next beat goes at once, on a fresh connection
             except (RedisConnectionError, RedisTimeoutError, OSError) as err:
                 logger.warning("worker %s: heartbeat failed: %s", self.worker_id, err)
                 await self._drop_beat_connections()
