@@ -6,6 +6,7 @@ The front cuts long words before a job is queued; these tests reach the worker w
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -322,7 +323,7 @@ async def test_memory_killed_job_is_never_requeued(private_redis_url, tmp_path):
     ends with input_too_complex for its client, never on a second worker."""
     from workers.worker import Worker
 
-    settings = make_settings(private_redis_url, tmp_path, worker_id="reaper")
+    settings = make_settings(private_redis_url, tmp_path, worker_id="reaper", heartbeat_ttl_s=1)
     redis = Redis.from_url(private_redis_url)
     chunk_redis = sync_redis.Redis.from_url(private_redis_url)
     try:
@@ -334,6 +335,8 @@ async def test_memory_killed_job_is_never_requeued(private_redis_url, tmp_path):
         pubsub = redis.pubsub(ignore_subscribe_messages=True)
         await pubsub.subscribe("replies:test")
         reaper = Worker(settings, _Idle(), redis, chunk_redis)
+        assert await reaper.reap_dead_workers() == 0  # one look never reaps: the heartbeat must stay missing a TTL
+        await asyncio.sleep(settings.heartbeat_ttl_s)
         assert await reaper.reap_dead_workers() == 1
         queued = [protocol.Job.from_json(raw) for raw in await redis.lrange(protocol.QUEUE, 0, -1)]
         assert [(j.job_id, j.attempts) for j in queued] == [(plain.job_id, 1)]  # the ordinary one, retried once

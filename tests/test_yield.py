@@ -262,12 +262,7 @@ def test_queue_order_realtime_then_new_batch_then_remainders(tmp_path):
 
         def submit(name: str, priority: protocol.Priority, max_queue: int = 100) -> int:
             job = protocol.Job(text=name, voice_id="v", output_format="pcm_16000", job_id=name, priority=priority)
-            return int(
-                push(
-                    keys=[protocol.QUEUE, protocol.REALTIME_TAIL, protocol.BATCH_TAIL],
-                    args=[job.to_json(), max_queue, priority],
-                )
-            )
+            return int(push(keys=[protocol.QUEUE], args=[job.to_json(), max_queue]))
 
         def claim_order() -> list[str]:
             names = []

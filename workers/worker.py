@@ -33,6 +33,8 @@ from typing import Any, cast
 
 from redis import Redis as SyncRedis
 from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -42,6 +44,7 @@ from zsynth.core import protocol
 from zsynth.core.audio import Encoder, OutputFormat, OutputFormatError, parse_output_format
 from zsynth.core.config import Settings
 from zsynth.core.protocol import ErrorCode
+from zsynth.core.redis_link import async_client
 from zsynth.core.supervise import Supervisor
 
 from .engines import Engine, VoiceSpec
@@ -57,6 +60,22 @@ CLAIM_BLOCK_S = 1.0  # BLMOVE timeout: how often an idle worker notices a stop r
 # Longest pause between tries while Redis is unreachable: a Sentinel promotion takes a few seconds, and a worker
 # should claim again within a second of it.
 MAX_BACKOFF_S = 1.0
+
+
+def beat_bound_s(settings: Settings) -> float:
+    """The longest one heartbeat may take before its connections are dropped: half the TTL, so that after a beat
+    that timed out (the next one goes at once) a fresh one still lands within the TTL, while a beat that is only slow
+    (a worker starved of CPU) has time to finish."""
+    return settings.heartbeat_ttl_s / 2
+
+
+def heartbeat_client(settings: Settings) -> Redis:
+    """The heartbeat's own client: its own connections (a connection blocked elsewhere in the worker never holds a
+    beat), every connect and read bounded, and no retries (the next beat is the retry)."""
+    bound = beat_bound_s(settings)
+    return async_client(
+        settings.redis_url, socket_connect_timeout=bound, socket_timeout=bound, retry=Retry(NoBackoff(), 0)
+    )
 
 
 class JobLog(logging.LoggerAdapter[logging.Logger]):
@@ -91,11 +110,19 @@ class _Progress:
 class Worker:
     """Runs the claim loop for one engine slot."""
 
-    def __init__(self, settings: Settings, engine: Engine, redis: Redis, chunk_redis: SyncRedis) -> None:
+    def __init__(
+        self, settings: Settings, engine: Engine, redis: Redis, chunk_redis: SyncRedis, beat_redis: Redis | None = None
+    ) -> None:
         self.settings = settings
         self.engine = engine
         self.redis = redis
         self.chunk_redis = chunk_redis  # blocking client, used only by the engine thread
+        # The heartbeat's own client (heartbeat_client unless given; closed by run when made here).
+        self._own_beat_redis = beat_redis is None
+        self.beat_redis = heartbeat_client(settings) if beat_redis is None else beat_redis
+        # Other workers whose heartbeat this worker's reaper found missing, and since when (monotonic): a worker is
+        # reaped only when its heartbeat stays missing for longer than its TTL, over two looks at least.
+        self._missing_since: dict[str, float] = {}
         self.worker_id = settings.worker_id
         self.processing = protocol.processing_key(self.worker_id)
         self.voices = WorkerVoices(settings, engine)  # the voice library: follows it, loads each job's voice
@@ -147,6 +174,7 @@ class Worker:
         # counted in the heartbeat's "restarts" (the fronts' zsynth_worker_background_restarts), with the restarts
         # of the voice library's follower.
         self.supervisor.spawn("heartbeat", self._heartbeat_loop)
+        self.supervisor.spawn("reaper", self._reaper_loop)
         self.supervisor.spawn("cancel-listener", self._cancel_listener)
         if on_ready is not None:
             on_ready()
@@ -159,6 +187,9 @@ class Worker:
             await self.voices.close()
             with contextlib.suppress(Exception):
                 await self.redis.delete(protocol.heartbeat_key(self.worker_id))
+            if self._own_beat_redis:
+                with contextlib.suppress(Exception):
+                    await self.beat_redis.aclose()
             logger.info("worker %s stopped after %d jobs", self.worker_id, self.jobs_done)
 
     async def _claim_loop(self, burst: bool) -> None:
@@ -265,22 +296,62 @@ class Worker:
             "rss": rss_bytes(),
             "max_rss": self.memory.watch.ceiling,
         }
-        async with self.redis.pipeline(transaction=False) as pipe:
+        # Bounded: a connection that stopped answering (a Redis restart or failover can leave one) is dropped when
+        # the time is up, and the next beat opens a fresh one, long before the TTL runs out.
+        async with asyncio.timeout(beat_bound_s(self.settings)), self.beat_redis.pipeline(transaction=False) as pipe:
             pipe.set(protocol.heartbeat_key(self.worker_id), json.dumps(status), ex=self.settings.heartbeat_ttl_s)
             pipe.sadd(protocol.WORKERS, self.worker_id)
             await pipe.execute()
 
     async def _heartbeat_loop(self) -> None:
+        """Beat every heartbeat interval, on the heartbeat's own connections; nothing else runs in this loop."""
+        pause = self.settings.heartbeat_interval_s
+        while True:
+            await asyncio.sleep(pause)
+            pause = self.settings.heartbeat_interval_s
+            try:
+                await self._beat()
+            except TimeoutError:
+                logger.warning(
+                    "worker %s: heartbeat took over %.1f s; its connections are dropped and it beats again now",
+                    self.worker_id,
+                    beat_bound_s(self.settings),
+                )
+                await self._drop_beat_connections()
+                pause = 0.0  # the time is already spent: the next beat goes at once, on a fresh connection
+            except (RedisConnectionError, RedisTimeoutError, OSError) as err:
+                logger.warning("worker %s: heartbeat failed: %s", self.worker_id, err)
+                await self._drop_beat_connections()
+
+    async def _drop_beat_connections(self) -> None:
+        """Close the heartbeat's connections, so that the next beat connects afresh (bounded in time too)."""
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(beat_bound_s(self.settings)):
+                await self.beat_redis.connection_pool.disconnect()
+
+    async def _reaper_loop(self) -> None:
+        """Look for dead workers every heartbeat interval (apart from the heartbeat: a slow look never delays it)."""
         while True:
             await asyncio.sleep(self.settings.heartbeat_interval_s)
             try:
-                await self._beat()
                 await self.reap_dead_workers()
             except (RedisConnectionError, RedisTimeoutError, OSError) as err:
-                logger.warning("worker %s: heartbeat failed: %s", self.worker_id, err)
+                logger.warning("worker %s: reaper failed to look: %s", self.worker_id, err)
+
+    def _long_missing(self, others: list[str], beats: list[Any]) -> list[str]:
+        """Of ``others``, those whose heartbeat was missing at this look and at an earlier one over a TTL ago.
+
+        One missed read (a beat late by a moment, a key read between expiry and a refresh) never reaps a live
+        worker: its heartbeat must stay missing for longer than its own TTL.
+        """
+        now = time.monotonic()
+        missing = {worker_id for worker_id, beat in zip(others, beats, strict=True) if beat is None}
+        self._missing_since = {w: self._missing_since.get(w, now) for w in missing}
+        return [w for w in others if w in missing and now - self._missing_since[w] >= self.settings.heartbeat_ttl_s]
 
     async def reap_dead_workers(self) -> int:
-        """Recover the in-flight jobs of workers whose heartbeat expired; return how many jobs were failed.
+        """Recover the in-flight jobs of workers whose heartbeat expired over a TTL ago; return how many jobs were
+        failed.
 
         A job whose audio had not started is queued again (once); one whose audio had started is failed with
         ``worker_died``, since speaking it again would repeat audio to its client.
@@ -290,9 +361,8 @@ class Worker:
             return 0
         beats = await self.redis.mget([protocol.heartbeat_key(w) for w in others])
         failed_total = 0
-        for worker_id, beat in zip(others, beats, strict=True):
-            if beat is not None:
-                continue
+        for worker_id in self._long_missing(others, beats):
+            self._missing_since.pop(worker_id, None)
             failed, requeued = await self._reap(
                 keys=[
                     protocol.processing_key(worker_id),
@@ -502,14 +572,18 @@ class Worker:
     def _produce(self, job: protocol.Job, raw: bytes, fmt: OutputFormat, progress: _Progress) -> None:
         """In the engine thread: synthesise, encode and publish every chunk, counting them in ``progress``.
 
-        Between pieces of a batch job, yield the slot when the next job in the queue should go first.
+        Between pieces, yield the slot when the next job in the queue should go first (SHOULD_YIELD_LUA).
         """
         encoder = Encoder(fmt, self.engine.sample_rate)
         metas = ChunkMeta(fmt, self.engine.sample_rate, job.alignment, continues=job.resumed)
         voice = self.voice_spec(job.voice_id)
         waited_s: float | None = round(max(0.0, time.time() - (job.queued_at or job.created_at)), 4)
         offset = job.sample_offset
-        may_yield = job.priority == "batch" and fmt.codec in YIELDING_CODECS
+        # A batch job gives way to any fresh job, a realtime segment to another owner's (SHOULD_YIELD_LUA); a segment
+        # that fits in one piece (an agent's usual flush) is never cut.
+        may_yield = fmt.codec in YIELDING_CODECS and (
+            job.priority == "batch" or len(job.text) > self.settings.piece_max_chars
+        )
         # Only a job that may yield is cut into pieces: the others go to the engine whole (one call, one seeding).
         pieces = text_pieces(job.text, self.settings.piece_max_chars) if may_yield else [job.text]
         for index, piece in enumerate(pieces):
@@ -537,7 +611,7 @@ class Worker:
                 and may_yield
                 and not self._stopping.is_set()
                 and not self._abort.is_set()
-                and self._should_yield(keys=[protocol.QUEUE])
+                and self._should_yield(keys=[protocol.QUEUE], args=[job.priority, job.owner, job.turn])
             ):
                 self._finish_encoding(job, progress, encoder, metas)
                 gate = progress.gate
@@ -555,7 +629,7 @@ class Worker:
                     queued_at=time.time(),
                 )
                 progress.handed_to = self._yield(
-                    keys=[protocol.QUEUE, self.processing], args=[raw, remainder.to_json()]
+                    keys=[protocol.QUEUE, self.processing], args=[raw, remainder.to_json(), job.priority]
                 )
                 progress.yielded = True
                 return

@@ -400,8 +400,13 @@ class Settings:
     trusted_proxies: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = _env(
         "TRUSTED_PROXIES", _networks, default=()
     )
-    # Jobs one credential may have queued or running from one front, as a share of MAX_QUEUE (0.5: 128 of 256).
+    # Jobs one credential may have queued or running from one front, as a share of MAX_QUEUE (0.5: 128 of 256): the
+    # ceiling of the share below.
     credential_queue_share: float = _env("CREDENTIAL_QUEUE_SHARE", _positive_float, default=0.5)
+    # The share itself is sized by what the workers can do: this many jobs per live worker (a fresh heartbeat), and
+    # never fewer than CREDENTIAL_MIN_JOBS (docs/scheduling.md).
+    credential_jobs_per_worker: int = _env("CREDENTIAL_JOBS_PER_WORKER", _positive_int, default=4)
+    credential_min_jobs: int = _env("CREDENTIAL_MIN_JOBS", _positive_int, default=16)
     # Avatar server (``zsynth avatar``): port, live sessions per box, timeouts, ICE and the default voice.
     avatar_port: int = _env("AVATAR_PORT", _parse_port, default=8100)
     avatar_max_sessions: int = _env("AVATAR_MAX_SESSIONS", _positive_int, default=4)

@@ -7,8 +7,9 @@ Flow of one job:
    every event carries its job id, so one subscription serves all of the front's jobs (no SUBSCRIBE/UNSUBSCRIBE
    round trips per job).
 2. The front pushes the job JSON on :data:`QUEUE` with :data:`PUSH_BOUNDED_LUA` (which also bounds the queue).
-   The queue is kept in three runs, claimed in this order: realtime jobs, then batch jobs that have not started,
-   then the remainders of batch jobs that gave up their slot; first come, first served within each run.
+   Fresh jobs (realtime, and batch jobs that have not started) are claimed owner by owner in rounds, realtime
+   before batch within a round and within one owner; the remainders of batch jobs that gave up their slot come
+   last, first come, first served.
 3. A worker claims with ``BLMOVE QUEUE processing_key(worker) RIGHT LEFT``: atomic, one job at a time, and a dead
    worker's job stays visible in its in-flight list.
 4. The worker speaks the job one piece (a few sentences) at a time. After a piece of a batch job, when the next
@@ -35,8 +36,6 @@ from typing import Any, Final, Literal
 
 PREFIX: Final = "zsynth:"
 QUEUE: Final = PREFIX + "queue"  # list of job JSON; workers BLMOVE from the right
-REALTIME_TAIL: Final = PREFIX + "queue:realtime_tail"  # JSON of the newest realtime job pushed (see PUSH_BOUNDED_LUA)
-BATCH_TAIL: Final = PREFIX + "queue:batch_tail"  # JSON of the newest unstarted batch job pushed (same idea)
 CANCEL_CHANNEL: Final = PREFIX + "cancel"  # pub/sub: job ids to stop now
 WORKERS: Final = PREFIX + "workers"  # set of worker ids that have ever registered
 # Counter: failed voice-bucket operations (the name is from when voices were mirrored to S3 in the background).
@@ -171,56 +170,135 @@ class ErrorCode(StrEnum):
 # the front accepts it whatever it has counted so far.
 ANY_SEQ: Final = -1
 
-# Push a job unless the queue already holds ARGV[2] jobs: check and push are one atomic step. Workers take from the
-# right end. From the right the queue holds realtime jobs, then unstarted batch jobs, then batch remainders (jobs
-# that yielded their slot, pushed at the far left by YIELD_LUA), each run oldest rightmost. A new job goes just left
-# of the newest job of its run still waiting (REALTIME_TAIL / BATCH_TAIL name them); when that one was claimed
-# already, no job of its run waits, so it goes just left of the run before it, or at the right end. A push costs a
-# GET or two and one LINSERT scan in C, never a decode per waiting job. Remainders count in LLEN like any waiting
-# request, but their push is never refused: a client never gets 429 because its own job was split.
-# KEYS[1]=queue  KEYS[2]=realtime tail  KEYS[3]=batch tail  ARGV[1]=job json  ARGV[2]=max queued
-# ARGV[3]="realtime" or "batch"
-PUSH_BOUNDED_LUA: Final = """
-if redis.call('LLEN', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
-local rt = redis.call('GET', KEYS[2])
-if ARGV[3] == 'realtime' then
-  if not rt or redis.call('LINSERT', KEYS[1], 'BEFORE', rt, ARGV[1]) <= 0 then
-    redis.call('RPUSH', KEYS[1], ARGV[1])
+# The queue's order, shared by PUSH_BOUNDED_LUA and YIELD_LUA. From the right (the end workers claim from) the queue
+# holds the fresh jobs (realtime segments, batch jobs that have not started, and the remainders of realtime segments
+# that gave way), then the remainders of batch jobs that yielded their slot (pushed at the far left by YIELD_LUA,
+# first come, first served). The fresh jobs are served owner by owner, in rounds, kept in order of (round, class),
+# realtime before batch within a round. A job's round is the number of its owner's jobs ahead of it in the queue, or
+# its ``turn`` (its owner's unfinished jobs on its front when it was pushed, running ones included) when that is
+# more. place() puts a new job after its owner's last job (a realtime one: after its owner's last realtime job, so
+# before its owner's batch jobs) and before the first job whose round is greater than its own, or equal with a later
+# class; a realtime remainder (``first``) goes by its turn alone, and ahead of its owner's other jobs. So one owner's
+# hundred jobs, queued or running, never put another owner's first job behind all of them, and one owner's own
+# realtime jobs still go ahead of its own batch jobs. A job is read from its first bytes (Job.to_json writes
+# QUEUE_LEAD_FIELDS first); only a job written otherwise (a reaper's cjson) is decoded. The scan stops at the first
+# batch remainder. A placement costs one LRANGE of the fresh jobs and one LINSERT scan in C.
+_QUEUE_ORDER_LUA: Final = """
+local function head(raw)
+  local owner, priority, part, turn =
+    string.match(raw, '^{"owner":"([^"]*)","priority":"(%a+)","part":(%d+),"turn":(%d+)')
+  if not owner then
+    local ok, job = pcall(cjson.decode, raw)
+    if not ok or type(job) ~= 'table' then return '', 2, 0 end
+    owner = job.owner
+    if type(owner) ~= 'string' then owner = '' end
+    priority, part, turn = job.priority, job.part, job.turn
   end
-  redis.call('SET', KEYS[2], ARGV[1])
-  return 1
+  turn = tonumber(turn) or 0
+  if priority == 'realtime' then return owner, 0, turn end
+  if (tonumber(part) or 0) ~= 0 then return owner, 2, turn end
+  return owner, 1, turn
 end
-local bt = redis.call('GET', KEYS[3])
-if not bt or redis.call('LINSERT', KEYS[1], 'BEFORE', bt, ARGV[1]) <= 0 then
-  if not rt or redis.call('LINSERT', KEYS[1], 'BEFORE', rt, ARGV[1]) <= 0 then
-    redis.call('RPUSH', KEYS[1], ARGV[1])
+local function place(queue, new, first)
+  local owner, class, round = head(new)
+  local n = redis.call('LLEN', queue)
+  local raws, rounds, classes, ahead = {}, {}, {}, {}
+  local mine, floor, own_first, stop, i = 0, 0, nil, nil, 0
+  while i < n and not stop do
+    local page = redis.call('LRANGE', queue, -(i + 64), -(i + 1))
+    for k = #page, 1, -1 do
+      local o, c, turn = head(page[k])
+      if c == 2 then stop = page[k] break end
+      local idx = #raws + 1
+      raws[idx] = page[k]
+      rounds[idx] = math.max(turn, ahead[o] or 0)
+      classes[idx] = c
+      ahead[o] = (ahead[o] or 0) + 1
+      if o == owner then
+        own_first = own_first or idx
+        if class == 1 or c == 0 then
+          mine = mine + 1
+          floor = idx
+        end
+      end
+    end
+    i = i + 64
+  end
+  if first then
+    floor = 0
+  else
+    round = math.max(round, mine)
+  end
+  for idx = floor + 1, #raws do
+    if (first and idx == own_first) or rounds[idx] > round or (rounds[idx] == round and classes[idx] > class) then
+      redis.call('LINSERT', queue, 'AFTER', raws[idx], new)
+      return
+    end
+  end
+  if #raws > 0 then
+    redis.call('LINSERT', queue, 'BEFORE', raws[#raws], new)
+  elseif stop then
+    redis.call('LINSERT', queue, 'AFTER', stop, new)
+  else
+    redis.call('RPUSH', queue, new)
   end
 end
-redis.call('SET', KEYS[3], ARGV[1])
-return 1
 """
 
-# True when the job a worker would claim next should have the slot before a running batch job's next piece: it is
-# realtime, or a batch job that has not started (part 0). One LINDEX and a JSON decode of one job, in Redis.
-# KEYS[1]=queue
+# Push a job unless the queue already holds ARGV[2] jobs, at its place in the queue's order (_QUEUE_ORDER_LUA): check
+# and push are one atomic step. Remainders count in LLEN like any waiting request, but their push (YIELD_LUA) is
+# never refused: a client never gets 429 because its own job was split.
+# KEYS[1]=queue  ARGV[1]=job json  ARGV[2]=max queued
+PUSH_BOUNDED_LUA: Final = (
+    _QUEUE_ORDER_LUA
+    + """
+if redis.call('LLEN', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
+place(KEYS[1], ARGV[1], false)
+return 1
+"""
+)
+
+# True when the job a worker would claim next should have the slot before the running job's next piece. A running
+# batch job gives way to any fresh job: realtime, or a batch job that has not started (part 0). A running realtime
+# segment gives way to another owner's fresh job, and to a realtime job of an earlier turn (the remainder of a
+# segment that gave way before): one key's long segments never hold every worker while another key's first job
+# waits, and a key's own later segments never interrupt its earlier ones. One LINDEX and a JSON decode of one job.
+# KEYS[1]=queue  ARGV[1]=the running job's priority ("batch" when absent)  ARGV[2]=its owner  ARGV[3]=its turn
 SHOULD_YIELD_LUA: Final = """
 local raw = redis.call('LINDEX', KEYS[1], -1)
 if not raw then return 0 end
 local ok, job = pcall(cjson.decode, raw)
 if not ok or type(job) ~= 'table' then return 0 end
-if job.priority == 'realtime' or (tonumber(job.part) or 0) == 0 then return 1 end
+local fresh = (tonumber(job.part) or 0) == 0
+if ARGV[1] == 'realtime' then
+  if fresh and job.owner ~= (ARGV[2] or '') then return 1 end
+  if job.priority == 'realtime' and (tonumber(job.turn) or 0) < (tonumber(ARGV[3]) or 0) then return 1 end
+  return 0
+end
+if job.priority == 'realtime' or fresh then return 1 end
 return 0
 """
 
-# Give up the slot, atomically: drop the running job from the worker's in-flight list, push its remainder at the far
-# (left) end of the queue, and claim the next job (the right end) into the in-flight list; return that job's JSON.
-# A reaper therefore finds the job in exactly one place at every moment: nothing is lost or run twice.
+# Give up the slot, atomically: drop the running job from the worker's in-flight list, push its remainder, and claim
+# the next job (the right end) into the in-flight list; return that job's JSON. A batch remainder goes to the far
+# (left) end. A realtime remainder (ARGV[3] "realtime") is placed once the next job is claimed, by its turn and ahead
+# of its owner's later jobs (_QUEUE_ORDER_LUA): it continues at its owner's next turn, never behind its own later
+# segments. A reaper therefore finds the job in exactly one place at every moment: nothing is lost or run twice.
 # KEYS[1]=queue  KEYS[2]=in-flight list  ARGV[1]=the running job's JSON as claimed  ARGV[2]=the remainder's JSON
-YIELD_LUA: Final = """
+# ARGV[3]="realtime" for a realtime remainder
+YIELD_LUA: Final = (
+    _QUEUE_ORDER_LUA
+    + """
 redis.call('LREM', KEYS[2], 1, ARGV[1])
+if ARGV[3] == 'realtime' then
+  local claimed = redis.call('RPOPLPUSH', KEYS[1], KEYS[2])
+  place(KEYS[1], ARGV[2], true)
+  return claimed
+end
 redis.call('LPUSH', KEYS[1], ARGV[2])
 return redis.call('RPOPLPUSH', KEYS[1], KEYS[2])
 """
+)
 
 # Recover a dead worker's in-flight list, atomically, only while its heartbeat is gone. A job whose audio had not
 # started and that did not exceed a memory ceiling goes back to the head of the queue once (its id is returned second,
@@ -253,6 +331,10 @@ end
 redis.call('SREM', KEYS[4], ARGV[4])
 return {failed, requeued}
 """
+
+
+# The Job fields to_json writes first, in this order, for PUSH_BOUNDED_LUA.
+QUEUE_LEAD_FIELDS: Final = ("owner", "priority", "part", "turn")
 
 
 def new_job_id() -> str:
@@ -290,6 +372,12 @@ class Job:
     total_chars: int = 0
     # Unix time the job (or this remainder) was queued; 0 means created_at. Gives the slot-wait figure.
     queued_at: float = 0.0
+    # Whose turn the job takes in the queue (PUSH_BOUNDED_LUA): the short, non-secret fingerprint of the key the
+    # request counts against (a token's minting key); "" for an open server. Not the job hash's OWNER_FIELD (a worker).
+    owner: str = ""
+    # The owner's unfinished jobs on the front that pushed this one (queued or running, this one not counted): the
+    # least round this job takes in the queue, so a key whose jobs hold the workers waits behind other keys' turns.
+    turn: int = 0
     # Flow control (credit_key): ``window`` > 0 paces the job (0: a front that predates flow control); the worker
     # may publish up to ``granted_bytes`` of encoded audio, and always one more chunk once all it sent was taken
     # (``consumed_bytes``). A remainder carries what earlier parts published (``sent_bytes``) and the last grant read.
@@ -301,8 +389,11 @@ class Job:
     trace: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> str:
-        """Serialise for the queue."""
-        return json.dumps(asdict(self), separators=(",", ":"), ensure_ascii=False)
+        """Serialise for the queue, the fields PUSH_BOUNDED_LUA reads first (QUEUE_LEAD_FIELDS)."""
+        data = asdict(self)
+        # The push script reads these from a job's first bytes, never decoding a whole (maybe 10,000-character) job.
+        lead = {name: data.pop(name) for name in QUEUE_LEAD_FIELDS}
+        return json.dumps({**lead, **data}, separators=(",", ":"), ensure_ascii=False)
 
     @property
     def resumed(self) -> bool:

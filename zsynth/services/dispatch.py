@@ -237,6 +237,7 @@ class Dispatcher:
         # Unfinished jobs per credential fingerprint, and a condition to wait on for a share to free up.
         self._owned: collections.Counter[str] = collections.Counter()
         self._share_freed = asyncio.Condition()
+        self.live_workers = 0  # workers with a fresh heartbeat, counted every heartbeat interval: sizes the shares
         # While the reply listener is cut off from Redis: when that began, and the jobs open then (audited after).
         self._lost_since: float | None = None
         self._listening = asyncio.Event()  # set while the reply listener is subscribed
@@ -252,6 +253,7 @@ class Dispatcher:
         self._pubsub = self.redis.pubsub(push_handler_func=_pass_through)
         await self._pubsub.subscribe(self.reply_channel)
         self.supervisor.spawn("dispatch-listener", self._listen)
+        self.supervisor.spawn("worker-count", self._count_workers, vital=False)
         await asyncio.wait_for(self._listening.wait(), 10.0)
         logger.info("dispatcher %s listening on %s", self.front_id, self.reply_channel)
 
@@ -271,8 +273,21 @@ class Dispatcher:
 
     @property
     def share_limit(self) -> int:
-        """Unfinished jobs one credential may have from this front: ZSYNTH_CREDENTIAL_QUEUE_SHARE of the queue."""
-        return max(1, int(self.settings.credential_queue_share * self.settings.max_queue))
+        """Unfinished jobs one credential may have from this front: what the live workers can take
+        (ZSYNTH_CREDENTIAL_JOBS_PER_WORKER each, at least ZSYNTH_CREDENTIAL_MIN_JOBS), never more than
+        ZSYNTH_CREDENTIAL_QUEUE_SHARE of the queue."""
+        settings = self.settings
+        by_workers = max(settings.credential_min_jobs, settings.credential_jobs_per_worker * self.live_workers)
+        return max(1, min(by_workers, int(settings.credential_queue_share * settings.max_queue)))
+
+    async def _count_workers(self) -> None:
+        """Keep :attr:`live_workers` (workers with a fresh heartbeat) current, for the share of each owner."""
+        while True:
+            with contextlib.suppress(RedisError, OSError, ValueError):
+                ids = protocol.worker_ids(await self.redis.smembers(protocol.WORKERS))
+                beats = await self.redis.mget([protocol.heartbeat_key(i) for i in ids]) if ids else []
+                self.live_workers = sum(1 for beat in beats if beat is not None)
+            await asyncio.sleep(self.settings.heartbeat_interval_s)
 
     async def wait_for_share(self, owner: str, wait_s: float) -> None:
         """Return once ``owner`` may submit a job (at once if it may now); JobFailed("queue_full") after ``wait_s``."""
@@ -306,6 +321,8 @@ class Dispatcher:
             limit = self.share_limit
             if self._owned[owner] >= limit:
                 raise _share_full(limit)
+            # The queue serves owners in turn (PUSH_BOUNDED_LUA): this job's turn counts its owner's unfinished jobs.
+            job.owner, job.turn = owner, self._owned[owner]
             self._owned[owner] += 1
         if not job.start_deadline:
             # A job still queued when its client has given up waiting is dropped unrun.
@@ -381,13 +398,8 @@ class Dispatcher:
         pause = 0.1
         while True:
             try:
-                # Realtime segments go ahead of batch jobs, new batch jobs ahead of remainders (PUSH_BOUNDED_LUA).
-                return bool(
-                    await self._push(
-                        keys=[protocol.QUEUE, protocol.REALTIME_TAIL, protocol.BATCH_TAIL],
-                        args=[stream.queued_as, self.settings.max_queue, stream.job.priority],
-                    )
-                )
+                # Owners in turn, realtime before batch within a turn, remainders last (PUSH_BOUNDED_LUA).
+                return bool(await self._push(keys=[protocol.QUEUE], args=[stream.queued_as, self.settings.max_queue]))
             except (RedisConnectionError, RedisTimeoutError, OSError, TimeoutError) as err:
                 if time.monotonic() + pause > deadline:
                     raise
@@ -395,11 +407,18 @@ class Dispatcher:
                 await asyncio.sleep(pause)
                 pause = min(1.0, pause * 2)
 
-    async def cancel(self, job_id: str) -> None:
-        """Tell the workers this job's client is gone: skip it if queued, stop it if running."""
+    async def cancel(self, job_id: str, queued_as: str | None = None) -> None:
+        """Tell the workers this job's client is gone: take it off the queue if it waits there (``queued_as``, its
+        JSON as pushed: by default that of this front's open stream), skip it if a worker claims it anyway, stop it
+        if running."""
+        if queued_as is None and (stream := self._streams.get(job_id)) is not None:
+            queued_as = stream.queued_as or None
         with contextlib.suppress(Exception):
             async with self.redis.pipeline(transaction=False) as pipe:
                 pipe.set(protocol.cancel_key(job_id), b"1", ex=self.settings.job_ttl_s)
+                if queued_as is not None:
+                    # A job that waits leaves the queue at once: it no longer holds a place, nor a turn of its owner.
+                    pipe.lrem(protocol.QUEUE, 1, queued_as)
                 pipe.publish(protocol.CANCEL_CHANNEL, job_id)
                 # A worker waiting for credit wakes at once (a running one hears the channel within one chunk).
                 pipe.rpush(protocol.credit_key(job_id), protocol.CREDIT_CANCEL)

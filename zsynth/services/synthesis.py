@@ -307,8 +307,9 @@ class SynthesisService:
         try:
             return await self.dispatcher.submit(job, owner=owner)
         except asyncio.CancelledError:
-            # Cut short while pushing: the job may be on the queue already. A cancelled job is dropped unrun.
-            await self.dispatcher.cancel(job.job_id)
+            # Cut short while pushing: the job may be on the queue already, as this JSON (the push set its reply
+            # channel and owner): it is taken off, and were a worker to claim it first, it is dropped unrun.
+            await self.dispatcher.cancel(job.job_id, queued_as=job.to_json() if job.reply_to else None)
             raise
 
     async def build(self, request: SynthesisRequest) -> Prepared:
