@@ -194,3 +194,70 @@ def test_voice_preparation_is_cached_with_the_conditioning(flow: Any) -> None:
     del conds, other
     gc.collect()
     assert runner._voices == {}, "an evicted voice's flow inputs go with it"
+
+
+# ----- the vocoder -----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def hift() -> Any:
+    """HiFT from its real classes and S3Gen's rates (8, 5, 3; 480 samples a frame), narrow and with fewer residual
+    branches than S3Gen's, so dynamo traces it in seconds."""
+    apply_workarounds()
+    from chatterbox.models.s3gen.f0_predictor import ConvRNNF0Predictor
+    from chatterbox.models.s3gen.hifigan import HiFTGenerator
+
+    torch.manual_seed(0)
+    return HiFTGenerator(
+        sampling_rate=24000,
+        base_channels=16,
+        upsample_rates=[8, 5, 3],
+        upsample_kernel_sizes=[16, 11, 7],
+        resblock_kernel_sizes=[3, 7],
+        resblock_dilation_sizes=[[1, 3], [1, 3]],
+        source_resblock_kernel_sizes=[7, 7, 11],
+        source_resblock_dilation_sizes=[[1, 3], [1, 3], [1, 3]],
+        f0_predictor=ConvRNNF0Predictor(cond_channels=16),
+    ).eval()
+
+
+def test_padded_vocoder_gives_upstreams_audio(hift: Any) -> None:
+    """(a) A span padded to its bucket gives upstream's ``HiFTGenerator.inference`` audio within 1e-5 (the same
+    source draw: one seed), with and without a carried-over source; an over-long span runs unpadded."""
+    from workers.engines.turbo_vocoder import BucketedVocoder
+
+    vocoder = BucketedVocoder(hift, buckets=(32, 64))
+    gen = torch.Generator().manual_seed(4)
+    for frames in (7, 20, 33, 64, 70):
+        mel = torch.randn(1, 80, frames, generator=gen)
+        torch.manual_seed(frames)
+        expected, source = hift.inference(mel)
+        torch.manual_seed(frames)
+        got, got_source = vocoder.inference(mel)
+        assert got.shape == expected.shape == (1, 480 * frames)
+        torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
+        cache = source[:, :, -480 * 3 :]
+        torch.manual_seed(1)
+        expected, _ = hift.inference(mel, cache_source=cache)
+        torch.manual_seed(1)
+        torch.testing.assert_close(vocoder.inference(mel, cache)[0], expected, rtol=0, atol=1e-5)
+    assert vocoder.fallbacks == 2 and vocoder.calls == {32: 4, 64: 4, 0: 2}
+
+
+def test_vocoder_convolutions_compile_fullgraph_once_per_bucket(hift: Any) -> None:
+    """(b) the convolutions trace as one graph with ``fullgraph=True`` per bucket, ``stft``/``istft`` outside;
+    (c) another span length in a bucket already seen compiles nothing."""
+    from workers.engines.turbo_vocoder import BucketedVocoder
+
+    torch._dynamo.reset()
+    backend = CountingBackend()
+    vocoder = BucketedVocoder(hift, buckets=(32, 64), compile_mode="default", backend=backend)
+    eager = BucketedVocoder(hift, buckets=(32, 64))
+    for frames, graphs in ((20, 1), (50, 2), (9, 2), (64, 2), (32, 2)):
+        mel = torch.randn(1, 80, frames)
+        torch.manual_seed(2)
+        got, _ = vocoder.inference(mel)
+        assert backend.graphs == graphs, f"{frames} frames"
+        torch.manual_seed(2)
+        torch.testing.assert_close(got, eager.inference(mel)[0], rtol=0, atol=1e-6)
+    torch._dynamo.reset()
