@@ -1,0 +1,56 @@
+"""The capacity run's accounting (scripts/gpu_capacity.py) on hand-made schedules: no engine, no sockets."""
+
+from __future__ import annotations
+
+import pytest
+
+from scripts.gpu_capacity import Chunk, LevelResult, Turn, capacity, expected_streams, level, play, summary_lines
+
+
+def test_chunks_in_time_play_without_a_gap():
+    # 0.5 s chunks arriving every 0.4 s: each lands before the previous one has finished playing.
+    turn = Turn(sent=10.0, chunks=[Chunk(10.12 + 0.4 * i, 0.5) for i in range(5)])
+    played = play(turn)
+    assert played.underruns == 0 and played.starved_s == 0.0
+    assert played.first_audio_s == pytest.approx(0.12)
+
+
+def test_a_late_chunk_is_one_underrun_and_the_playback_restarts_from_it():
+    chunks = [Chunk(1.0, 0.5), Chunk(1.3, 0.5), Chunk(2.2, 0.5), Chunk(2.6, 0.5)]
+    # Playback: 1.0-1.5, 1.5-2.0, then waits for the third (arrives 2.2: 0.2 s of silence), 2.2-2.7, 2.7-3.2.
+    played = play(Turn(sent=0.9, chunks=chunks))
+    assert played.underruns == 1 and played.starved_s == pytest.approx(0.2)
+    # The fourth chunk arrived at 2.6, before the restarted playback reached it (2.7): not an underrun.
+    late_again = play(Turn(sent=0.9, chunks=[*chunks[:3], Chunk(2.75, 0.5)]))
+    assert late_again.underruns == 2 and late_again.starved_s == pytest.approx(0.25)
+
+
+def test_a_chunk_exactly_on_time_is_no_underrun_and_an_empty_turn_never_started():
+    assert play(Turn(0.0, [Chunk(0.1, 0.5), Chunk(0.6, 0.5)])).underruns == 0
+    assert play(Turn(0.0, [])).first_audio_s == float("inf")
+
+
+def test_levels_and_the_capacity_figure():
+    on_time = [Turn(0.0, [Chunk(0.1, 0.5), Chunk(0.5, 0.5)]), Turn(5.0, [Chunk(5.2, 0.5)])]
+    slow_start = [Turn(0.0, [Chunk(0.35, 0.5)])]
+    gap = [Turn(0.0, [Chunk(0.1, 0.5), Chunk(0.9, 0.5)])]
+    one = level([on_time])
+    assert one.passes and one.underruns == (0,) and one.first_audio_p95_s == pytest.approx(0.2)
+    two = level([on_time, on_time])
+    three = level([on_time, on_time, gap])
+    assert three.underruns == (0, 0, 1) and not three.passes
+    four = level([on_time, slow_start, on_time, on_time])
+    assert four.underruns == (0, 0, 0, 0) and four.first_audio_p95_s == pytest.approx(0.35) and not four.passes
+    assert capacity([one, two, three, four]) == 2
+    assert capacity([three, one]) == 1, "levels count in order of N, whatever order they come in"
+    assert capacity([LevelResult(1, (1,), 0.1, 0.1)]) == 0
+    lines = summary_lines({1: one, 3: three})
+    assert "FAIL" in lines[1] and lines[-1].startswith("capacity: 1 realtime voices")
+
+
+def test_what_an_rtf_allows():
+    assert expected_streams(0.25, 0.5) == 2  # throughput allows 4; a 125 ms chunk each: 2 fit in 300 ms
+    assert expected_streams(0.1, 0.5) == 6
+    assert expected_streams(0.04, 0.25) == 25  # the issue's target: an RTF of 0.04 with quarter-second chunks
+    with pytest.raises(ValueError):
+        expected_streams(0.0, 0.5)
