@@ -155,11 +155,12 @@ class TurboEngine:
         from .turbo_flow import BucketedFlow
         from .turbo_vocoder import BucketedVocoder
 
-        # S3Gen's flow and vocoder on bucketed shapes; on a GPU with graphs on, compiled per bucket (inductor with
-        # CUDA graphs) before READY.
-        mode = "reduce-overhead" if self.device == "cuda" and settings.turbo_cuda_graphs else None
-        self.flow = BucketedFlow(self.model.s3gen.flow, compile_mode=mode)
-        self.vocoder = BucketedVocoder(self.model.s3gen.mel2wav, compile_mode=mode)
+        # S3Gen's flow and vocoder on bucketed shapes; on a GPU with graphs on, each bucket is traced by dynamo and
+        # replayed as a CUDA graph (the "cudagraphs" backend: no inductor code generation, so the 23 buckets are
+        # ready in seconds rather than minutes), all before READY.
+        mode = "default" if self.device == "cuda" and settings.turbo_cuda_graphs else None
+        self.flow = BucketedFlow(self.model.s3gen.flow, compile_mode=mode, backend="cudagraphs")
+        self.vocoder = BucketedVocoder(self.model.s3gen.mel2wav, compile_mode=mode, backend="cudagraphs")
         where = torch.cuda.get_device_name() if self.device == "cuda" else "cpu"
         logger.info(
             "turbo engine loaded from %s on %s in %.1fs%s",

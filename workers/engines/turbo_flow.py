@@ -298,10 +298,14 @@ class BucketedFlow:
         if x is None:
             x = self._noise_bufs[frames] = torch.empty(1, 80, frames, dtype=self.dtype, device=self.device)
         x.copy_(noise[:, :, :frames])
-        mu = enc(self.flow, inputs)
+        if self.compiled:
+            # CUDA graph trees reuse a graph's output memory on its next replay: a new step each call, and every
+            # output copied out before the same graph runs again (a device copy, no sync).
+            torch.compiler.cudagraph_mark_step_begin()  # type: ignore[no-untyped-call]  # unannotated upstream
+        mu = enc(self.flow, inputs).clone()
         cond = voice.cond(frames)
         for t, r in self._times:
-            x = step(self.est, x, mu, t, r, voice.spks, cond, inputs.mel_mask, inputs.bias)
+            x = step(self.est, x, mu, t, r, voice.spks, cond, inputs.mel_mask, inputs.bias).clone()
         return x[:, :, voice.prompt_frames : 2 * total]
 
     # ----- before READY ---------------------------------------------------------------------------------------

@@ -143,9 +143,11 @@ class BucketedVocoder:
         spec[:, :, : s_stft.shape[2]] = s_stft
         spec[:, :, s_stft.shape[2] :] = 0
         convs = self._convs if bucket is not None else vocoder_convs
+        if self.compiled:
+            torch.compiler.cudagraph_mark_step_begin()  # type: ignore[no-untyped-call]  # see BucketedFlow.mels
         magnitude, phase = convs(hift, mel, spec, self.masks(frames, padded))
         keep = s_stft.shape[2]
-        wav = hift._istft(magnitude[:, :, :keep], phase[:, :, :keep])
+        wav = hift._istft(magnitude[:, :, :keep].clone(), phase[:, :, :keep].clone())
         return torch.clamp(wav, -hift.audio_limit, hift.audio_limit), source
 
     def _buffer(self, bufs: dict[int, torch.Tensor], key: int, shape: tuple[int, ...]) -> torch.Tensor:
