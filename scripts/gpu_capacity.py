@@ -6,15 +6,20 @@ Per number of concurrent sockets N, the run records every stream's underruns and
 turn's first text to its first audio chunk). The capacity figure is the largest N whose streams had no underrun and
 whose first-audio p95 is at most :data:`FIRST_AUDIO_P95_S`.
 
-This module holds the accounting, which a unit test checks on hand-made schedules (tests/test_turbo_capacity.py).
-NOT DONE (issue 42, item 5): the live driver that runs N stream-input sockets through a real front, Redis and worker.
+The run (``python scripts/gpu_capacity.py``) starts Redis, one worker and one front, then for each N in
+``--levels`` runs N agent sockets at once (:func:`agent`): stream-input with ``auto_mode``, each turn's sentences sent
+one ahead of the playback, the next turn after the playback ends. ``--engine simulated --rtf R`` runs it on the
+simulated engine (load tests only), whose worker holds ``R * chunk`` seconds per chunk; ``--engine turbo`` on the
+GPU engine with the checkpoint in ``ZSYNTH_TURBO_CHECKPOINT``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Final
+import math
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, Final
 
 FIRST_AUDIO_P95_S: Final = 0.300
 
@@ -109,16 +114,28 @@ def capacity(levels: Iterable[LevelResult]) -> int:
     return best
 
 
-def expected_streams(rtf: float, chunk_audio_s: float, first_audio_p95_s: float = FIRST_AUDIO_P95_S) -> int:
-    """What one worker serving jobs one at a time allows at a given RTF: the throughput bound (N streams need
-    N * rtf of the worker per second of audio) and the wait for the first chunk (a turn may queue behind the other
-    N - 1 streams' chunks, each ``rtf * chunk_audio_s`` long, before its own)."""
+def expected_streams(
+    rtf: float, chunk_audio_s: float, sentence_audio_s: float, first_audio_p95_s: float = FIRST_AUDIO_P95_S
+) -> int:
+    """What one worker serving one job at a time allows at a given RTF: the throughput bound (N streams need
+    N * rtf of the worker per second of audio) and the first-audio bound (a turn's first sentence may queue behind
+    one sentence job of each of the other N - 1 streams, each ``rtf * sentence_audio_s`` long, before its own first
+    chunk, ``rtf * chunk_audio_s``)."""
     if rtf <= 0:
         raise ValueError("rtf must be positive")
     chunk_s = rtf * chunk_audio_s
+    job_s = rtf * sentence_audio_s
+    if chunk_s > first_audio_p95_s:
+        return 0
     by_throughput = int(1 / rtf + 1e-9)
-    by_latency = int(first_audio_p95_s / chunk_s + 1e-9)  # N * chunk_s <= the p95 bound
-    return max(0, min(by_throughput, by_latency))
+    by_latency = 1 + int((first_audio_p95_s - chunk_s) / job_s + 1e-9)
+    return min(by_throughput, by_latency)
+
+
+def simulated_sentence_s(chunk_audio_s: float, words_per_second: float = 2.5) -> float:
+    """The longest of :data:`SENTENCES` as the simulated engine speaks it (whole chunks)."""
+    words = max(len(text.split()) for text in SENTENCES)
+    return math.ceil(words / words_per_second / chunk_audio_s) * chunk_audio_s
 
 
 def summary_lines(levels: Mapping[int, LevelResult]) -> list[str]:
@@ -131,3 +148,178 @@ def summary_lines(levels: Mapping[int, LevelResult]) -> list[str]:
     ]
     lines.append(f"capacity: {capacity(levels.values())} realtime voices (zero underruns, first audio p95 <= 300 ms)")
     return lines
+
+
+# ----- the live run: N agent sockets through a real front, Redis and worker ---------------------------------------
+
+SENTENCES: Final = (
+    "Thanks for calling, I can help you with that order today.",
+    "Your parcel left our warehouse this morning and is on its way.",
+    "It should arrive on Friday before noon at the latest.",
+    "Is there anything else I can do for you right now?",
+)
+PAUSE_S: Final = 0.4  # the user's turn between two of the agent's
+
+
+def _visible(text: str) -> int:
+    return sum(1 for ch in text if not ch.isspace())
+
+
+async def agent(base: str, session: Any, turns: int, sentences: int, sample_rate: int) -> list[Turn]:
+    """One realtime agent socket (stream-input, auto_mode): each turn's next sentence is sent when the previous
+    one's audio starts playing (text one sentence ahead of the playback), the next turn after the playback ends."""
+    import base64
+    import json
+    import time
+
+    url = f"{base}/v1/text-to-speech/agent/stream-input?output_format=pcm_{sample_rate}&auto_mode=true"
+    url += "&inactivity_timeout=180"
+    recorded: list[Turn] = []
+    async with session.ws_connect(url, max_msg_size=0) as ws:
+        await ws.send_json({"text": " "})
+        for turn_no in range(turns):
+            texts = [SENTENCES[(turn_no + i) % len(SENTENCES)] for i in range(sentences)]
+            bounds = [sum(_visible(t) for t in texts[: i + 1]) for i in range(len(texts))]
+            sent_at = time.perf_counter()
+            await ws.send_json({"text": texts[0] + " ", "flush": True})
+            next_text = 1
+            seen = 0
+            chunks: list[Chunk] = []
+            while seen < bounds[-1]:
+                frame = json.loads((await ws.receive(timeout=120)).data)
+                if not frame.get("audio"):
+                    continue
+                now = time.perf_counter()
+                pcm = base64.b64decode(frame["audio"])
+                chunks.append(Chunk(now, len(pcm) / 2 / sample_rate))
+                alignment = frame.get("alignment") or {}
+                seen += _visible("".join(alignment.get("chars") or []))
+                started = bounds[next_text - 2] if next_text >= 2 else 0  # the current sentence's first characters
+                if next_text < len(texts) and seen > started:
+                    await ws.send_json({"text": texts[next_text] + " ", "flush": True})
+                    next_text += 1
+            recorded.append(Turn(sent=sent_at, chunks=chunks))
+            playback = play(Turn(sent_at, chunks))
+            ends = chunks[0].arrived + sum(c.seconds for c in chunks) + playback.starved_s
+            await _sleep_until(ends + PAUSE_S)
+        await ws.send_json({"text": ""})
+    return recorded
+
+
+async def _sleep_until(deadline: float) -> None:
+    import asyncio
+    import time
+
+    await asyncio.sleep(max(0.0, deadline - time.perf_counter()))
+
+
+async def run_level(base: str, streams: int, turns: int, sentences: int, sample_rate: int) -> LevelResult:
+    """N agents at once, their starts spread over a second (agents do not all start speaking together)."""
+    import asyncio
+
+    import aiohttp
+
+    async def staggered(index: int, session: Any) -> list[Turn]:
+        await asyncio.sleep(index / max(1, streams))
+        return await agent(base, session, turns, sentences, sample_rate)
+
+    async with aiohttp.ClientSession() as session:
+        results = await asyncio.gather(*(staggered(i, session) for i in range(streams)))
+    return level(results)
+
+
+@contextlib.contextmanager
+def stack(engine: str, rtf: float, chunk_audio_s: float, data_dir: str) -> Iterator[str]:
+    """Redis, one worker and one front, on loopback; yields the front's base URL."""
+    import os
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    from scripts.bench_realtime import free_port, redis_server
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with redis_server() as redis_url:
+        port = free_port()
+        env = dict(os.environ, ZSYNTH_REDIS_URL=redis_url, ZSYNTH_DATA_DIR=data_dir, ZSYNTH_LOG_LEVEL="WARNING")
+        worker_env = dict(env, ZSYNTH_ENGINE=engine, ZSYNTH_WORKER_ID="capacity-0")
+        if engine == "simulated":
+            worker_env.update(
+                ZSYNTH_LOAD_TEST_ONLY="1",
+                ZSYNTH_SIM_CHUNK_HOLD=str(rtf * chunk_audio_s),
+                ZSYNTH_SIM_CHUNK_AUDIO=str(chunk_audio_s),
+            )
+        procs = [
+            subprocess.Popen([sys.executable, "-m", "zsynth", "worker"], env=worker_env, cwd=root),
+            subprocess.Popen([sys.executable, "-m", "zsynth", "serve"], env=dict(env, ZSYNTH_PORT=str(port)), cwd=root),
+        ]
+        base = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 600
+            while True:  # the front answers health once a worker has announced itself
+                with contextlib.suppress(OSError):
+                    with urllib.request.urlopen(f"{base}/readyz", timeout=2) as reply:
+                        if reply.status == 200:
+                            break
+                if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+                    raise RuntimeError("the front or the worker did not start")
+                time.sleep(0.5)
+            yield base
+        finally:
+            for proc in procs:
+                proc.terminate()
+            for proc in procs:
+                proc.wait(30)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+    import asyncio
+    import json
+    import os
+    import sys
+    import tempfile
+
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--engine", choices=("simulated", "turbo"), default="simulated")
+    parser.add_argument("--rtf", type=float, default=0.1, help="the simulated engine's real-time factor")
+    parser.add_argument("--chunk-audio-s", type=float, default=0.5)
+    parser.add_argument("--levels", default="1,2,4,8,12,16,20,24,28,32")
+    parser.add_argument("--turns", type=int, default=3)
+    parser.add_argument("--sentences", type=int, default=3)
+    parser.add_argument("--reduced", action="store_true", help="levels 1-4, 2 turns of 2 sentences (a CPU test)")
+    parser.add_argument("--out", help="write the levels and the figure here as JSON")
+    args = parser.parse_args(argv)
+    levels = [int(n) for n in args.levels.split(",")]
+    if args.reduced:
+        levels, args.turns, args.sentences = [n for n in levels if n <= 4] or [1, 2, 3, 4], 2, 2
+    results: dict[int, LevelResult] = {}
+    with tempfile.TemporaryDirectory() as data, stack(args.engine, args.rtf, args.chunk_audio_s, data) as base:
+        asyncio.run(run_level(base, 1, 1, 1, 24000))  # warms the path; not counted
+        for n in levels:
+            results[n] = asyncio.run(run_level(base, n, args.turns, args.sentences, 24000))
+            print(summary_lines({n: results[n]})[0], flush=True)
+            if not results[n].passes:
+                break
+    for line in summary_lines(results)[-1:]:
+        print(line)
+    if args.engine == "simulated":
+        allowed = expected_streams(args.rtf, args.chunk_audio_s, simulated_sentence_s(args.chunk_audio_s))
+        print(f"an RTF of {args.rtf} allows {allowed} (one worker, one sentence job at a time)")
+    print(f"capacity_figure={capacity(results.values())}")
+    if args.out:
+        with open(args.out, "w") as out:
+            json.dump(
+                {
+                    "capacity": capacity(results.values()),
+                    "levels": {n: dataclasses.asdict(r) for n, r in results.items()},
+                },
+                out,
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

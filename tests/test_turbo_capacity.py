@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-from scripts.gpu_capacity import Chunk, LevelResult, Turn, capacity, expected_streams, level, play, summary_lines
+from scripts.gpu_capacity import (
+    Chunk,
+    LevelResult,
+    Turn,
+    capacity,
+    expected_streams,
+    level,
+    play,
+    simulated_sentence_s,
+    summary_lines,
+)
 
 
 def test_chunks_in_time_play_without_a_gap():
@@ -49,8 +63,29 @@ def test_levels_and_the_capacity_figure():
 
 
 def test_what_an_rtf_allows():
-    assert expected_streams(0.25, 0.5) == 2  # throughput allows 4; a 125 ms chunk each: 2 fit in 300 ms
-    assert expected_streams(0.1, 0.5) == 6
-    assert expected_streams(0.04, 0.25) == 25  # the issue's target: an RTF of 0.04 with quarter-second chunks
+    # 0.1: a 4.5 s sentence holds the worker 450 ms, so a second stream's turn may wait past 300 ms.
+    assert expected_streams(0.1, 0.5, 4.5) == 1
+    assert expected_streams(0.02, 0.5, 4.5) == 4  # 10 ms to a first chunk, 90 ms per other stream's sentence
+    assert expected_streams(0.01, 0.25, 2.0) == 15  # latency allows 15; throughput 100
+    assert expected_streams(0.5, 0.25, 2.0) == 1 and expected_streams(2.0, 0.25, 2.0) == 0
+    assert simulated_sentence_s(0.5) == 5.0  # 12 words at 2.5 a second: 4.8 s, in whole half-second chunks
     with pytest.raises(ValueError):
-        expected_streams(0.0, 0.5)
+        expected_streams(0.0, 0.5, 4.5)
+
+
+@pytest.mark.timeout(600)
+def test_capacity_run_on_the_simulated_engine_finds_what_its_rtf_allows() -> None:
+    """The live run, reduced (a real front, Redis and worker; agent sockets with auto_mode) on the simulated
+    engine at an RTF of 0.1: it finds the N that RTF allows. About a minute and a half of wall time."""
+    result = subprocess.run(
+        [sys.executable, "scripts/gpu_capacity.py", "--reduced", "--rtf", "0.1", "--levels", "1,2,3"],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=500,
+        check=True,
+    )
+    figure = [line for line in result.stdout.splitlines() if line.startswith("capacity_figure=")]
+    allowed = expected_streams(0.1, 0.5, simulated_sentence_s(0.5))
+    assert figure == [f"capacity_figure={allowed}"], result.stdout
+    assert "N=  1  underruns    0" in result.stdout
