@@ -89,3 +89,33 @@ def test_capacity_run_on_the_simulated_engine_finds_what_its_rtf_allows() -> Non
     allowed = expected_streams(0.1, 0.5, simulated_sentence_s(0.5))
     assert figure == [f"capacity_figure={allowed}"], result.stdout
     assert "N=  1  underruns    0" in result.stdout
+
+
+@pytest.mark.timeout(1500)
+def test_prepared_gpu_run_reduced_end_to_end(tmp_path: Path) -> None:
+    """HEAVY (several minutes on two cores: it builds the tiny checkpoint, whose S3Gen is full size):
+    ``./scripts/gpu-run --reduced`` runs every phase on the CPU, the capacity phase on the simulated engine, and
+    writes its figures."""
+    import json
+    import os
+
+    pytest.importorskip("torch")
+    pytest.importorskip("chatterbox")
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, OUT=str(tmp_path / "out"), WHEELS="", PYTHON=sys.executable)
+    done = subprocess.run(
+        ["./scripts/gpu-run", "--reduced", "--requests", "1", "--work-dir", str(tmp_path / "work")],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1400,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads((tmp_path / "out" / "gpu-figures.json").read_text())
+    assert "errors" not in report and report["meta"]["mode"].startswith("reduced")
+    assert report["streaming"]["float32"]["short"]["requests"] == 1
+    assert report["capacity"]["engine"] == "simulated"
+    assert report["capacity"]["capacity"] == report["capacity"]["allowed"]
+    assert "Realtime agent voices (simulated engine" in (tmp_path / "out" / "gpu-figures.md").read_text()
