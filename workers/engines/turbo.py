@@ -152,6 +152,15 @@ class TurboEngine:
         # Reduced precision is a GPU option: on the CPU it only makes T3 slower.
         reduced = self.dtype if self.device == "cuda" and self.dtype != torch.float32 else None
         self.t3 = StaticT3(self.model.t3, settings.turbo_max_tokens, dtype=reduced, graphs=settings.turbo_cuda_graphs)
+        from .turbo_flow import BucketedFlow
+        from .turbo_vocoder import BucketedVocoder
+
+        # S3Gen's flow and vocoder on bucketed shapes; on a GPU with graphs on, each bucket is traced by dynamo and
+        # replayed as a CUDA graph (the "cudagraphs" backend: no inductor code generation, so the 23 buckets are
+        # ready in seconds rather than minutes), all before READY.
+        mode = "default" if self.device == "cuda" and settings.turbo_cuda_graphs else None
+        self.flow = BucketedFlow(self.model.s3gen.flow, compile_mode=mode, backend="cudagraphs")
+        self.vocoder = BucketedVocoder(self.model.s3gen.mel2wav, compile_mode=mode, backend="cudagraphs")
         where = torch.cuda.get_device_name() if self.device == "cuda" else "cpu"
         logger.info(
             "turbo engine loaded from %s on %s in %.1fs%s",
@@ -215,10 +224,49 @@ class TurboEngine:
             self.t3.use_graphs = False
             self.t3.graphs.clear()
             graphs = 0
+        flow_graphs = self._warm_flow()
         samples = 0
         for chunk in self.synthesize("Warming up.", VoiceSpec("warmup"), {}, lambda: False, seed=0, max_tokens=40):
             samples += len(chunk.pcm)
-        logger.info("turbo warm-up: %d CUDA graphs, %d samples in %.2fs", graphs, samples, time.monotonic() - started)
+        logger.info(
+            "turbo warm-up: %d T3 CUDA graphs, %d flow and vocoder buckets compiled, %d samples in %.2fs",
+            graphs,
+            flow_graphs,
+            samples,
+            time.monotonic() - started,
+        )
+
+    def _warm_flow(self) -> int:
+        """Compile (and capture) the flow and the vocoder for every bucket, reporting the time and device memory
+        each took; either serves eagerly if its compilation fails."""
+        import torch
+
+        from .turbo_flow import BucketedFlow
+        from .turbo_vocoder import BucketedVocoder
+
+        compiled = 0
+        for name, runner in (("flow", self.flow), ("vocoder", self.vocoder)):
+            if not runner.compiled:
+                continue
+            before = torch.cuda.memory_allocated() if self.device == "cuda" else 0
+            try:
+                spent = self.flow.warm(self.flow.voice(self.builtin)) if name == "flow" else self.vocoder.warm()
+            except Exception as err:  # a compiler or driver that cannot: serve eagerly rather than not at all
+                logger.warning("turbo: compiling S3Gen's %s failed (%s); it runs eagerly", name, err)
+                if name == "flow":
+                    self.flow = BucketedFlow(self.model.s3gen.flow)
+                else:
+                    self.vocoder = BucketedVocoder(self.model.s3gen.mel2wav)
+                continue
+            grown = (torch.cuda.memory_allocated() - before) if self.device == "cuda" else 0
+            logger.info(
+                "turbo %s buckets compiled: %s; device memory +%.0f MiB",
+                name,
+                ", ".join(f"{bucket}: {seconds:.1f}s" for bucket, seconds in spent.items()),
+                grown / 2**20,
+            )
+            compiled += len(spent)
+        return compiled
 
     def synthesize(
         self,
@@ -250,7 +298,15 @@ class TurboEngine:
             ids = text_token_ids(self.model.tokenizer, punc_norm(piece))
             # S3Gen's flow stays float32 (no flow_dtype): on an H100 autocast made it slower (its kernels are small,
             # so the casts cost more than the narrower math saves: docs/gpu-figures.md), and its mel moved by 0.8 %.
-            decoder = PieceDecoder(self.model.s3gen, conds.gen, cap, speed)
+            decoder = PieceDecoder(
+                self.model.s3gen,
+                conds.gen,
+                cap,
+                speed,
+                flow=self.flow,
+                voice=self.flow.voice(conds),
+                vocoder=self.vocoder,
+            )
             chunk_no = 0  # chunks of this piece sent so far: the first carries the piece's text
             # Tokens come back from the GPU once per chunk: the first chunk's worth plus the flow's lookahead, then
             # a chunk's worth at a time.

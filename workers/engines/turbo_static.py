@@ -45,16 +45,24 @@ def processed_scores(
 ) -> torch.Tensor:
     """Upstream's logit processors in upstream's order, on fixed shapes: temperature, top-k, top-p, then the
     repetition penalty on every token in ``seen`` (the set of tokens so far, which is what HF's gather/scatter
-    penalty amounts to). ``logits`` (1, V) in any dtype; float32 scores back."""
+    penalty amounts to). ``logits`` (1, V) in any dtype; float32 scores back.
+
+    One selection of the vocabulary, not two sorts: after top-k only the k best can survive, so top-p's ordering is
+    the k values ``torch.topk`` already returns sorted (read in ascending order, as HF's processor sorts; the tokens
+    top-k removed add exact zeros to its cumulative sum). Only without a top-k is the whole vocabulary sorted.
+    """
     scores = logits.float() / temperature
     if 0 < top_k < scores.shape[-1]:
-        kth = torch.topk(scores, top_k, dim=-1).values[..., -1:]
-        scores = scores.masked_fill(scores < kth, -math.inf)
-    sorted_scores, order = torch.sort(scores, descending=False, dim=-1)
-    cumulative = sorted_scores.softmax(dim=-1).cumsum(dim=-1)
+        best, order = torch.topk(scores, top_k, dim=-1)  # descending
+        scores = scores.masked_fill(scores < best[..., -1:], -math.inf)
+        ascending, order = best.flip(-1), order.flip(-1)
+    else:
+        ascending, order = torch.sort(scores, descending=False, dim=-1)
+    cumulative = ascending.softmax(dim=-1).cumsum(dim=-1)
     drop_sorted = cumulative <= (1 - top_p)
     drop_sorted[..., -1:] = False  # the most likely token always stays
-    scores = scores.masked_fill(drop_sorted.scatter(-1, order, drop_sorted), -math.inf)
+    drop = torch.zeros_like(scores, dtype=torch.bool).scatter(-1, order, drop_sorted)
+    scores = scores.masked_fill(drop, -math.inf)
     penalised = torch.where(scores < 0, scores * penalty, scores / penalty)
     return torch.where(seen, penalised, scores)
 

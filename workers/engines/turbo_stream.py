@@ -20,6 +20,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .turbo_flow import BucketedFlow, VoiceFlow
+from .turbo_vocoder import BucketedVocoder
+
 SAMPLE_RATE: Final = 24000
 SAMPLES_PER_FRAME: Final = 480  # S3Gen mels run at 50 Hz, two frames per 25 Hz speech token
 FRAMES_PER_TOKEN: Final = 2
@@ -56,8 +59,15 @@ class PieceDecoder:
         max_tokens: int,
         speed: float = 1.0,
         flow_dtype: torch.dtype | None = None,
+        flow: BucketedFlow | None = None,
+        voice: VoiceFlow | None = None,
+        vocoder: BucketedVocoder | None = None,
     ) -> None:
         self.s3gen = s3gen
+        # The bucketed flow (turbo_flow) when given with the voice's prepared inputs; else upstream's forward.
+        self.flow = flow if voice is not None else None
+        self.voice = voice
+        self.vocoder = vocoder  # turbo_vocoder's bucketed HiFT, or None for upstream's own inference()
         # bfloat16 runs the flow (token encoder and meanflow decoder) under autocast; the vocoder stays in fp32. The
         # engine leaves it None (slower on an H100); scripts/gpu_run.py sets it to measure how far the mel moves.
         self.flow_dtype = flow_dtype
@@ -69,7 +79,10 @@ class PieceDecoder:
         self._tail: np.ndarray | None = None  # the last CROSSFADE samples, held back for the next chunk
         self._source: torch.Tensor | None = None  # HiFT's excitation for the last vocoded span
         # One noise draw for the whole piece, so every re-decode of the prefix starts from the same point.
-        n_frames = FRAMES_PER_TOKEN * (max_tokens + LOOKAHEAD_TOKENS)
+        # The bucketed flow starts every frame from it, the prompt's too (its first frames); upstream's forward
+        # starts only the speech frames from it and draws the prompt's share anew each call.
+        prompt = voice.prompt_len if voice is not None else 0
+        n_frames = FRAMES_PER_TOKEN * (prompt + max_tokens + LOOKAHEAD_TOKENS)
         self._noise = torch.randn(1, 80, n_frames, dtype=s3gen.dtype, device=s3gen.device)
 
     def ready(self, min_new_tokens: int) -> bool:
@@ -96,6 +109,8 @@ class PieceDecoder:
 
     def mels(self, speech: torch.Tensor) -> torch.Tensor:
         """S3Gen's flow on a whole token sequence (1, T) with this piece's noise: mel frames (1, 80, 2T)."""
+        if self.flow is not None and self.voice is not None:
+            return self.flow.mels(self.voice, speech, self._noise).float()
         from chatterbox.models.s3gen.s3gen import S3Token2Mel
 
         autocast: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
@@ -124,7 +139,10 @@ class PieceDecoder:
             context_samples = context * SAMPLES_PER_FRAME
             if self._source is not None and context:
                 cache = self._source[:, :, -context_samples:]
-        wav, source = self.s3gen.mel2wav.inference(speech_feat=span, cache_source=cache)
+        if self.vocoder is not None:
+            wav, source = self.vocoder.inference(span, cache)
+        else:
+            wav, source = self.s3gen.mel2wav.inference(speech_feat=span, cache_source=cache)
         self._source = source
         audio = wav.squeeze(0).float().cpu().numpy()
         if self.samples_out == 0 and self._tail is None:

@@ -1,0 +1,121 @@
+"""The capacity run's accounting (scripts/gpu_capacity.py) on hand-made schedules: no engine, no sockets."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from scripts.gpu_capacity import (
+    Chunk,
+    LevelResult,
+    Turn,
+    capacity,
+    expected_streams,
+    level,
+    play,
+    simulated_sentence_s,
+    summary_lines,
+)
+
+
+def test_chunks_in_time_play_without_a_gap():
+    # 0.5 s chunks arriving every 0.4 s: each lands before the previous one has finished playing.
+    turn = Turn(sent=10.0, chunks=[Chunk(10.12 + 0.4 * i, 0.5) for i in range(5)])
+    played = play(turn)
+    assert played.underruns == 0 and played.starved_s == 0.0
+    assert played.first_audio_s == pytest.approx(0.12)
+
+
+def test_a_late_chunk_is_one_underrun_and_the_playback_restarts_from_it():
+    chunks = [Chunk(1.0, 0.5), Chunk(1.3, 0.5), Chunk(2.2, 0.5), Chunk(2.6, 0.5)]
+    # Playback: 1.0-1.5, 1.5-2.0, then waits for the third (arrives 2.2: 0.2 s of silence), 2.2-2.7, 2.7-3.2.
+    played = play(Turn(sent=0.9, chunks=chunks))
+    assert played.underruns == 1 and played.starved_s == pytest.approx(0.2)
+    # The fourth chunk arrived at 2.6, before the restarted playback reached it (2.7): not an underrun.
+    late_again = play(Turn(sent=0.9, chunks=[*chunks[:3], Chunk(2.75, 0.5)]))
+    assert late_again.underruns == 2 and late_again.starved_s == pytest.approx(0.25)
+
+
+def test_a_chunk_exactly_on_time_is_no_underrun_and_an_empty_turn_never_started():
+    assert play(Turn(0.0, [Chunk(0.1, 0.5), Chunk(0.6, 0.5)])).underruns == 0
+    assert play(Turn(0.0, [])).first_audio_s == float("inf")
+
+
+def test_levels_and_the_capacity_figure():
+    on_time = [Turn(0.0, [Chunk(0.1, 0.5), Chunk(0.5, 0.5)]), Turn(5.0, [Chunk(5.2, 0.5)])]
+    slow_start = [Turn(0.0, [Chunk(0.35, 0.5)])]
+    gap = [Turn(0.0, [Chunk(0.1, 0.5), Chunk(0.9, 0.5)])]
+    one = level([on_time])
+    assert one.passes and one.underruns == (0,) and one.first_audio_p95_s == pytest.approx(0.2)
+    two = level([on_time, on_time])
+    three = level([on_time, on_time, gap])
+    assert three.underruns == (0, 0, 1) and not three.passes
+    four = level([on_time, slow_start, on_time, on_time])
+    assert four.underruns == (0, 0, 0, 0) and four.first_audio_p95_s == pytest.approx(0.35) and not four.passes
+    assert capacity([one, two, three, four]) == 2
+    assert capacity([three, one]) == 1, "levels count in order of N, whatever order they come in"
+    assert capacity([LevelResult(1, (1,), 0.1, 0.1)]) == 0
+    lines = summary_lines({1: one, 3: three})
+    assert "FAIL" in lines[1] and lines[-1].startswith("capacity: 1 realtime voices")
+
+
+def test_what_an_rtf_allows():
+    # 0.1: a 4.5 s sentence holds the worker 450 ms, so a second stream's turn may wait past 300 ms.
+    assert expected_streams(0.1, 0.5, 4.5) == 1
+    assert expected_streams(0.02, 0.5, 4.5) == 4  # 10 ms to a first chunk, 90 ms per other stream's sentence
+    assert expected_streams(0.01, 0.25, 2.0) == 15  # latency allows 15; throughput 100
+    assert expected_streams(0.5, 0.25, 2.0) == 1 and expected_streams(2.0, 0.25, 2.0) == 0
+    assert simulated_sentence_s(0.5) == 5.0  # 12 words at 2.5 a second: 4.8 s, in whole half-second chunks
+    with pytest.raises(ValueError):
+        expected_streams(0.0, 0.5, 4.5)
+
+
+@pytest.mark.timeout(600)
+def test_capacity_run_on_the_simulated_engine_finds_what_its_rtf_allows() -> None:
+    """The live run, reduced (a real front, Redis and worker; agent sockets with auto_mode) on the simulated
+    engine at an RTF of 0.1: it finds the N that RTF allows. About a minute and a half of wall time."""
+    result = subprocess.run(
+        [sys.executable, "scripts/gpu_capacity.py", "--reduced", "--rtf", "0.1", "--levels", "1,2,3"],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=500,
+        check=True,
+    )
+    figure = [line for line in result.stdout.splitlines() if line.startswith("capacity_figure=")]
+    allowed = expected_streams(0.1, 0.5, simulated_sentence_s(0.5))
+    assert figure == [f"capacity_figure={allowed}"], result.stdout
+    assert "N=  1  underruns    0" in result.stdout
+
+
+@pytest.mark.timeout(1500)
+def test_prepared_gpu_run_reduced_end_to_end(tmp_path: Path) -> None:
+    """HEAVY (several minutes on two cores: it builds the tiny checkpoint, whose S3Gen is full size):
+    ``./scripts/gpu-run --reduced`` runs every phase on the CPU, the capacity phase on the simulated engine, and
+    writes its figures."""
+    import json
+    import os
+
+    pytest.importorskip("torch")
+    pytest.importorskip("chatterbox")
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, OUT=str(tmp_path / "out"), WHEELS="", PYTHON=sys.executable)
+    done = subprocess.run(
+        ["./scripts/gpu-run", "--reduced", "--requests", "1", "--work-dir", str(tmp_path / "work")],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1400,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads((tmp_path / "out" / "gpu-figures.json").read_text())
+    assert "errors" not in report and report["meta"]["mode"].startswith("reduced")
+    assert report["streaming"]["float32"]["short"]["requests"] == 1
+    assert report["capacity"]["engine"] == "simulated"
+    assert report["capacity"]["capacity"] == report["capacity"]["allowed"]
+    assert "Realtime agent voices (simulated engine" in (tmp_path / "out" / "gpu-figures.md").read_text()
