@@ -14,6 +14,7 @@ from typing import Any, Final
 from aiohttp import WSMsgType, web
 
 from zsynth.core.audio import OutputFormat
+from zsynth.core.languages import UnsupportedLanguage, check_language_code
 from zsynth.core.ratelimit import TokenBucket
 from zsynth.core.voice_settings import InvalidParameter, check_voice_settings
 from zsynth.kit import jsonbody
@@ -89,6 +90,10 @@ def parse_params(request: web.Request) -> StreamParams:
     bad one."""
     query = parse_query(request, RealtimeQuery, ws_error)
     inactivity = query.inactivity_timeout
+    try:
+        language = check_language_code(request.app[SETTINGS].engine, query.model_id, query.language_code)
+    except UnsupportedLanguage as err:
+        raise WsError("unsupported_language", err.message) from err
     return StreamParams(
         # As asked: the synthesis service resolves it for each job, once the socket is authenticated (an unknown id
         # is spoken by the swap-out voice, a cloned voice this box lacks is fetched first, as on the HTTP routes).
@@ -98,7 +103,7 @@ def parse_params(request: web.Request) -> StreamParams:
         inactivity_s=request.app[SETTINGS].ws_inactivity_timeout_s if inactivity is None else inactivity,
         sync_alignment=query.sync_alignment,
         auto_mode=query.auto_mode,
-        language_code=query.language_code,
+        language_code=language,
         seed=query.seed,
         enable_logging=query.enable_logging,
         normalization=query.apply_text_normalization,
