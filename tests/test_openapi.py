@@ -39,7 +39,8 @@ def test_document_lists_exactly_the_registered_routes(settings):
 
 
 def test_operations_document_their_security_and_media_types():
-    public = {"/healthz", "/readyz", "/openapi.json"}
+    # The pickers are public (Open WebUI asks without a key); a credential only adds the clones.
+    public = {"/healthz", "/readyz", "/openapi.json", "/v1/audio/voices", "/v1/audio/models"}
     for path, item in DOC["paths"].items():
         for method, op in item.items():
             assert op["security"] == ([] if path in public else DOC["security"]), (method, path)
@@ -149,6 +150,9 @@ async def test_real_answers_match_the_document(client):
     assert (await c.call(client, "POST", speech, json={"model": "m", "voice": "alloy", "input": " "}))[0] == 422
     bad_format = {"model": "m", "voice": "alloy", "input": "x", "response_format": "ogg"}
     assert (await c.call(client, "POST", speech, json=bad_format))[0] == 400
+
+    assert (await c.call(client, "GET", "/v1/audio/voices"))[1]["voices"][0]["id"] == "joe"
+    assert (await c.call(client, "GET", "/v1/audio/models"))[1]["models"][0]["id"] == "zsynth_piper"
 
     clip = reference_file("wav")
     assert (await c.call(client, "POST", "/voices", data=clone_form(None, clip)))[0] == 422

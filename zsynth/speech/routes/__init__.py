@@ -14,7 +14,18 @@ from zsynth.kit.endpoints import Endpoints
 from zsynth.services.dictionaries import dictionaries_context
 from zsynth.services.voice_library import voices_context
 from zsynth.speech import ws
-from zsynth.speech.routes import dictionaries, health, models, openai_speech, timestamps, tokens, tts, user, voices
+from zsynth.speech.routes import (
+    dictionaries,
+    health,
+    models,
+    openai_pickers,
+    openai_speech,
+    timestamps,
+    tokens,
+    tts,
+    user,
+    voices,
+)
 
 #: Every route table of the speech API, in registration order.
 TABLES: Final[tuple[Endpoints, ...]] = (
@@ -22,6 +33,7 @@ TABLES: Final[tuple[Endpoints, ...]] = (
     health.routes,
     tts.routes,
     openai_speech.routes,
+    openai_pickers.routes,
     tokens.routes,
     voices.routes,
     models.routes,

@@ -7,6 +7,7 @@ from typing import Any, Final
 from aiohttp import web
 from pydantic import BaseModel
 
+from zsynth.core.languages import engine_languages
 from zsynth.kit.endpoints import Access, Endpoints
 from zsynth.services.keys import SETTINGS
 from zsynth.speech.schemas.apidoc import json_body, optional
@@ -69,7 +70,7 @@ def model_entry(engine: str, max_text_chars: int) -> dict[str, Any]:
         "max_characters_request_free_user": max_text_chars,
         "max_characters_request_subscribed_user": max_text_chars,
         "maximum_text_length_per_request": max_text_chars,
-        "languages": [{"language_id": "en", "name": "English"}],
+        "languages": [{"language_id": code, "name": name} for code, name in engine_languages(engine)],
         "model_rates": {"character_cost_multiplier": 1.0},
         "concurrency_group": group,
     }
