@@ -89,6 +89,9 @@ async def test_real_answers_match_the_document(client):
     # Ephemeral tokens need a keys table: this open box answers 501 in the envelope.
     assert (await c.call(client, "POST", "/v1/tokens/ephemeral", json={"ttl_seconds": 60}))[0] == 501
     assert (await c.call(client, "POST", "/v1/tokens/ephemeral", data=b"[1, 2"))[0] == 400
+    single = "/v1/single-use-token/{token_type}"
+    assert (await c.call(client, "POST", single, token_type="tts_websocket"))[1]["token"].startswith("sutkn_")
+    assert (await c.call(client, "POST", single, token_type="realtime_scribe"))[0] == 400
 
     voices = await c.call(client, "GET", "/v1/voices")
     assert voices[1]["voices"][0]["voice_id"] == "joe"

@@ -100,6 +100,14 @@ def cancel_key(job_id: str) -> str:
     return f"{PREFIX}cancel:{job_id}"
 
 
+SINGLE_USE_TOKEN_PREFIX: Final = PREFIX + "single_use_token:"  # + the token's SHA-256: JSON of its minter, with a TTL
+
+
+def single_use_token_key(token_hash: str) -> str:
+    """A single-use token's record (never the token itself); GETDEL redeems it, so only one front ever accepts it."""
+    return SINGLE_USE_TOKEN_PREFIX + token_hash
+
+
 # Field of job_key set with the first chunk: a job whose audio started is never given to another worker.
 STARTED_FIELD: Final = "first_chunk_at"
 # Field of job_key set (to the RSS in bytes) when the job took its worker past its memory ceiling: such a job is never

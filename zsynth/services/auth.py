@@ -335,6 +335,15 @@ class Authenticator:
             raise _invalid("The key that minted this token is no longer configured on this server.")
         return credential
 
+    async def check_minter(self, credential: Credential) -> None:
+        """AuthError unless the key that minted the token ``credential`` still works here (revoked, or a static key
+        no longer configured: refused); for tokens checked outside :meth:`verify` (single-use tokens)."""
+        if credential.parent_hash is not None:
+            if await self._lookup(credential.parent_hash, None) is None:
+                raise _invalid("The key that minted this token has been revoked.")
+        elif credential.parent is not None and credential.parent not in self._static_ids:
+            raise _invalid("The key that minted this token is no longer configured on this server.")
+
     def _failed(self, client: str | None, err: AuthError) -> AuthError:
         """Count a failed look-up of ``client``: ``err`` while it is within its limit, 429 once it is over."""
         if client is None or self._failures.fail(client):
