@@ -7,8 +7,7 @@ import httpx
 import openai
 import pytest
 
-from .helpers import assert_speech, front_process
-from .test_openai_speech import decode
+from .helpers import assert_speech, decode_audio, front_process
 from .voice_clips import reference_file
 
 KEY = "pickers-static-key"
@@ -76,7 +75,7 @@ def test_every_picked_voice_and_model_speaks_with_the_openai_sdk(front, clone_id
         assert answer.headers["content-type"] == "audio/mpeg"  # MP3 stays the default (Open WebUI caches .mp3)
         assert answer.headers["x-model-id"] == model
         spoken[voice["id"]] = answer.headers["x-voice-id"]
-        samples, rate = decode(answer.content, "mp3")
+        samples, rate = decode_audio(answer.content, "mp3_44100_128")
         assert_speech(samples, rate, TEXT)
     # No picked id fell through to the swap-out voice: each is spoken by itself (an alias by its target).
     assert spoken["alloy"] == "joe" and spoken[clone_id] == clone_id

@@ -155,6 +155,12 @@ async def test_real_answers_match_the_document(client):
     assert (await c.call(client, "POST", speech, json=bad_format))[0] == 400
 
     assert (await c.call(client, "GET", "/v1/audio/voices"))[1]["voices"][0]["id"] == "joe"
+    vapi = {"message": {"type": "voice-request", "text": text, "sampleRate": 16000}}
+    status, pcm = await c.call(client, "POST", "/v1/vapi/tts", json=vapi)
+    assert status == 200
+    assert_speech(*decode_audio(pcm, "pcm_16000"), text)
+    vapi["message"]["sampleRate"] = 12345
+    assert (await c.call(client, "POST", "/v1/vapi/tts", json=vapi))[0] == 400
     assert (await c.call(client, "GET", "/v1/audio/models"))[1]["models"][0]["id"] == "zsynth_piper"
 
     clip = reference_file("wav")

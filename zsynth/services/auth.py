@@ -121,10 +121,11 @@ def clamp_ttl(value: object) -> int:
 
 
 #: The headers a credential is read from, on every server, before ``Authorization: Bearer <secret>``: ``xi-api-key``
-#: (the ElevenLabs SDK's) and ``X-Api-Key`` (the avatar spec's). Where a route allows a credential in the URL (a
-#: browser cannot set headers on a WebSocket) one query parameter is read after them: :data:`QueryParameter`. A
-#: realtime socket's first message may carry one too (:func:`secret_from_message`).
-KEY_HEADERS: Final = ("xi-api-key", "X-Api-Key")
+#: (the ElevenLabs SDK's), ``X-Api-Key`` (the avatar spec's) and ``X-Vapi-Secret`` (Vapi's custom voice sends its
+#: server secret there; header names are compared case-insensitively, as HTTP says). Where a route allows a
+#: credential in the URL (a browser cannot set headers on a WebSocket) one query parameter is read after them:
+#: :data:`QueryParameter`. A realtime socket's first message may carry one too (:func:`secret_from_message`).
+KEY_HEADERS: Final = ("xi-api-key", "X-Api-Key", "X-Vapi-Secret")
 #: Every header a credential may come in: what a server's CORS must let a page send.
 CREDENTIAL_HEADERS: Final = (*KEY_HEADERS, "Authorization")
 

@@ -24,6 +24,7 @@ from zsynth.speech.routes import (
     tokens,
     tts,
     user,
+    vapi,
     voices,
 )
 
@@ -34,6 +35,7 @@ TABLES: Final[tuple[Endpoints, ...]] = (
     tts.routes,
     openai_speech.routes,
     openai_pickers.routes,
+    vapi.routes,
     tokens.routes,
     voices.routes,
     models.routes,
