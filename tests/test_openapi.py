@@ -155,6 +155,16 @@ async def test_real_answers_match_the_document(client):
     assert (await c.call(client, "POST", speech, json=bad_format))[0] == 400
 
     assert (await c.call(client, "GET", "/v1/audio/voices"))[1]["voices"][0]["id"] == "joe"
+    turns = {"inputs": [{"text": text, "voice_id": "joe"}, {"text": "And a reply.", "voice_id": "joe"}]}
+    status, pcm = await c.call(client, "POST", "/v1/text-to-dialogue", query="?output_format=pcm_16000", json=turns)
+    assert status == 200
+    assert_speech(*decode_audio(pcm, "pcm_16000"), text + " And a reply.")
+    assert (await c.call(client, "POST", "/v1/text-to-dialogue/stream", json=turns))[0] == 200
+    status, timed = await c.call(client, "POST", "/v1/text-to-dialogue/with-timestamps", json=turns)
+    assert status == 200 and len(timed["voice_segments"]) == 2
+    status, lines = await c.call(client, "POST", "/v1/text-to-dialogue/stream/with-timestamps", json=turns)
+    assert status == 200 and lines
+    assert (await c.call(client, "POST", "/v1/text-to-dialogue", json={"inputs": []}))[0] == 422
     vapi = {"message": {"type": "voice-request", "text": text, "sampleRate": 16000}}
     status, pcm = await c.call(client, "POST", "/v1/vapi/tts", json=vapi)
     assert status == 200

@@ -15,6 +15,7 @@ from zsynth.services.dictionaries import dictionaries_context
 from zsynth.services.voice_library import voices_context
 from zsynth.speech import ws
 from zsynth.speech.routes import (
+    dialogue,
     dictionaries,
     health,
     models,
@@ -36,6 +37,7 @@ TABLES: Final[tuple[Endpoints, ...]] = (
     openai_speech.routes,
     openai_pickers.routes,
     vapi.routes,
+    dialogue.routes,
     tokens.routes,
     voices.routes,
     models.routes,
