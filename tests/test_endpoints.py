@@ -61,6 +61,8 @@ def test_the_realtime_sockets_authenticate_in_band(app):
     assert set(sockets) == {
         "/v1/text-to-speech/{voice_id}/stream-input",
         "/v1/text-to-speech/{voice_id}/multi-stream-input",
+        "/v1/text-to-dialogue/stream-input",
+        "/v1/text-to-dialogue/multi-stream-input",
     }
     assert all(e.access is Access.IN_BAND for e in sockets.values())
 

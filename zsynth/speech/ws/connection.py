@@ -100,7 +100,7 @@ def parse_params(request: web.Request) -> StreamParams:
     return StreamParams(
         # As asked: the synthesis service resolves it for each job, once the socket is authenticated (an unknown id
         # is spoken by the swap-out voice, a cloned voice this box lacks is fetched first, as on the HTTP routes).
-        voice_id=request.match_info["voice_id"],
+        voice_id=request.match_info.get("voice_id", ""),  # the dialogue sockets name their voices in messages
         fmt=query.output_format,
         model_id=query.model_id,
         inactivity_s=request.app[SETTINGS].ws_inactivity_timeout_s if inactivity is None else inactivity,
