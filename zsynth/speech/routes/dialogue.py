@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Final
 
@@ -243,7 +244,7 @@ class Dialogue:
             return await asyncio.to_thread(self.encoder.encode, samples)
         return self.encoder.encode(samples)
 
-    async def pieces(self, first: Speech) -> AsyncIterator[Piece]:
+    async def pieces(self, first: Speech) -> AsyncGenerator[Piece, None]:
         """Every input's audio in order, encoded, with its characters; ``first`` is input 0's speech, already
         queued. SynthesisFailed when a later input fails."""
         speech: Speech | None = first
@@ -396,8 +397,8 @@ async def convert_with_timestamps(request: web.Request, body: DialogueRequest, q
 
 async def _stream(request: web.Request, body: DialogueRequest, query: StreamQuery, *, timed: bool) -> Any:
     dialogue, first = await _start(request, body, query, alignment=timed)
-    async with first:
-        pieces = dialogue.pieces(first)
+    # aclosing: a client gone mid-stream closes the input being spoken now (its job is cancelled), not at collection.
+    async with first, contextlib.aclosing(dialogue.pieces(first)) as pieces:
         head = await _first(pieces)
         headers = audio_headers(request, dialogue.tts(0), first.job)
         if timed:
