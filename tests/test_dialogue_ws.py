@@ -158,3 +158,16 @@ async def test_a_single_use_token_opens_a_dialogue_socket(front):
     async with websockets.connect(url(front, single_use_token=token)) as ws:
         frames = await speak_turn(ws, "t", "joe", ["Opened with a token. "])
         assert audio_of(frames, "t")
+
+
+@pytest.mark.parametrize("voices", [[], [f"v{n}" for n in range(11)], "joe", [42], ["x" * 500]])
+async def test_bad_voice_lists_end_the_socket(front, voices):
+    frames: list[dict[str, Any]] = []
+    async with websockets.connect(url(front), additional_headers={"xi-api-key": KEY}) as ws:
+        await ws.send(json.dumps({"context_id": "c", "voices": voices}))
+        with pytest.raises(websockets.ConnectionClosedError):
+            async with asyncio.timeout(10):
+                async for raw in ws:
+                    frames.append(json.loads(raw))
+        assert ws.close_code == 1008
+    assert frames[0]["error"] == "invalid_message"
