@@ -15,9 +15,11 @@ import pytest
 from zsynth.avatar.app import create_avatar_app
 from zsynth.avatar.sessions import AVATAR_SESSIONS
 from zsynth.services.auth import Authenticator, AuthError
+from zsynth.speech.app import create_app
 
 from .avatar_peer import Viewer
-from .helpers import FakeClock, make_settings
+from .helpers import FakeClock, assert_speech, decode_audio, make_settings
+from .ws_helpers import collect
 
 KEY = "avatar-full-key"
 
@@ -59,7 +61,7 @@ async def test_create_token_takes_a_full_key_in_either_header(server) -> None:
     resp = await server.post("/v1/streaming.create_token", headers={"X-Api-Key": KEY})
     assert resp.status == 200
     data = (await resp.json())["data"]
-    assert data["token"].startswith("zsk_temp_") and data["scope"] == "tts"
+    assert data["token"].startswith("zsk_temp_") and data["scope"] == "avatar"
     assert abs(data["expires_at"] - (time.time() + 300)) < 5
     resp = await server.post(
         "/v1/streaming.create_token", json={"ttl_seconds": 5}, headers={"Authorization": f"Bearer {KEY}"}
@@ -133,6 +135,48 @@ async def test_session_token_drives_a_stream_but_not_management(server, tokens) 
     while session_id in server.app[AVATAR_SESSIONS].sessions:  # closing the control socket ends the session
         assert time.monotonic() < deadline, "the session outlived its control socket"
         await asyncio.sleep(0.05)
+
+
+async def test_session_tokens_and_speech_tokens_each_work_on_their_own_server_only(
+    aiohttp_client, server, table_settings, shared_workers
+) -> None:
+    """F7: both servers minted the scope ``tts`` into one table, so a page holding only an avatar session token got
+    200 on the speech API's text-to-speech, and a speech token passed auth on the avatar's /connect."""
+    speech = await aiohttp_client(create_app(table_settings))
+    session_token = (await mint(server))["token"]
+    resp = await speech.post(
+        "/v1/text-to-speech/joe", json={"text": "A page with an avatar token."}, headers={"xi-api-key": session_token}
+    )
+    assert resp.status == 401, resp.status
+    assert (await resp.json())["detail"]["status"] == "insufficient_scope"
+    ws = await speech.ws_connect(f"/v1/text-to-speech/joe/stream-input?authorization=Bearer%20{session_token}")
+    await ws.send_json({"text": " "})
+    got = await collect(ws, timeout=10)
+    assert [frame["error"] for frame in got.errors] == ["insufficient_scope"] and got.close_code == 1008
+
+    resp = await speech.post("/v1/tokens/ephemeral", json={}, headers={"xi-api-key": KEY})
+    speech_token = (await resp.json())["token"]
+    await assert_auth_error(
+        await server.post(f"/connect?session_token={speech_token}", json=await Viewer().offer()), "insufficient_scope"
+    )
+    await assert_auth_error(await server.get(f"/control/abc?session_token={speech_token}"), "insufficient_scope")
+
+    # Each works where it was minted for.
+    resp = await speech.post(
+        "/v1/text-to-speech/joe?output_format=pcm_16000",
+        json={"text": "A speech token speaks here."},
+        headers={"xi-api-key": speech_token},
+    )
+    assert resp.status == 200
+    samples, rate = decode_audio(await resp.read(), "pcm_16000")
+    assert_speech(samples, rate, "A speech token speaks here.")
+    viewer = Viewer()
+    resp = await server.post(f"/connect?session_token={session_token}", json=await viewer.offer())
+    assert resp.status == 200, await resp.text()
+    assert (
+        await server.delete(f"/v1/sessions/{(await resp.json())['session_id']}", headers={"X-Api-Key": KEY})
+    ).status == 200
+    await viewer.close()
 
 
 async def test_connect_and_control_refuse_bad_credentials(server, tokens) -> None:

@@ -33,6 +33,8 @@ WIRE = {
     "queue_full",
     "redis_unavailable",
     "redis_failover",
+    "client_too_slow",
+    "audio_too_long",
     "timeout",
     "lost_events",
     "shutting_down",
@@ -52,6 +54,8 @@ EXPECTED: dict[ErrorCode, tuple[str, int, str, str, int | None]] = {
     ErrorCode.DEADLINE_EXCEEDED: UNAVAILABLE,
     ErrorCode.REDIS_UNAVAILABLE: UNAVAILABLE,
     ErrorCode.REDIS_FAILOVER: UNAVAILABLE,
+    ErrorCode.CLIENT_TOO_SLOW: UNAVAILABLE,
+    ErrorCode.AUDIO_TOO_LONG: ("invalid", 400, "audio_too_long", "audio_too_long", None),
     ErrorCode.INPUT_TOO_COMPLEX: ("invalid", 400, "input_too_complex", "input_too_complex", None),
     ErrorCode.VOICE_NOT_FOUND: ("voice_not_found", 404, "voice_not_found", "voice_not_found", None),
     ErrorCode.VOICE_STORAGE_UNAVAILABLE: (

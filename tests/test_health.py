@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ipaddress
+
 from zsynth.services.keys import SETTINGS
 from zsynth.speech.app import create_app
 
@@ -22,6 +24,26 @@ async def test_readyz_with_workers(client):
     # A plain URL: the master is that URL's address (shown to this loopback caller), and no failover was seen.
     port = client.app[SETTINGS].redis_url.rsplit(":", 1)[1].split("/")[0]
     assert (body["redis_mode"], body["redis_master"], body["redis_promotions"]) == ("direct", f"127.0.0.1:{port}", 0)
+
+
+async def test_readyz_names_the_redis_master_to_callers_on_the_box_only(aiohttp_client, redis_url, data_dir):
+    """Issue 36 F9: behind nginx on the same box, every client's request came from loopback, so /readyz showed
+    anyone the Redis master. The caller is now the client a trusted proxy names, as for every per-address limit."""
+    proxied = make_settings(redis_url, data_dir, trusted_proxies=(ipaddress.ip_network("127.0.0.1/32"),))
+    client = await aiohttp_client(create_app(proxied))
+
+    async def shown(app_client, **headers: str) -> bool:
+        return "redis_master" in await (await app_client.get("/readyz", headers=headers)).json()
+
+    assert not await shown(client, **{"X-Forwarded-For": "203.0.113.9"})  # a remote client of the proxy
+    assert not await shown(client, **{"X-Forwarded-For": "127.0.0.1, 203.0.113.9"})  # one that wrote its own
+    assert await shown(client, **{"X-Forwarded-For": "127.0.0.1"})  # a probe on the box, through the proxy
+    assert await shown(client)  # a probe on the box, straight to the front
+    # No trusted proxy: a request some proxy relayed (it says so) is nobody's on the box, whatever its peer.
+    plain = await aiohttp_client(create_app(make_settings(redis_url, data_dir)))
+    assert not await shown(plain, **{"X-Forwarded-For": "203.0.113.9"})
+    assert not await shown(plain, Forwarded="for=203.0.113.9")
+    assert await shown(plain)
 
 
 async def test_readyz_without_workers(aiohttp_client, private_redis_url, tmp_path):

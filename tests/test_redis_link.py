@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from zsynth.core.config import Settings, SettingsError
 from zsynth.core.redis_link import DEFAULT_SENTINEL_PORT, check_url, is_sentinel_url, parse_sentinel_url
 
 
@@ -121,3 +126,43 @@ def test_check_url_raises_nothing_but_value_error(url: str):
         assert check_url(url) == url
     except ValueError:
         pass
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis:/app:s3cret@10.0.0.5:6379/0",  # a slash short of a scheme
+        "redis//app:s3cret@10.0.0.5:6379/0",
+        "http://app:s3/cr:et@10.0.0.5:6379/0",  # a password with raw "/" and ":" in it
+        "redis+sentinel://app:s3cret@h:1/svc?password=x",  # an option the Sentinel URL does not take
+        "redis+sentinel://h:1/svc/zero?sentinel_password=s3cret",
+    ],
+)
+def test_a_mistyped_url_is_refused_without_its_password(url: str):
+    """Issue 36 F10: the settings' error, which goes to the journal, quoted the whole URL, password included."""
+    with pytest.raises(SettingsError) as refused:
+        Settings.from_env({"ZSYNTH_REDIS_URL": url})
+    message = str(refused.value)
+    assert message.startswith("ZSYNTH_REDIS_URL=") and "***" in message
+    assert "s3cret" not in message and "s3/cr:et" not in message and "cr:et" not in message
+    assert refused.value.__cause__ is None and refused.value.__suppress_context__  # no traceback quotes it either
+    # What the command prints when it refuses to start (systemd puts it in the journal).
+    done = subprocess.run(
+        [sys.executable, "-m", "zsynth", "worker"],
+        env={**os.environ, "ZSYNTH_REDIS_URL": url},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "ZSYNTH_REDIS_URL=" in done.stderr
+    assert "s3cret" not in done.stderr + done.stdout and "cr:et" not in done.stderr
+
+
+def test_redaction_keeps_what_a_url_says_but_its_secrets():
+    from zsynth.core.config import redacted  # here: the test above runs (and fails) on code that predates it
+
+    assert redacted("redis://app:pw@h:6379/0") == "redis://app:***@h:6379/0"
+    assert redacted("rediss+sentinel://:pw@a,b/svc?sentinel_password=x&sentinel_username=w") == (
+        "rediss+sentinel://:***@a,b/svc?sentinel_password=***&sentinel_username=w"
+    )
+    assert redacted("redis://h:6379/0") == "redis://h:6379/0" and redacted("unix:///run/r.sock") == "unix:///run/r.sock"

@@ -21,10 +21,11 @@ from redis.asyncio import Redis
 
 from zsynth.avatar.speech import SpeechTask
 from zsynth.core.config import Settings
+from zsynth.core.engines import PIPER
 from zsynth.core.text import normalize as normalize_module
 from zsynth.core.text.normalize import MAX_NUMBER_DIGITS, cardinal, normalize_text
 from zsynth.core.text.prepare import TextOptions, prepare
-from zsynth.core.text.sentences import ENGINE_WORD_CHARS, bound_words, split_sentences, word_bound, word_cuts
+from zsynth.core.text.sentences import bound_words, split_sentences, word_bound, word_cuts
 from zsynth.core.text.spoken import AlignmentMapper, Spoken
 from zsynth.services.dispatch import Dispatcher
 from zsynth.services.synthesis import SynthesisRequest, SynthesisService
@@ -85,7 +86,7 @@ def _longest_word(text: str) -> int:
 
 
 def test_each_engine_has_a_bound_and_the_setting_overrides_it() -> None:
-    assert word_bound("piper") == ENGINE_WORD_CHARS["piper"] == 100
+    assert word_bound("piper") == PIPER.word_chars == 100
     assert word_bound("turbo") == 300
     assert word_bound("piper", 40) == 40
     assert Settings.from_env({"ZSYNTH_MAX_WORD_CHARS": "150"}).max_word_chars == 150
@@ -303,7 +304,8 @@ async def test_a_two_thousand_character_word_streams_speech_at_once(client) -> N
 
 async def test_ten_thousand_digits_with_normalization_never_get_a_500_nor_stall_the_front(client) -> None:
     """Before: the number patterns rescanned the run from every digit (seconds of a blocked loop), then num2words
-    raised on 10,000 digits and the answer was 500."""
+    raised on 10,000 digits and the answer was 500; later, a 200 whose job read an hour of digits. Now the text is
+    prepared without stalling the loop and refused as too much audio (400); a thousand digits are spoken."""
     gaps: list[float] = []
 
     async def ticker() -> None:
@@ -321,14 +323,19 @@ async def test_ten_thousand_digits_with_normalization_never_get_a_500_nor_stall_
             "/v1/text-to-speech/joe/stream?output_format=pcm_22050",
             json={"text": "9" * 10_000, "apply_text_normalization": "on"},
         )
+        assert resp.status == 400, await resp.text()
+        assert (await resp.json())["detail"]["code"] == "audio_limit_exceeded"
+        resp = await client.post(
+            "/v1/text-to-speech/joe/stream?output_format=pcm_22050",
+            json={"text": "9" * 1_000, "apply_text_normalization": "on"},
+        )
         try:
-            assert 200 <= resp.status < 500, await resp.text()
-            audio = await _first_audio(resp, 22050 * 2, timeout=30) if resp.status == 200 else b""
+            assert resp.status == 200, await resp.text()
+            audio = await _first_audio(resp, 22050 * 2, timeout=30)
         finally:
             resp.close()
     finally:
         ticking.cancel()
-    assert resp.status == 200
     samples, rate = decode_audio(audio, "pcm_22050")
     _assert_sound(samples, rate, 1.0)  # "nine nine nine ..."
     assert max(gaps) - 0.005 < STALL_LIMIT_S, f"the event loop stalled for {max(gaps):.3f} s"

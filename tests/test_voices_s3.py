@@ -14,7 +14,7 @@ from zsynth.core.voices import is_clone_id
 from zsynth.services.keys import VOICE_LIBRARY
 from zsynth.speech.app import create_app
 
-from .helpers import make_settings, status_and_code
+from .helpers import free_port, make_settings, moto_env, status_and_code
 from .s3_helpers import PREFIX, bucket_keys, create_bucket, start_front
 from .voice_clips import reference_file
 from .ws_helpers import collect
@@ -156,3 +156,42 @@ async def test_an_unauthenticated_socket_never_makes_the_front_fetch_a_voice(
     got = await collect(ws, timeout=20)
     assert [(e["error"], e["code"]) for e in got.errors] == [("voice_not_found", 1008)], got.frames
     assert missing in library.missing
+
+
+async def test_a_bucket_that_is_down_is_named_in_the_log_never_in_an_answer(
+    aiohttp_client, private_redis_url, tmp_path, monkeypatch, caplog
+):
+    """Issue 36 F8: with S3 down, the 503 bodies showed the internal endpoint, the bucket and object keys (the
+    storage's own error text). Now the answers say what failed and the log says where."""
+    endpoint = f"http://127.0.0.1:{free_port()}"  # nobody listens: S3 is down
+    for name, value in moto_env(endpoint).items():
+        monkeypatch.setenv(name, value)
+    bucket = f"internal-bucket-{uuid.uuid4().hex[:8]}"
+    settings = make_settings(
+        private_redis_url,
+        tmp_path,
+        voices_bucket=bucket,
+        voices_prefix="internal-voices/",
+        dictionaries_prefix="internal-dictionaries/",
+        voices_start_wait_s=1.0,
+    )
+    front = await aiohttp_client(create_app(settings))
+    form = aiohttp.FormData()
+    form.add_field("name", "nowhere to keep it")
+    form.add_field("files", reference_file("flac"), filename="ref.flac", content_type="audio/flac")
+    rules = [{"type": "alias", "string_to_replace": "zsynth", "alias": "zee synth"}]
+    answers = [
+        await front.post("/v1/voices/add", data=form),
+        await front.post("/v1/text-to-speech/custom-abcdefgh12345678", json={"text": "A voice this box lacks."}),
+        await front.post("/v1/pronunciation-dictionaries/add-from-rules", json={"name": "lexicon", "rules": rules}),
+    ]
+    codes = []
+    for resp in answers:
+        body = await resp.text()
+        assert resp.status == 503, body
+        codes.append((await resp.json())["detail"]["status"])
+        for internal in (endpoint.split("//")[1], bucket, "internal-voices", "internal-dictionaries", "endpoint"):
+            assert internal not in body, f"{internal!r} in the answer {body}"
+    assert codes == ["voice_storage_unavailable", "voice_storage_unavailable", "dictionary_storage_unavailable"]
+    logged = "\n".join(record.getMessage() for record in caplog.records)
+    assert endpoint.split("//")[1] in logged and bucket in logged  # the operator still learns where

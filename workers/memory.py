@@ -27,15 +27,11 @@ from redis.typing import EncodableT
 
 from zsynth.core import protocol
 from zsynth.core.config import Settings
+from zsynth.core.engines import profile
 from zsynth.core.protocol import ErrorCode
 
 logger = logging.getLogger(__name__)
 
-GIB: Final = 1024**3
-# The ceiling when ZSYNTH_WORKER_MAX_RSS is 0. Piper: about 0.3 GB idle and at most a few hundred MB more while it
-# speaks (its calls are bounded). Turbo: torch, the CUDA runtime and a host copy of the weights, several GB, which
-# its calls do not grow (the model's memory is on the GPU).
-ENGINE_CEILINGS: Final = {"piper": 2 * GIB, "turbo": 12 * GIB, "simulated": 1 * GIB}
 POLL_S: Final = 0.05  # how often a running job's RSS is read: a bounded call grows it by a few hundred MB at most
 GRACE_S: Final = 10.0  # how long a job over the ceiling has to stop before the worker restarts
 HARD_FACTOR: Final = 1.5  # RSS past this multiple of the ceiling: restart at once, without waiting for the grace
@@ -57,8 +53,8 @@ def rss_bytes() -> int | None:
 
 
 def ceiling_for(engine: str, configured: int) -> int:
-    """The RSS ceiling in bytes: the configured one, else the engine's default."""
-    return configured or ENGINE_CEILINGS.get(engine, 2 * GIB)
+    """The RSS ceiling in bytes: the configured one, else the engine's profile's."""
+    return configured or profile(engine).memory_ceiling
 
 
 class MemoryWatch:

@@ -14,11 +14,10 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from zsynth.core.aws import client_config
 from zsynth.core.config import Settings
 from zsynth.core.protocol import ErrorCode
 from zsynth.core.voices import StoredVoice, VoiceStore, is_clone_id
-from zsynth.core.voices.bucket import VoiceBucket, VoiceRefused
+from zsynth.core.voices.bucket import VoiceRefused
 from zsynth.core.voices.clips import ADVICE, ClipError, clip_header
 from zsynth.core.voices.library import StorageUnavailable, VoiceLibrary
 
@@ -41,28 +40,7 @@ class WorkerVoices:
     def __init__(self, settings: Settings, engine: Engine) -> None:
         self.settings = settings
         self.store = VoiceStore(settings.voices_dir)
-        bucket = (
-            VoiceBucket(
-                settings.voices_bucket,
-                settings.voices_prefix,
-                client_config(settings),
-                clip_max_bytes=settings.voice_clip_max_bytes,
-            )
-            if settings.voices_bucket
-            else None
-        )
-        self.library = VoiceLibrary(
-            self.store,
-            settings.redis_url,
-            bucket,
-            role="worker",
-            fetch_wait_s=settings.voices_fetch_wait_s,
-            resync_s=settings.voices_resync_s,
-            on_change=engine.forget_voice,
-            start_wait_s=settings.voices_start_wait_s,
-            missing_ttl_s=settings.voices_missing_ttl_s,
-            missing_max=settings.voices_missing_max,
-        )
+        self.library = VoiceLibrary.from_settings(settings, self.store, role="worker", on_change=engine.forget_voice)
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def start(self) -> None:
@@ -112,9 +90,11 @@ class WorkerVoices:
             ) from err
         except (StorageUnavailable, TimeoutError) as err:
             future.cancel()
+            # The storage's own words name its endpoint, bucket and object keys: the log gets them, the caller not.
+            logger.warning("voice %s: the voice library's storage did not answer: %s", voice_id, err)
             raise VoiceUnavailable(
                 ErrorCode.VOICE_STORAGE_UNAVAILABLE,
-                f"The voice {voice_id} is not on this box and the voice library's storage did not answer ({err}); "
+                f"The voice {voice_id} is not on this box and the voice library's storage did not answer; "
                 "no other voice was used. Try again shortly.",
             ) from err
         stored = self.store.get(voice_id) if found else None

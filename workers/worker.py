@@ -45,6 +45,7 @@ from zsynth.core.protocol import ErrorCode
 from zsynth.core.supervise import Supervisor
 
 from .engines import Engine, VoiceSpec
+from .flow import CreditGate
 from .memory import MEMORY_EXIT_CODE, TOO_COMPLEX_MESSAGE, JobGuard, rss_bytes
 from .synthesis import YIELDING_CODECS, ChunkMeta, text_pieces
 from .voice_sync import VoiceUnavailable, WorkerVoices
@@ -82,6 +83,8 @@ class _Progress:
     # Set when the job yielded its slot: the JSON of the job claimed in its place (already in our in-flight list).
     handed_to: bytes | None = None
     yielded: bool = False
+    gate: CreditGate | None = None  # the job's flow-control credit (workers/flow.py)
+    too_long: bool = False  # stopped at the hard bound on audio per job
 
 
 class Worker:
@@ -364,6 +367,7 @@ class Worker:
         started = time.time()
         log.info("claimed (%d chars, part %d, voice %s, %s)", len(job.text), job.part, job.voice_id, job.output_format)
         progress = _Progress(seq=job.seq, samples=job.sample_offset)
+        progress.gate = CreditGate(self.chunk_redis, job, self.settings.flow_wait_s, self._abort)
         self._progress = progress
         self.memory.begin(job, raw, lambda: progress.seq)
         try:
@@ -452,10 +456,28 @@ class Worker:
                 return protocol.error_event(progress.seq, ErrorCode.INPUT_TOO_COMPLEX, TOO_COMPLEX_MESSAGE)
             log.error("synthesis failed: %r", err)
             return protocol.error_event(progress.seq, ErrorCode.SYNTHESIS_FAILED, f"Synthesis failed: {err}")
+        return self._ending(job, progress, log)
+
+    def _ending(
+        self, job: protocol.Job, progress: _Progress, log: logging.LoggerAdapter[logging.Logger]
+    ) -> protocol.Event | None:
+        """The terminal event of a job whose engine run returned (None: it yielded its slot)."""
         if self.memory.over:
             return protocol.error_event(progress.seq, ErrorCode.INPUT_TOO_COMPLEX, TOO_COMPLEX_MESSAGE)
         if progress.yielded:
             return None
+        if progress.gate is not None and progress.gate.stalled:
+            log.warning("stopped: %s", progress.gate.stalled)
+            return protocol.error_event(
+                progress.seq, ErrorCode.CLIENT_TOO_SLOW, f"The job was stopped: {progress.gate.stalled}."
+            )
+        if progress.too_long:
+            log.warning("stopped at the hard bound of %g s of audio per job", self._hard_audio_s)
+            return protocol.error_event(
+                progress.seq,
+                ErrorCode.AUDIO_TOO_LONG,
+                f"The audio passed the bound of {self._hard_audio_s:g} s per request; split the text.",
+            )
         if self._abort.is_set():
             if self._force:
                 return protocol.error_event(
@@ -495,8 +517,12 @@ class Worker:
                     # The part's first chunk says how long it waited for the slot (the front's slot-wait figure).
                     meta.update(part=job.part, waited_s=waited_s)
                     waited_s = None
-                self._publish_chunk(job, progress, audio, meta)
+                if not self._publish_chunk(job, progress, audio, meta):
+                    return
                 offset += len(chunk.pcm)
+                if offset > self._hard_audio_s * self.engine.sample_rate:
+                    progress.too_long = True
+                    return
                 if self._abort.is_set():
                     return
             rest = pieces[index + 1 :]
@@ -508,8 +534,13 @@ class Worker:
                 and self._should_yield(keys=[protocol.QUEUE])
             ):
                 self._finish_encoding(job, progress, encoder, metas)
+                gate = progress.gate
+                assert gate is not None
                 remainder = dataclasses.replace(
                     job,
+                    sent_bytes=gate.sent,
+                    consumed_bytes=gate.consumed,
+                    granted_bytes=gate.granted,
                     text=" ".join(rest),
                     part=job.part + 1,
                     seq=progress.seq,
@@ -531,8 +562,19 @@ class Worker:
         if tail_meta is not None:
             self._publish_chunk(job, progress, tail, tail_meta)
 
-    def _publish_chunk(self, job: protocol.Job, progress: _Progress, audio: bytes, meta: dict[str, Any]) -> None:
-        """In the engine thread: publish one chunk event (the first one also marks the job as started)."""
+    @property
+    def _hard_audio_s(self) -> float:
+        """The most audio one job may make: twice the front's estimate bound (ZSYNTH_MAX_AUDIO), which reads fast."""
+        return 2 * self.settings.max_audio_s
+
+    def _publish_chunk(self, job: protocol.Job, progress: _Progress, audio: bytes, meta: dict[str, Any]) -> bool:
+        """In the engine thread: publish one chunk event within the job's credit (the first one also marks the job
+        as started); False when the job must stop instead (cancelled, or its front takes nothing)."""
+        gate = progress.gate
+        if gate is not None:
+            if not gate.admit(len(audio)):
+                return False
+            gate.sent_chunk(len(audio))
         event = protocol.Event("chunk", progress.seq, meta, audio, job_id=job.job_id)
         if progress.seq == 0:
             # Mark the job as started in the same round trip, and before its first audio goes out: a reaper never
@@ -547,6 +589,7 @@ class Worker:
             self.chunk_redis.publish(job.reply_to, event.encode())
         progress.seq += 1
         progress.samples += int(meta.get("samples", 0))
+        return True
 
     # ----- the memory ceiling ----------------------------------------------------------------------------------
 

@@ -38,6 +38,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from zsynth.core.config import Settings
 from zsynth.core.text import marks
 from zsynth.core.text.sentences import SENTENCE_MAX_CHARS, split_sentences
 from zsynth.core.voices.clips import STORE_RATE, ClipError, decode_clip_file
@@ -340,3 +341,11 @@ def _piper_input(sentence: str) -> str:
         else:
             parts.append(piece.text)
     return "".join(parts)
+
+
+def load(settings: Settings) -> PiperEngine:
+    """The engine of this profile (``zsynth.core.engines.PIPER``), with the box's core share when it uses threads."""
+    threads = settings.engine_thread_count
+    # The box's workers share one directory of busy marks (the data directory is per box).
+    share = CoreShare(settings.data_dir / "cores", settings.worker_id) if threads > 1 else None
+    return PiperEngine(threads=threads, share=share)

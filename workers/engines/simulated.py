@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from zsynth.core.config import Settings
+
 from .base import EngineChunk, VoiceSpec
 
 SAMPLE_RATE = 24000
@@ -65,3 +67,13 @@ class SimulatedEngine:
             time.sleep(self.chunk_hold_s)
             share = words[index * len(words) // chunks : (index + 1) * len(words) // chunks]
             yield EngineChunk(pcm=self._chunk, text=" ".join(share))
+
+
+def load(settings: Settings) -> SimulatedEngine:
+    """The engine of this profile (``zsynth.core.engines.SIMULATED``), only with its explicit second switch."""
+    if not settings.load_test_only:
+        raise ValueError(
+            "ZSYNTH_ENGINE=simulated is the load-test stand-in and makes no speech; "
+            "set ZSYNTH_LOAD_TEST_ONLY=1 as well if that is really what you want"
+        )
+    return SimulatedEngine(settings.sim_chunk_hold_s, settings.sim_chunk_audio_s)

@@ -327,3 +327,8 @@ class _Timer:
         taken = {"t3_s": self.t3_s, "t3_tokens": float(self.t3_tokens), "decode_s": self.decode_s}
         self.t3_s, self.t3_tokens, self.decode_s = 0.0, 0, 0.0
         return taken
+
+
+def load(settings: Settings) -> TurboEngine:
+    """The engine of this profile (``zsynth.core.engines.TURBO``)."""
+    return TurboEngine(settings)

@@ -1,6 +1,7 @@
 """Who may call which avatar route: each route declares it (:class:`zsynth.kit.endpoints.Access`), the kit's access
 middleware (:mod:`zsynth.kit.gate`) enforces it with this server's words (:data:`GATE`). Full keys pass everywhere,
-session tokens only on the routes declared ``Access.TOKEN`` (the stream routes, the control socket included).
+session tokens (scope ``avatar``) only on the routes declared ``Access.TOKEN`` (the stream routes, the control socket
+included); the speech API's tokens (scope ``tts``) on none.
 
 Full keys come in a header (``X-Api-Key`` or ``Authorization: Bearer``). Browsers cannot set headers on a
 WebSocket, so a session token may also come as the ``session_token`` query parameter; a full key never does,
@@ -18,7 +19,14 @@ from zsynth.avatar.session import AvatarSession
 from zsynth.kit.access import refuses_open_write
 from zsynth.kit.errors import Handler
 from zsynth.kit.gate import Gate, access_middleware
-from zsynth.services.auth import AUTHENTICATOR, AuthError, Credential, read_credential, watch_credential
+from zsynth.services.auth import (
+    AUTHENTICATOR,
+    AVATAR_SCOPE,
+    AuthError,
+    Credential,
+    read_credential,
+    watch_credential,
+)
 
 
 def auth_error(err: AuthError) -> AvatarError:
@@ -44,6 +52,9 @@ def watch_session(request: web.Request, credential: Credential, session: AvatarS
 GATE: Final = Gate(
     query="session_token",
     insufficient_scope="A session token cannot call this route; use a full API key.",
+    token_scope=AVATAR_SCOPE,
+    foreign_token="This token is not an avatar session token (a speech API token?): mint one with "
+    "POST /v1/streaming.create_token.",
     full_key_in_query="Query parameter 'session_token' takes a session token; send full keys in a header.",
     missing_key="No API key was sent: use 'X-Api-Key: <key>' or 'Authorization: Bearer <key>'.",
 )

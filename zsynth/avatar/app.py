@@ -24,10 +24,11 @@ from zsynth.kit.openapi import document_bytes
 from zsynth.kit.operations import OPENAPI_DOCUMENT
 from zsynth.kit.server import run_server
 from zsynth.services.auth import AUTHENTICATOR, CREDENTIAL_HEADERS, Authenticator
-from zsynth.services.dispatch import DISPATCHER
 from zsynth.services.keys import SETTINGS
 from zsynth.services.metrics import METRICS, Metrics
 from zsynth.services.queue import dispatcher, redis_client
+from zsynth.services.synthesis import SYNTHESIS, synthesis_context
+from zsynth.services.voice_library import follower_voices_context
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ ALLOW_HEADERS: Final = (*CREDENTIAL_HEADERS, "Content-Type")
 
 async def sessions(app: web.Application) -> AsyncIterator[None]:
     """The live-session registry; every session is closed before Redis and the dispatcher go."""
-    registry = SessionRegistry(app[SETTINGS], app[DISPATCHER])
+    registry = SessionRegistry(app[SETTINGS], app[SYNTHESIS])
     app[AVATAR_SESSIONS] = registry
     app[METRICS].avatar_sessions.set_function(lambda: len(registry.sessions))
     yield
@@ -62,7 +63,10 @@ def create_avatar_app(settings: Settings, auth: Authenticator | None = None) -> 
     app[AVATARS] = avatars
     if auth is not None:
         app[AUTHENTICATOR] = auth  # authenticator_ctx uses a preset one (tests inject a clock this way)
-    app.cleanup_ctx.extend([redis_client, dispatcher, authenticator_ctx, sessions])
+    # The voice library (a follower: the speech front owns changes) gives sessions clones and the swap-out voice.
+    app.cleanup_ctx.extend(
+        [redis_client, dispatcher, authenticator_ctx, follower_voices_context, synthesis_context, sessions]
+    )
     app[OPENAPI_DOCUMENT] = lambda: document_bytes(openapi.build, settings)
     setup_routes(app)
     # Any page may call: every route needs a key or a token. Token minting is the exception: a full key belongs in a

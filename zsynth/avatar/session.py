@@ -18,7 +18,6 @@ from zsynth.avatar.renderers.base import AvatarRenderer
 from zsynth.avatar.speech import AudioSlot, Framer, SpeechTask
 from zsynth.core.config import Settings
 from zsynth.core.ratelimit import TokenBucket
-from zsynth.services.dispatch import Dispatcher
 from zsynth.services.synthesis import Failure, SynthesisFailed, SynthesisService
 
 logger = logging.getLogger(__name__)
@@ -45,16 +44,19 @@ class AvatarSession:
         self,
         session_id: str,
         settings: Settings,
-        dispatcher: Dispatcher,
+        synthesis: SynthesisService,
         renderer: AvatarRenderer,
         voice_id: str,
         owner: str,
         on_closed: Callable[[AvatarSession], None],
+        share_owner: str | None = None,
     ) -> None:
         self.session_id = session_id
         self.settings = settings
-        # No voice catalog here: the avatar's voice ids go to the workers as given.
-        self.synthesis = SynthesisService(settings, dispatcher)
+        # The server's one service: a clone this box lacks is fetched, an unknown id gets the swap-out voice, and the
+        # speech counts against ``share_owner``'s share of the queue, as on every other transport.
+        self.synthesis = synthesis
+        self.share_owner = share_owner
         self.renderer = renderer
         self.voice_id = voice_id
         self.owner = owner  # fingerprint of the credential that created it
@@ -260,7 +262,8 @@ class AvatarSession:
         framer = Framer(task)
         job_id = "-"
         try:
-            async with await self.synthesis.speak(task.synthesis_request(self.session_id)) as speech:
+            request = task.synthesis_request(self.session_id)
+            async with await self.synthesis.speak(request, owner=self.share_owner) as speech:
                 job_id = speech.job.job_id
                 logger.info("session %s: task %s is job %s", self.session_id, task.task_id, job_id)
                 async for event in speech.chunks():

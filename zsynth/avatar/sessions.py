@@ -13,7 +13,7 @@ from zsynth.avatar.errors import AvatarError
 from zsynth.avatar.renderers.base import AvatarRenderer
 from zsynth.avatar.session import AvatarSession
 from zsynth.core.config import Settings
-from zsynth.services.dispatch import Dispatcher
+from zsynth.services.synthesis import SynthesisService
 
 logger = logging.getLogger(__name__)
 
@@ -21,16 +21,19 @@ logger = logging.getLogger(__name__)
 class SessionRegistry:
     """Live sessions by id; at most ``settings.avatar_max_sessions`` at once."""
 
-    def __init__(self, settings: Settings, dispatcher: Dispatcher) -> None:
+    def __init__(self, settings: Settings, synthesis: SynthesisService) -> None:
         self.settings = settings
-        self.dispatcher = dispatcher
+        self.synthesis = synthesis  # the server's one service: clones, the swap-out voice, the owners' shares
         self.sessions: dict[str, AvatarSession] = {}
 
-    def create(self, renderer: AvatarRenderer, voice_id: str, owner: str, *, per_owner: bool) -> AvatarSession:
+    def create(
+        self, renderer: AvatarRenderer, voice_id: str, owner: str, *, per_owner: bool, share_owner: str | None = None
+    ) -> AvatarSession:
         """A new session, counted against the limits at once (before signalling awaits anything).
 
         With ``per_owner`` (a session token, which a browser holds), the owner may hold at most
         ``avatar_sessions_per_token`` live sessions, so one token cannot take every slot by reconnecting.
+        ``share_owner``: whose share of the queue the session's speech counts against (a token's minting key).
         """
         own_limit = self.settings.avatar_sessions_per_token
         if per_owner and sum(1 for s in self.sessions.values() if s.owner == owner) >= own_limit:
@@ -50,7 +53,14 @@ class SessionRegistry:
             )
         session_id = secrets.token_hex(12)
         session = AvatarSession(
-            session_id, self.settings, self.dispatcher, renderer, voice_id, owner, on_closed=self._forget
+            session_id,
+            self.settings,
+            self.synthesis,
+            renderer,
+            voice_id,
+            owner,
+            on_closed=self._forget,
+            share_owner=share_owner,
         )
         self.sessions[session_id] = session
         logger.info("session %s: created (avatar %s, %d live)", session_id, renderer.info.avatar_id, len(self.sessions))

@@ -132,6 +132,15 @@ class OutputFormat:
         """Return the Content-Type for a response body in this format."""
         return _MEDIA_TYPES[self.codec]
 
+    @property
+    def bytes_per_second(self) -> int:
+        """About how many bytes one second of audio takes in this format (flow control sizes its windows by it)."""
+        if self.bitrate_kbps is not None:  # mp3, opus: their bitrate (framing adds a little)
+            return self.bitrate_kbps * 125
+        if self.codec in ("ulaw", "alaw"):
+            return self.sample_rate
+        return 2 * self.sample_rate  # 16-bit mono: pcm, wav
+
 
 def _format_from_name(name: str) -> OutputFormat:
     parts = name.split("_")

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
+from zsynth.core.engines import PROFILES, profile
 from zsynth.core.redis_link import check_url
 
 PREFIX: Final = "ZSYNTH_"
@@ -21,13 +23,29 @@ PREFIX: Final = "ZSYNTH_"
 AWS_CONNECT_TIMEOUT_S: Final = 2.0
 AWS_READ_TIMEOUT_S: Final = 4.0
 AWS_MAX_ATTEMPTS: Final = 2
-ENGINES: Final = ("piper", "turbo", "simulated")
 
 T = TypeVar("T")
 
 
 class SettingsError(ValueError):
     """A ZSYNTH_* variable is missing or malformed; the message names it."""
+
+
+# A URL's password: what lies between the user's ":" and the last "@" (a password may hold "/" or ":" typed raw), after
+# "://", or, for a mistyped scheme ("redis:/user:pw@host"), after the start of a word: that loses the scheme, never
+# the secret.
+_URL_PASSWORD: Final = re.compile(r"(://)([^\s:@/]*):\S*@")
+_BARE_PASSWORD: Final = re.compile(r"(^|[\s'\"(=/])([^\s:@/'\"]*):(?!//)\S*@")
+# Query parameters that carry secrets (sentinel_password=, token=, ...).
+_SECRET_PARAMETER: Final = re.compile(r"([?&;][\w.-]*(?:pass|secret|token|key)[\w.-]*=)[^&;\s'\"]*", re.IGNORECASE)
+
+
+def redacted(text: str) -> str:
+    """``text`` with the passwords of the URLs in it (``user:password@``) and secret query parameters replaced by
+    ``***``: what a message about a setting (an error, a log line) may show of it."""
+    for pattern in (_URL_PASSWORD, _BARE_PASSWORD):
+        text = pattern.sub(lambda m: f"{m[1]}{m[2]}:***@", text)
+    return _SECRET_PARAMETER.sub(lambda m: f"{m[1]}***", text)
 
 
 def _default_data_dir() -> Path:
@@ -97,8 +115,8 @@ def _byte_size(raw: str) -> int:
 
 def _engine(raw: str) -> str:
     value = raw.strip().lower()
-    if value not in ENGINES:
-        raise ValueError(f"expected one of {', '.join(ENGINES)}")
+    if value not in PROFILES:
+        raise ValueError(f"expected one of {', '.join(PROFILES)}")
     return value
 
 
@@ -235,6 +253,23 @@ class Settings:
     redis_failover_wait_s: float = _env("REDIS_FAILOVER_WAIT", _positive_float, default=10.0)
     # Longest text one synthesis request may carry (characters).
     max_text_chars: int = _env("MAX_TEXT_CHARS", _positive_int, default=10000)
+    # ----- flow control and output bounds (docs/architecture.md "Flow control", docs/limits.md) -----
+    # A job's window: the most encoded audio (bytes) its worker publishes ahead of what the front's transport has
+    # taken, and at most FLOW_WINDOW_SECONDS of audio in the job's format; 0 turns pacing off.
+    flow_window_bytes: int = _env("FLOW_WINDOW", _byte_size, default=1024 * 1024)
+    flow_window_seconds: float = _env("FLOW_WINDOW_SECONDS", _positive_float, default=10.0)
+    # The most audio (bytes) one front lets all its jobs hold in flight at once (in Redis's pub/sub buffer for the
+    # front and in the jobs' buffers): kept well under Redis's client-output-buffer-limit for pub/sub (32 MB hard).
+    front_audio_budget: int = _env("FRONT_AUDIO_BUDGET", _byte_size, default=16 * 1024 * 1024)
+    # How long a transport may take to hand one piece of audio to a client that does not read (HTTP bodies; the
+    # sockets' send deadline) before the client is cut and its job cancelled; a worker whose front takes nothing for
+    # FLOW_WAIT seconds stops the job (its front died, or its client stopped reading).
+    write_timeout_s: float = _env("WRITE_TIMEOUT", _positive_float, default=10.0)
+    flow_wait_s: float = _env("FLOW_WAIT", _positive_float, default=12.0)
+    # Output bounds per request: the break tags' pauses in all, and the audio the text stands for (estimated from
+    # what is spoken: characters at a brisk reading pace plus the pauses). Past either: 400 before any job.
+    max_pause_s: float = _env("MAX_PAUSE", _positive_float, default=60.0)
+    max_audio_s: float = _env("MAX_AUDIO", _positive_float, default=900.0)
     # Longest run without white space an engine is given (longer ones get a space put in); unset: the engine's own
     # bound (zsynth/core/text/sentences.py ENGINE_WORD_CHARS: 100 for Piper, 300 for Turbo).
     max_word_chars: int | None = _env("MAX_WORD_CHARS", _positive_int, default=None)
@@ -341,8 +376,11 @@ class Settings:
     # Characters and segments one context may hold waiting to be spoken; more ends the socket with an error frame.
     ws_max_queued_chars: int = _env("WS_MAX_QUEUED_CHARS", _positive_int, default=50_000)
     ws_max_queued_segments: int = _env("WS_MAX_QUEUED_SEGMENTS", _positive_int, default=500)
-    # Sockets on one front that have not authenticated yet; more are refused with HTTP 503 before the upgrade.
-    ws_max_unauthenticated: int = _env("WS_MAX_UNAUTHENTICATED", _positive_int, default=256)
+    # Sockets on one front that have not authenticated yet (more are refused with HTTP 503 before the upgrade), and
+    # those of one client address (an IPv6 /64; behind ZSYNTH_TRUSTED_PROXIES the client they name) among them (more
+    # get 429), so one address cannot hold every place that clients sending their key in the first message need.
+    ws_max_unauthenticated: int = _env("WS_MAX_UNAUTHENTICATED", _positive_int, default=1024)
+    ws_max_unauthenticated_per_address: int = _env("WS_MAX_UNAUTHENTICATED_PER_ADDRESS", _positive_int, default=16)
     # Largest first message of a socket that authenticates in it (read before the credential is known).
     ws_first_message_max_bytes: int = _env("WS_FIRST_MESSAGE_MAX_BYTES", _positive_int, default=16 * 1024)
     # Failed look-ups (zsk_ secrets the keys table does not hold) one client address may make per minute; its next
@@ -411,7 +449,8 @@ class Settings:
             try:
                 values[f.name] = f.metadata["parse"](raw)
             except (TypeError, ValueError) as err:
-                raise SettingsError(f"{var}={raw!r} is invalid: {err}") from err
+                # The journal keeps this line: a URL's password never goes in it (nor does it in the err's words).
+                raise SettingsError(f"{var}={redacted(raw)!r} is invalid: {redacted(str(err))}") from None
         values.update(overrides)
         settings = cls(**values)
         if (settings.tls_cert_file is None) != (settings.tls_key_file is None):
@@ -459,9 +498,9 @@ def default_workers(engine: str, cores: int | None = None) -> int:
     Piper (CPU): one per core. Two onnxruntime calls of one thread each on two cores make more audio per second
     than one call of two threads (VITS is many small operators; splitting each over threads gains less than running
     two jobs side by side), so the box's throughput needs as many jobs in flight as cores. Other engines: one (a GPU
-    engine runs one worker per GPU, each named by its systemd instance).
+    engine runs one worker per GPU, each named by its systemd instance). The engine's profile says which.
     """
-    return max(1, cores or usable_cores()) if engine == "piper" else 1
+    return max(1, cores or usable_cores()) if profile(engine).workers_per_box == "per_core" else 1
 
 
 def default_engine_threads(engine: str, cores: int | None = None) -> int:
@@ -469,6 +508,6 @@ def default_engine_threads(engine: str, cores: int | None = None) -> int:
 
     Piper (CPU): two where there are two cores, so a job alone on the box (the one user waiting) is spoken on both;
     while another worker of the box is busy a Piper worker speaks on one (see :mod:`workers.cores`). Other engines:
-    one.
+    one. The engine's profile says which.
     """
-    return max(1, min(2, cores or usable_cores())) if engine == "piper" else 1
+    return max(1, min(2, cores or usable_cores())) if profile(engine).threads_per_job == "up_to_two" else 1

@@ -1,24 +1,19 @@
-"""The languages each engine speaks, and the one check of a request's ``language_code`` against them.
+"""The one check of a request's ``language_code`` against the languages its engine speaks.
 
 Every synthesis transport (the ElevenLabs HTTP routes, both realtime sockets, the dialogue routes, Vapi) checks a
 ``language_code`` here before any job is built, so a language the engine cannot speak is refused rather than spoken by
-a voice of another language. ``GET /v1/models`` lists the same languages. A multilingual engine plugs in by listing
-its languages in :data:`ENGINE_LANGUAGES` (and, once it takes one, by carrying the code on its jobs).
+a voice of another language. The languages are the engine profile's (:mod:`zsynth.core.engines`), which
+``GET /v1/models`` lists too: a multilingual engine plugs in by listing its languages on its model card (and, once it
+takes one, by carrying the code on its jobs).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from typing import Final
 
-#: Each engine's languages: ISO 639-1 code and English name, the engine's default first. Both engines are English only.
-ENGINE_LANGUAGES: Final[Mapping[str, tuple[tuple[str, str], ...]]] = {
-    "piper": (("en", "English"),),
-    "turbo": (("en", "English"),),
-}
-#: An engine not listed above (the load tests' simulated one) speaks English.
-DEFAULT_LANGUAGES: Final = (("en", "English"),)
+from zsynth.core.engines import profile
+
 #: A code (or model id) longer than this is not echoed whole in the refusal: a hostile value stays out of the answer.
 _MAX_ECHO: Final = 16
 _MAX_MODEL_ECHO: Final = 64
@@ -34,14 +29,14 @@ class UnsupportedLanguage(ValueError):
         self.message = message
 
 
-def engine_languages(engine: str) -> tuple[tuple[str, str], ...]:
-    """The (code, name) pairs ``engine`` speaks."""
-    return ENGINE_LANGUAGES.get(engine, DEFAULT_LANGUAGES)
+def engine_languages(engine: str) -> tuple[str, ...]:
+    """The language codes ``engine`` speaks (its profile's model card: :mod:`zsynth.core.engines`)."""
+    return profile(engine).languages
 
 
 def engine_model_id(engine: str) -> str:
     """The model id ``GET /v1/models`` lists for ``engine`` (named in the refusal when a request names none)."""
-    return f"zsynth_{engine}"
+    return profile(engine).model.model_id
 
 
 def _echo(value: str, limit: int = _MAX_ECHO) -> str:
@@ -63,6 +58,6 @@ def check_language_code(engine: str, model_id: str | None, code: object) -> str 
     if not language:
         return None
     primary = re.split(r"[-_]", language, maxsplit=1)[0].lower()
-    if _TAG.fullmatch(language) is None or primary not in {name for name, _ in engine_languages(engine)}:
+    if _TAG.fullmatch(language) is None or primary not in engine_languages(engine):
         raise UnsupportedLanguage(f"Model '{model}' does not support language_code '{_echo(language)}'.")
     return primary

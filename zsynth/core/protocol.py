@@ -108,6 +108,19 @@ def single_use_token_key(token_hash: str) -> str:
     return SINGLE_USE_TOKEN_PREFIX + token_hash
 
 
+def credit_key(job_id: str) -> str:
+    """A job's flow-control credits: a list the front RPUSHes grants on and the job's worker BLPOPs.
+
+    Each entry is ``"<consumed> <granted>"`` (byte counts of the job's encoded audio, absolute, so only the newest
+    matters): the transport has taken ``consumed`` bytes, and the worker may have published up to ``granted``. The
+    entry :data:`CREDIT_CANCEL` wakes a waiting worker at once when the job's client has gone.
+    """
+    return f"{PREFIX}credit:{job_id}"
+
+
+CREDIT_CANCEL: Final = "cancel"
+
+
 # Field of job_key set with the first chunk: a job whose audio started is never given to another worker.
 STARTED_FIELD: Final = "first_chunk_at"
 # Field of job_key set (to the RSS in bytes) when the job took its worker past its memory ceiling: such a job is never
@@ -147,6 +160,10 @@ class ErrorCode(StrEnum):
     VOICE_STORAGE_UNAVAILABLE = "voice_storage_unavailable"  # the voice library's storage did not answer
     INVALID_OUTPUT_FORMAT = "invalid_output_format"  # the job names an output format the worker cannot encode
     SYNTHESIS_FAILED = "synthesis_failed"  # the engine raised
+    # The job's front took none of its audio for longer than the flow-control wait (a client that stopped reading,
+    # or a front that died): the worker stopped it to free its slot.
+    CLIENT_TOO_SLOW = "client_too_slow"
+    AUDIO_TOO_LONG = "audio_too_long"  # the job's audio passed its worker's hard bound on audio seconds per job
     REDIS_FAILOVER = "redis_failover"  # the worker lost Redis (a failover) after the job's audio had started
     # Raised by the front's dispatcher.
     QUEUE_FULL = "queue_full"  # the queue, or the credential's share of it, is full
@@ -281,6 +298,13 @@ class Job:
     total_chars: int = 0
     # Unix time the job (or this remainder) was queued; 0 means created_at. Gives the slot-wait figure.
     queued_at: float = 0.0
+    # Flow control (credit_key): ``window`` > 0 paces the job (0: a front that predates flow control); the worker
+    # may publish up to ``granted_bytes`` of encoded audio, and always one more chunk once all it sent was taken
+    # (``consumed_bytes``). A remainder carries what earlier parts published (``sent_bytes``) and the last grant read.
+    window: int = 0
+    sent_bytes: int = 0
+    consumed_bytes: int = 0
+    granted_bytes: int = 0
 
     def to_json(self) -> str:
         """Serialise for the queue."""

@@ -95,16 +95,14 @@ def address_bucket(text: str, trusted: Sequence[IPNetwork] = ()) -> str | None:
     return _bucket(address)
 
 
-def client_address(peer: str | None, forwarded_for: Sequence[str], trusted: Sequence[IPNetwork]) -> str | None:
-    """The address limits apply to: the peer, or, when the peer is a trusted proxy, the first untrusted hop of
+def forwarded_client(peer: str | None, forwarded_for: Sequence[str], trusted: Sequence[IPNetwork]) -> IPAddress | None:
+    """The client's own address: the peer, or, when the peer is a trusted proxy, the first untrusted hop of
     ``X-Forwarded-For`` counted from the right (each proxy appends the address it was reached from; entries left of
-    the first untrusted hop were written by the client and prove nothing). IPv6 addresses come as their /64.
+    the first untrusted hop were written by the client and prove nothing). None when the peer is not an IP address.
     """
-    if not peer:
-        return None
-    current = _address(peer)
+    current = _address(peer) if peer else None
     if current is None:
-        return peer
+        return None
     if any(current in net for net in trusted):
         hops = [hop for value in forwarded_for for hop in value.split(",")]
         for hop in reversed(hops):
@@ -114,4 +112,13 @@ def client_address(peer: str | None, forwarded_for: Sequence[str], trusted: Sequ
             current = parsed
             if not any(current in net for net in trusted):
                 break
-    return _bucket(current)
+    return current
+
+
+def client_address(peer: str | None, forwarded_for: Sequence[str], trusted: Sequence[IPNetwork]) -> str | None:
+    """The address limits apply to: :func:`forwarded_client`'s, an IPv6 one as its /64; a peer that is not an IP
+    address as it is."""
+    if not peer:
+        return None
+    current = forwarded_client(peer, forwarded_for, trusted)
+    return peer if current is None else _bucket(current)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Final
 
 from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler, Middleware
@@ -33,10 +32,6 @@ from zsynth.services.metrics import METRICS
 
 logger = logging.getLogger(__name__)
 
-#: The scope of the short-lived tokens (the speech API's ephemeral tokens, the avatar's session tokens): they may
-#: call the routes declared :attr:`Access.TOKEN` or :attr:`Access.IN_BAND`, not the :attr:`Access.FULL` ones.
-TOKEN_SCOPE: Final = "tts"
-
 
 @dataclass(frozen=True, slots=True)
 class Gate:
@@ -46,6 +41,11 @@ class Gate:
     query: QueryParameter | None
     #: The message of ``insufficient_scope``: a token on a route it may not call.
     insufficient_scope: str
+    #: The scope of this server's short-lived tokens (:data:`~zsynth.services.auth.SPEECH_SCOPE` or
+    #: :data:`~zsynth.services.auth.AVATAR_SCOPE`): only they may call its routes declared TOKEN or IN_BAND.
+    token_scope: str
+    #: The message of ``insufficient_scope`` for a token minted for another server.
+    foreign_token: str
     #: The message of ``invalid_api_key`` for a full key in the URL.
     full_key_in_query: str = ""
     #: The message of ``missing_api_key``, when the server words it itself (None: the auth core's).
@@ -54,19 +54,20 @@ class Gate:
     challenge: bool = False
 
 
-def may_call(credential: Credential, access: Access) -> bool:
+def may_call(credential: Credential, access: Access, token_scope: str) -> bool:
     """Whether ``credential`` may call a route declared ``access``: a full key (or an open server) anything, a token
-    of :data:`TOKEN_SCOPE` the routes declared TOKEN or IN_BAND."""
+    of the server's ``token_scope`` the routes declared TOKEN or IN_BAND, a token of another scope nothing."""
     if access is Access.PUBLIC or credential.is_full:
         return True
-    return access is not Access.FULL and credential.scope == TOKEN_SCOPE
+    return access is not Access.FULL and credential.scope == token_scope
 
 
 async def admit(request: web.Request, gate: Gate, access: Access, presented: Presented) -> Credential:
     """The credential ``presented`` resolves to, if it may call a route declared ``access``; AuthError if not.
 
     Refusals: the auth core's (``missing_api_key``, ``invalid_api_key``, 429, 503), ``invalid_api_key`` for a full
-    key sent in the URL (URLs end up in logs), and ``insufficient_scope`` for a token the rule does not admit.
+    key sent in the URL (URLs end up in logs), and ``insufficient_scope`` for a token the rule does not admit (or
+    one minted for the other server).
     """
     authenticator = request.app[AUTHENTICATOR]
     try:
@@ -77,8 +78,9 @@ async def admit(request: web.Request, gate: Gate, access: Access, presented: Pre
         raise
     if presented.in_query and credential.kind == "full":
         raise AuthError("invalid_api_key", gate.full_key_in_query)
-    if not may_call(credential, access):
-        raise AuthError("insufficient_scope", gate.insufficient_scope)
+    if not may_call(credential, access, gate.token_scope):
+        foreign = credential.scope != gate.token_scope
+        raise AuthError("insufficient_scope", gate.foreign_token if foreign else gate.insufficient_scope)
     return credential
 
 

@@ -45,6 +45,12 @@ logger = logging.getLogger(__name__)
 
 CredentialKind = Literal["open", "full", "ephemeral"]
 
+#: The scopes of short-lived ``zsk_temp_`` tokens, one per server, each checked by its own server: the speech API's
+#: ephemeral tokens (``POST /v1/tokens/ephemeral``) and the avatar server's session tokens
+#: (``POST /v1/streaming.create_token``). A token of one is refused by the other (``insufficient_scope``).
+SPEECH_SCOPE: Final = "tts"
+AVATAR_SCOPE: Final = "avatar"
+
 TEMP_PREFIX: Final = "zsk_temp_"
 LIVE_PREFIX: Final = "zsk_live_"
 TTL_DEFAULT: Final = 300
@@ -69,7 +75,7 @@ class AuthError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Credential:
-    """Who is calling: an open server, a full key, or an ephemeral token (scope ``tts``)."""
+    """Who is calling: an open server, a full key, or a short-lived token (its scope names the server it is for)."""
 
     kind: CredentialKind
     fingerprint: str = ""  # safe to log: a short hash, never the secret
@@ -436,7 +442,7 @@ class Authenticator:
         return None
 
     async def mint_token(
-        self, ttl_seconds: int, scope: str = "tts", *, parent: Credential | None = None
+        self, ttl_seconds: int, scope: str = SPEECH_SCOPE, *, parent: Credential | None = None
     ) -> tuple[str, int]:
         """Mint an ephemeral ``zsk_temp_`` token; returns (token, expires_at). Needs the keys table."""
         if self.store is None:

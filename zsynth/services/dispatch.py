@@ -32,16 +32,20 @@ from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from zsynth.core import protocol
+from zsynth.core.audio import OutputFormatError, parse_output_format
 from zsynth.core.config import Settings
 from zsynth.core.protocol import ErrorCode
 from zsynth.core.redis_link import is_sentinel_url
 from zsynth.core.supervise import Supervisor
+from zsynth.services.flow import Credit, Ledger, window_bytes
 from zsynth.services.metrics import Metrics
 
 logger = logging.getLogger(__name__)
 
 # How long a job waits for the reply listener to subscribe again after it lost Redis (then: 503 with Retry-After).
 LISTENER_WAIT_S: Final = 2.0
+# How often a paced stream waiting for its next chunk says its grant again (one may have been lost with a failover).
+REGRANT_S: Final = 2.0
 
 
 async def _pass_through(response: Any) -> Any:
@@ -74,10 +78,15 @@ class JobStream:
     Use as an async context manager: leaving it before the terminal event cancels the job (the client went away).
     """
 
-    def __init__(self, dispatcher: Dispatcher, job: protocol.Job, owner: str | None = None) -> None:
+    def __init__(
+        self, dispatcher: Dispatcher, job: protocol.Job, owner: str | None = None, credit: Credit | None = None
+    ) -> None:
         self.dispatcher = dispatcher
         self.job = job
+        # Holds what the worker published and the transport has not taken yet: at most the job's window plus one
+        # chunk, since the worker publishes only within the credit the front grants as chunks are taken (flow.py).
         self.queue: asyncio.Queue[protocol.Event] = asyncio.Queue()
+        self.credit = credit
         self.finished = False
         self.terminal: protocol.Event | None = None
         self.first_chunk_at: float | None = None
@@ -128,7 +137,7 @@ class JobStream:
         settings = self.dispatcher.settings
         timeout = settings.first_chunk_timeout_s if self._expected_seq == 0 else settings.chunk_timeout_s
         try:
-            event = await asyncio.wait_for(self.queue.get(), timeout)
+            event = await self._wait(timeout)
         except TimeoutError:
             recovered = await self.dispatcher.recover_terminal(self.job.job_id, self._expected_seq)
             if recovered is None:
@@ -146,6 +155,8 @@ class JobStream:
                 ErrorCode.LOST_EVENTS, f"Audio events were lost (expected #{self._expected_seq}, got #{event.seq})."
             )
         self._expected_seq += 1
+        if self.credit is not None and event.audio:
+            await self.dispatcher.took(self, len(event.audio))
         waited = event.meta.get("waited_s")
         if waited is not None:
             # The first chunk of each part says how long that part waited for a slot (see workers.worker).
@@ -162,6 +173,25 @@ class JobStream:
             self.first_chunk_at = time.monotonic()
             self.dispatcher.metrics.ttfa.labels(self.job.priority).observe(self.first_chunk_at - self.submitted_at)
         return event
+
+    async def _wait(self, timeout: float) -> protocol.Event:
+        """The next event from the buffer; TimeoutError after ``timeout`` seconds.
+
+        A paced job whose audio has started gets its grant said again every :data:`REGRANT_S` while it waits: a
+        grant lost with a failover would otherwise leave its worker waiting for credit and this stream for audio.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            left = deadline - loop.time()
+            if left <= 0:
+                raise TimeoutError
+            try:
+                async with asyncio.timeout(min(left, REGRANT_S) if self.credit is not None else left):
+                    return await self.queue.get()
+            except TimeoutError:
+                if self.credit is not None and self._expected_seq > 0 and loop.time() < deadline:
+                    await self.dispatcher.grant(self, self.dispatcher.ledger.again(self.credit))
 
     def _record(self, outcome: str, terminal: protocol.Event | None = None) -> None:
         metrics = self.dispatcher.metrics
@@ -203,6 +233,7 @@ class Dispatcher:
         # The one reply listener is vital: while it is down no job of this front gets its audio (/readyz says so).
         self.supervisor = supervisor or Supervisor()
         self._push = redis.register_script(protocol.PUSH_BOUNDED_LUA)
+        self.ledger = Ledger(settings.front_audio_budget)  # the audio all this front's jobs may hold in flight
         # Unfinished jobs per credential fingerprint, and a condition to wait on for a share to free up.
         self._owned: collections.Counter[str] = collections.Counter()
         self._share_freed = asyncio.Condition()
@@ -280,7 +311,8 @@ class Dispatcher:
             # A job still queued when its client has given up waiting is dropped unrun.
             job.start_deadline = time.time() + self.settings.first_chunk_timeout_s
         job.reply_to = self.reply_channel
-        stream = JobStream(self, job, owner)
+        credit = self._credit_for(job)
+        stream = JobStream(self, job, owner, credit)
         self._streams[job.job_id] = stream
         try:
             deadline = time.monotonic() + max(LISTENER_WAIT_S, self.push_retry_s)
@@ -300,6 +332,41 @@ class Dispatcher:
             raise JobFailed(ErrorCode.QUEUE_FULL, "The service is at capacity; retry shortly.")
         logger.debug("job %s queued (%s, %d chars)", job.job_id, job.priority, len(job.text))
         return stream
+
+    def _credit_for(self, job: protocol.Job) -> Credit | None:
+        """Open the job's flow-control credit and write its window and first grant into the record (None: off)."""
+        try:
+            rate = parse_output_format(job.output_format, route="stream").bytes_per_second
+        except OutputFormatError:
+            rate = parse_output_format(job.output_format, route="convert").bytes_per_second
+        settings = self.settings
+        window = window_bytes(rate, settings.flow_window_bytes, settings.flow_window_seconds)
+        if not window:
+            return None
+        credit = self.ledger.open(window)
+        job.window, job.granted_bytes = window, credit.granted
+        return credit
+
+    async def took(self, stream: JobStream, size: int) -> None:
+        """The transport took ``size`` bytes of the stream's audio: grant its worker more when that is due."""
+        assert stream.credit is not None
+        grant = self.ledger.take(stream.credit, size, drained=stream.queue.empty())
+        if grant is not None:
+            await self.grant(stream, grant)
+
+    async def grant(self, stream: JobStream, grant: tuple[int, int]) -> None:
+        """Tell the stream's worker how much was taken and how much it may have published (absolute counts)."""
+        if stream.finished:
+            return
+        key = protocol.credit_key(stream.job.job_id)
+        try:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.rpush(key, f"{grant[0]} {grant[1]}")
+                pipe.ltrim(key, -4, -1)  # the newest grant says it all; a worker that never waits never pops them
+                pipe.expire(key, self.settings.job_ttl_s)
+                await pipe.execute()
+        except (RedisError, OSError) as err:  # the next grant says it all again; a worker left waiting times out
+            logger.warning("job %s: credit not granted: %r", stream.job.job_id, err)
 
     async def _push_job(self, stream: JobStream, deadline: float) -> bool:
         """Push the stream's job; False when the queue is full.
@@ -334,12 +401,17 @@ class Dispatcher:
             async with self.redis.pipeline(transaction=False) as pipe:
                 pipe.set(protocol.cancel_key(job_id), b"1", ex=self.settings.job_ttl_s)
                 pipe.publish(protocol.CANCEL_CHANNEL, job_id)
+                # A worker waiting for credit wakes at once (a running one hears the channel within one chunk).
+                pipe.rpush(protocol.credit_key(job_id), protocol.CREDIT_CANCEL)
+                pipe.expire(protocol.credit_key(job_id), self.settings.job_ttl_s)
                 await pipe.execute()
             logger.debug("job %s: cancel sent to the workers", job_id)
 
     async def release(self, job_id: str) -> None:
         """Forget a job: events that still arrive for it are dropped; its credential's share is given back."""
         stream = self._streams.pop(job_id, None)
+        if stream is not None and stream.credit is not None:
+            self.ledger.close(stream.credit)
         if stream is not None and stream.owner is not None:
             await self._give_share(stream.owner)
 

@@ -29,7 +29,8 @@ WS_REGISTRY: Final = web.AppKey("ws_registry", weakref.WeakSet[web.WebSocketResp
 # Open realtime sockets per credential owner on this front, a token counting as the key that minted it
 # (ZSYNTH_WS_MAX_SOCKETS_PER_CREDENTIAL).
 WS_PER_CREDENTIAL: Final = web.AppKey("ws_per_credential", collections.Counter[str])
-# Realtime sockets on this front that have not authenticated yet, under the key "" (ZSYNTH_WS_MAX_UNAUTHENTICATED).
+# Realtime sockets on this front that have not authenticated yet: all of them under the key "" (ZSYNTH_WS_MAX_
+# UNAUTHENTICATED), and those of each client address under that address (ZSYNTH_WS_MAX_UNAUTHENTICATED_PER_ADDRESS).
 WS_UNAUTHENTICATED: Final = web.AppKey("ws_unauthenticated", collections.Counter[str])
 
 # Per-request values.

@@ -23,7 +23,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from zsynth.core.protocol import single_use_token_key
-from zsynth.services.auth import AuthError, Credential, fingerprint, secret_hash
+from zsynth.services.auth import SPEECH_SCOPE, AuthError, Credential, fingerprint, secret_hash
 
 logger = logging.getLogger(__name__)
 
@@ -78,5 +78,9 @@ async def redeem(redis: Redis, token: str, token_type: str) -> Credential:
         raise AuthError("invalid_api_key", f"This single-use token is not a {token_type} token.")
     logger.info("redeemed single-use token %s (key %s)", fingerprint(token), record.get("parent") or "-")
     return Credential(
-        "ephemeral", fingerprint(token), scope="tts", parent_hash=record.get("parent_hash"), parent=record.get("parent")
+        "ephemeral",
+        fingerprint(token),
+        scope=SPEECH_SCOPE,
+        parent_hash=record.get("parent_hash"),
+        parent=record.get("parent"),
     )

@@ -45,6 +45,7 @@ from redis.exceptions import RedisError
 from zsynth.core.config import Settings
 from zsynth.core.logs import quoted
 from zsynth.core.protocol import ErrorCode, Event, Job, Priority
+from zsynth.core.text import bounds
 from zsynth.core.text.dictionaries.store import DictionaryStore
 from zsynth.core.text.dictionaries.store import StorageUnavailable as DictionariesUnavailable
 from zsynth.core.text.prepare import TextOptionError, TextOptions, prepare
@@ -80,6 +81,7 @@ TRANSIENT_CODES: Final = frozenset(
         ErrorCode.DEADLINE_EXCEEDED,
         ErrorCode.REDIS_UNAVAILABLE,
         ErrorCode.REDIS_FAILOVER,
+        ErrorCode.CLIENT_TOO_SLOW,  # its front took no audio for the flow-control wait: the client is likely gone
     }
 )
 UNAVAILABLE_CODE: Final = "synthesis_unavailable"  # the realtime transports' code for the unavailable kinds
@@ -126,7 +128,9 @@ def classify(err: Classified) -> Failure:
     if isinstance(err, TextOptionError):
         return Failure("invalid", err.status, err.code, err.code, err.message, param=err.param, reason=err.code)
     if isinstance(err, DictionariesUnavailable):
-        message = f"Pronunciation dictionaries cannot be read ({err})."
+        # The storage's own words name its endpoint, bucket and object keys: the log gets them, the caller does not.
+        logger.warning("pronunciation dictionaries cannot be read: %s", err)
+        message = "Pronunciation dictionaries cannot be read right now. Try again shortly."
         return Failure(
             "dictionary_storage_unavailable",
             503,
@@ -141,7 +145,8 @@ def classify(err: Classified) -> Failure:
         return Failure("voice_not_found", 404, code, code, err.message, param="voice_id", reason="voices")
     if isinstance(err, VoicesUnavailable):
         code = "voice_storage_unavailable"
-        message = f"The voice library's storage cannot be reached ({err}); nothing was changed. Try again shortly."
+        # The storage's own words are in the voice library's log line, never in the caller's message.
+        message = "The voice library's storage cannot be reached; nothing was changed. Try again shortly."
         return Failure("voice_storage_unavailable", 503, code, code, message, VOICE_RETRY_AFTER_S, reason="voices")
     if isinstance(err, RedisError | OSError):  # Redis unreachable or slow, outside the dispatcher's own calls
         return unreachable(reason="redis_unavailable")
@@ -150,7 +155,7 @@ def classify(err: Classified) -> Failure:
         return Failure("busy", 429, "system_busy", "system_busy", message, 1, reason=code)
     if code in TRANSIENT_CODES:
         return unreachable(message, reason=code)
-    if code == ErrorCode.INPUT_TOO_COMPLEX:  # the job took its worker past its memory ceiling: retrying fails again
+    if code in (ErrorCode.INPUT_TOO_COMPLEX, ErrorCode.AUDIO_TOO_LONG):  # retrying fails again: the text is at fault
         return Failure("invalid", 400, code, code, message, param="text", reason=code)
     if code == ErrorCode.VOICE_NOT_FOUND:  # the worker could not load the voice (it never speaks another one)
         return Failure("voice_not_found", 404, code, code, message, reason=code)
@@ -257,14 +262,8 @@ class SynthesisService:
 
     @classmethod
     def of(cls, app: web.Application) -> SynthesisService:
-        """The service over an application's dispatcher, dictionaries, voice catalog and library (those it has)."""
-        return cls(
-            app[SETTINGS],
-            app[DISPATCHER],
-            dictionaries=app.get(DICTIONARIES),
-            voices=app.get(VOICES),
-            library=app.get(VOICE_LIBRARY),
-        )
+        """The application's one service (built by :func:`synthesis_context`)."""
+        return app[SYNTHESIS]
 
     async def speak(self, request: SynthesisRequest, *, owner: str | None = None) -> Speech:
         """Queue ``request``'s job (counted against ``owner``'s share of the queue) and return its speech.
@@ -318,6 +317,10 @@ class SynthesisService:
         engine, bound = self.settings.engine, self.settings.max_word_chars
         spoken = await prepare(request.text, request.options, engine, self.dictionaries, max_word_chars=bound)
         text = spoken.text if spoken.changed else request.text
+        try:
+            bounds.check(text, self.settings.max_pause_s, self.settings.max_audio_s)
+        except bounds.OutputTooLong as err:
+            raise TextOptionError(err.code, err.message, "text", 400) from err
         voice_id = self.voices.resolve(request.voice_id) if self.voices is not None else request.voice_id
         job = Job(
             text=text,
@@ -330,3 +333,20 @@ class SynthesisService:
             seed=request.seed,  # the dispatcher sets the start deadline
         )
         return Prepared(job, spoken)
+
+
+SYNTHESIS: Final = web.AppKey("synthesis", SynthesisService)
+
+
+async def synthesis_context(app: web.Application) -> AsyncIterator[None]:
+    """Build the application's one synthesis service over its dispatcher, and the dictionaries, voice catalog and
+    library it has (register it after their contexts), under ``app[SYNTHESIS]``: every transport of a server then
+    speaks through the same service, built the same way."""
+    app[SYNTHESIS] = SynthesisService(
+        app[SETTINGS],
+        app[DISPATCHER],
+        dictionaries=app.get(DICTIONARIES),
+        voices=app.get(VOICES),
+        library=app.get(VOICE_LIBRARY),
+    )
+    yield

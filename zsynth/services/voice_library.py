@@ -7,15 +7,15 @@ realtime sockets read what it sets: ``app[VOICES]`` (the catalog) and ``app[VOIC
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
+from typing import Literal
 
 from aiohttp import web
 
 from zsynth.core import protocol
-from zsynth.core.aws import client_config
 from zsynth.core.supervise import Supervisor
-from zsynth.core.voices.bucket import VoiceBucket
 from zsynth.core.voices.library import VoiceLibrary
 from zsynth.core.voices.store import VoiceStore
 from zsynth.services.keys import REDIS, SETTINGS, VOICE_LIBRARY
@@ -26,6 +26,19 @@ logger = logging.getLogger(__name__)
 
 
 async def voices_context(app: web.Application) -> AsyncIterator[None]:
+    """The speech front's voice library: it announces the box and reconciles what its API changed (role ``front``)."""
+    async with _opened(app, "front"):
+        yield
+
+
+async def follower_voices_context(app: web.Application) -> AsyncIterator[None]:
+    """The avatar server's voice library: it only follows (role ``worker``), so its sessions speak clones too."""
+    async with _opened(app, "worker"):
+        yield
+
+
+@contextlib.asynccontextmanager
+async def _opened(app: web.Application, role: Literal["front", "worker"]) -> AsyncIterator[None]:
     """Open the store and the voice library (catching up with the bucket and the log), check the swap-out pin.
 
     A swap-out pin that names no voice (:class:`VoiceConfigError`) is logged as critical and fails the start-up.
@@ -39,28 +52,12 @@ async def voices_context(app: web.Application) -> AsyncIterator[None]:
     async def count_failure() -> None:
         await app[REDIS].incr(protocol.VOICE_MIRROR_FAILURES)
 
-    bucket = (
-        VoiceBucket(
-            settings.voices_bucket,
-            settings.voices_prefix,
-            client_config(settings),
-            clip_max_bytes=settings.voice_clip_max_bytes,
-        )
-        if settings.voices_bucket
-        else None
-    )
-    library = VoiceLibrary(
+    library = VoiceLibrary.from_settings(
+        settings,
         store,
-        settings.redis_url,
-        bucket,
-        role="front",
-        fetch_wait_s=settings.voices_fetch_wait_s,
-        resync_s=settings.voices_resync_s,
+        role=role,
         on_failure=count_failure,
-        start_wait_s=settings.voices_start_wait_s,
         supervisor=Supervisor(on_restart=app[METRICS].count_restart),
-        missing_ttl_s=settings.voices_missing_ttl_s,
-        missing_max=settings.voices_missing_max,
     )
     await library.start()
     try:
@@ -71,5 +68,7 @@ async def voices_context(app: web.Application) -> AsyncIterator[None]:
         raise
     app[VOICES] = catalog
     app[VOICE_LIBRARY] = library
-    yield
-    await library.close()
+    try:
+        yield
+    finally:
+        await library.close()

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any, Final
 
 from aiohttp import web
 
+from zsynth.core.engines import BuiltinVoice, profile
 from zsynth.core.voices.store import StoredVoice, VoiceStore, is_clone_id, new_voice_id
 
 DEFAULT_SETTINGS: Final[Mapping[str, Any]] = {
@@ -24,40 +24,9 @@ class VoiceConfigError(RuntimeError):
     """The voice configuration cannot work (a pinned swap-out voice that does not exist); start-up stops."""
 
 
-@dataclass(frozen=True, slots=True)
-class BuiltinVoice:
-    """A voice that ships with an engine."""
-
-    voice_id: str
-    name: str
-    description: str
-    labels: Mapping[str, str] = field(default_factory=dict)
-
-
-# The engine's own speakers. Piper's joe voice is one US English male speaker.
-BUILTIN: Final[Mapping[str, tuple[BuiltinVoice, ...]]] = {
-    "piper": (
-        BuiltinVoice(
-            "joe",
-            "Joe",
-            "US English male voice of the embedded CPU engine (Piper en_US joe).",
-            {"accent": "american", "gender": "male", "age": "middle_aged", "language": "en", "use_case": "general"},
-        ),
-    ),
-}
-_FALLBACK_BUILTIN: Final = (
-    BuiltinVoice(
-        "default",
-        "Default",
-        "The engine's default voice.",
-        {"accent": "american", "language": "en", "use_case": "general"},
-    ),
-)
-
-
 def builtin_voices(engine: str) -> tuple[BuiltinVoice, ...]:
-    """The built-in voices of ``engine`` (one default voice for engines without a list here)."""
-    return BUILTIN.get(engine, _FALLBACK_BUILTIN)
+    """The built-in voices of ``engine`` (its profile's)."""
+    return profile(engine).builtin_voices
 
 
 def _voice_object(

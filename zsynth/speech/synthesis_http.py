@@ -7,9 +7,10 @@ envelope, after it by cutting the transfer short. Not a route module: it declare
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar, Final
 
@@ -38,7 +39,7 @@ from zsynth.kit.answer_headers import (
 from zsynth.kit.endpoints import Access, refusal
 from zsynth.kit.errors import ApiError
 from zsynth.services.auth import CREDENTIAL
-from zsynth.services.keys import REQUEST_ID
+from zsynth.services.keys import REQUEST_ID, SETTINGS
 from zsynth.services.synthesis import Failure, Speech, SynthesisFailed, SynthesisRequest, SynthesisService, queue_owner
 from zsynth.speech.schemas.apidoc import AUDIO_HEADERS
 from zsynth.speech.schemas.bodies import (
@@ -282,6 +283,39 @@ async def every_chunk(speech: Speech) -> list[Event]:
         raise failure_error(err.failure) from err
 
 
+class ClientTooSlow(Exception):
+    """A client did not take a piece of its streamed answer within the write deadline."""
+
+
+class AudioStream(web.StreamResponse):
+    """A streamed synthesis answer whose every write has a deadline (``ZSYNTH_WRITE_TIMEOUT``).
+
+    ``write`` waits while the client's socket buffers are full; a client that reads nothing for the deadline is
+    cut (:func:`finish_stream`) and its job cancelled, so it frees its worker. With the job's flow control
+    (:mod:`zsynth.services.flow`) this bounds what a client that does not read can hold on the front.
+    """
+
+    def __init__(self, request: web.Request, headers: dict[str, str]) -> None:
+        super().__init__(headers=headers)
+        self.write_timeout_s = request.app[SETTINGS].write_timeout_s
+
+    async def write(self, data: bytes | bytearray | memoryview) -> None:
+        """Write ``data``; ClientTooSlow when the client does not take it within the deadline."""
+        try:
+            async with asyncio.timeout(self.write_timeout_s):
+                await super().write(data)
+        except TimeoutError as err:
+            raise ClientTooSlow from err
+
+    async def write_eof(self, data: bytes = b"") -> None:
+        """End the body; ClientTooSlow when the client does not take its end within the deadline."""
+        try:
+            async with asyncio.timeout(self.write_timeout_s):
+                await super().write_eof(data)
+        except TimeoutError as err:
+            raise ClientTooSlow from err
+
+
 async def finish_stream(
     request: web.Request, response: web.StreamResponse, speech: Speech, writing: Awaitable[None]
 ) -> web.StreamResponse:
@@ -293,8 +327,15 @@ async def finish_stream(
     """
     try:
         await writing
+        await response.write_eof()
     except (ConnectionResetError, ClientConnectionResetError):
         logger.info("job %s: client went away mid-stream", speech.job.job_id)
+        return response
+    except ClientTooSlow:
+        deadline = request.app[SETTINGS].write_timeout_s
+        logger.warning("job %s: the client took no audio for %g s; cut", speech.job.job_id, deadline)
+        if request.transport is not None:
+            request.transport.abort()
         return response
     except SynthesisFailed as err:
         failure = err.failure
@@ -303,6 +344,36 @@ async def finish_stream(
         )
         if request.transport is not None:
             request.transport.abort()
-        return response
-    await response.write_eof()
     return response
+
+
+#: Turns a job's chunk events into the bytes of a streamed answer (raw audio, JSON lines, server-sent events).
+Render = Callable[[AsyncIterator[Event]], AsyncIterator[bytes]]
+
+
+async def stream_speech(
+    request: web.Request, speech: Speech, headers: Mapping[str, str], render: Render
+) -> web.StreamResponse:
+    """Answer with ``speech`` streamed as ``render`` writes it: the one sequence every HTTP streaming route follows.
+
+    The first chunk is awaited before the status line (a failure up to then is answered with the route's envelope);
+    then each piece ``render`` yields is written within the write deadline (:class:`AudioStream`), and
+    :func:`finish_stream` ends the answer, or cuts it on a failure or a client that stopped reading.
+    """
+    chunks = speech.chunks()
+    first = await first_chunk(chunks)
+    response = AudioStream(request, dict(headers))
+    await response.prepare(request)
+
+    async def events() -> AsyncIterator[Event]:
+        if first is not None:
+            yield first
+            async for event in chunks:
+                yield event
+
+    async def write_all() -> None:
+        async for data in render(events()):
+            if data:
+                await response.write(data)
+
+    return await finish_stream(request, response, speech, write_all())

@@ -17,6 +17,7 @@ from zsynth.avatar.sessions import AVATAR_SESSIONS
 from zsynth.kit.endpoints import Access, Endpoints, refusal
 from zsynth.services.auth import CREDENTIAL
 from zsynth.services.keys import SETTINGS
+from zsynth.services.synthesis import queue_owner
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +97,13 @@ async def connect(request: web.Request, body: ConnectRequest) -> web.Response:
         raise AvatarError(404, "avatar_not_found", f"No avatar '{avatar_id}'; GET /v1/avatars lists them.")
     voice_id = body.voice_id or settings.avatar_voice_id
     registry = request.app[AVATAR_SESSIONS]
-    session = registry.create(renderer, voice_id, credential.fingerprint, per_owner=not credential.is_full)
+    session = registry.create(
+        renderer,
+        voice_id,
+        credential.fingerprint,
+        per_owner=not credential.is_full,
+        share_owner=queue_owner(credential),
+    )
     watch_session(request, credential, session)
     if checked.dropped:
         logger.info(

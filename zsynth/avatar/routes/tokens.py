@@ -10,7 +10,15 @@ from aiohttp import web
 from zsynth.avatar.access import auth_error
 from zsynth.avatar.bodies import documented
 from zsynth.kit.endpoints import Access, Endpoints, refusal
-from zsynth.services.auth import AUTHENTICATOR, CREDENTIAL, TTL_DEFAULT, TTL_SCHEMA, AuthError, clamp_ttl
+from zsynth.services.auth import (
+    AUTHENTICATOR,
+    AVATAR_SCOPE,
+    CREDENTIAL,
+    TTL_DEFAULT,
+    TTL_SCHEMA,
+    AuthError,
+    clamp_ttl,
+)
 
 routes = Endpoints()
 
@@ -42,7 +50,7 @@ class SessionToken(pydantic.BaseModel):
 
     token: str = pydantic.Field(pattern="^zsk_temp_")
     expires_at: int = pydantic.Field(description="Unix time the token stops working.")
-    scope: Literal["tts"]
+    scope: Literal["avatar"] = pydantic.Field(description="Session tokens work on this server only.")
 
 
 class SessionTokenData(pydantic.BaseModel):
@@ -65,13 +73,13 @@ class SessionTokenData(pydantic.BaseModel):
     errors=(400, 413, 501),
 )
 async def create_token(request: web.Request, body: SessionTokenRequest) -> web.Response:
-    """Mint a session token (scope ``tts``) living ``ttl_seconds``, clamped to 30-600 s."""
+    """Mint a session token (scope ``avatar``: this server's only) living ``ttl_seconds``, clamped to 30-600 s."""
     try:
         # The minting key is the token's parent, as on the speech API: audited, and a token cannot mint tokens.
         token, expires_at = await request.app[AUTHENTICATOR].mint_token(
-            body.ttl_seconds, scope="tts", parent=request[CREDENTIAL]
+            body.ttl_seconds, scope=AVATAR_SCOPE, parent=request[CREDENTIAL]
         )
     except AuthError as err:
         raise auth_error(err) from err
-    answer = SessionTokenData(data=SessionToken(token=token, expires_at=expires_at, scope="tts"))
+    answer = SessionTokenData(data=SessionToken(token=token, expires_at=expires_at, scope=AVATAR_SCOPE))
     return web.json_response(answer.model_dump(), headers={"Cache-Control": "no-store"})

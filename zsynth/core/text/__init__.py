@@ -3,8 +3,8 @@
 :mod:`.prepare` is the one text stage every job goes through (break tags, pronunciation dictionaries,
 normalization, word bounds); :mod:`.spoken` keeps the map from spoken characters back to the caller's;
 :mod:`.sentences` splits and packs sentences (the workers use it); :mod:`.marks` reads break tags;
-:mod:`.normalize` reads numbers and symbols aloud; :mod:`.dictionaries` stores and applies pronunciation
-dictionaries.
+:mod:`.normalize` reads numbers and symbols aloud; :mod:`.bounds` caps the pauses and audio one request asks for;
+:mod:`.dictionaries` stores and applies pronunciation dictionaries.
 """
 
-__all__ = ["dictionaries", "marks", "normalize", "prepare", "sentences", "spoken"]
+__all__ = ["bounds", "dictionaries", "marks", "normalize", "prepare", "sentences", "spoken"]

@@ -22,15 +22,12 @@ from typing import Final
 
 from num2words import num2words
 
+from zsynth.core.engines import profile
 from zsynth.core.text.spoken import Spoken
 
 logger = logging.getLogger(__name__)
 
 MODES: Final = ("auto", "on", "off")
-# Engines that read raw text and need it spelled out: Chatterbox-Turbo is a language model over text tokens with no
-# normalizer of its own. Piper (and the simulated engine) go through espeak-ng, which reads numbers, currency and the
-# common abbreviations itself and keeps its own alignment on the caller's words, so auto leaves their text alone.
-NEEDS_NORMALIZATION: Final = frozenset({"turbo"})
 
 _MONTHS: Final = ("January February March April May June July August September October November December").split()
 _DIGITS: Final = "zero one two three four five six seven eight nine".split()
@@ -109,12 +106,17 @@ _START: Final = r"(?<!\d)(?<!\d,)"
 
 
 def wants_normalization(mode: str, engine: str) -> bool:
-    """Whether text is normalized: ``on`` always, ``off`` never, ``auto`` for :data:`NEEDS_NORMALIZATION` engines."""
+    """Whether text is normalized: ``on`` always, ``off`` never, ``auto`` where the engine's profile needs it.
+
+    Chatterbox-Turbo is a language model over text tokens with no normalizer of its own; Piper goes through espeak-ng,
+    which reads numbers, currency and the common abbreviations itself and keeps its own alignment on the caller's
+    words, so auto leaves its text alone.
+    """
     if mode == "on":
         return True
     if mode == "off":
         return False
-    return engine in NEEDS_NORMALIZATION
+    return profile(engine).needs_normalization
 
 
 @functools.lru_cache(maxsize=4096)

@@ -17,16 +17,10 @@ import unicodedata
 from collections.abc import Iterable
 from typing import Final
 
+from zsynth.core.engines import SENTENCE_MAX_CHARS, profile
 from zsynth.core.text.marks import CLOSE, OPEN
 
-# The longest sentence the engines speak in one go (Piper's sentences, Turbo's pieces): longer ones are cut at clauses.
-SENTENCE_MAX_CHARS: Final = 300
-# The longest word each engine is given when ZSYNTH_MAX_WORD_CHARS is unset. Piper, one word of "1st2nd3rd4th..."
-# spoken alone on a 2-core box (scripts/bench_text_stage.py): 100 characters about 1 s and +90 MB, 200 about 3 s and
-# +270 MB, 300 +420 MB, 400 9 s and +600 MB; 2,000 took 20 s and +2.8 GB. An ordinary 300-character sentence costs
-# some +240 MB, so a 100-character word costs a worker no more than ordinary text. Turbo reads text tokens and is
-# bounded by its token cap; its pieces are SENTENCE_MAX_CHARS long, so that is its bound.
-ENGINE_WORD_CHARS: Final = {"piper": 100, "simulated": 100, "turbo": SENTENCE_MAX_CHARS}
+__all__ = ["SENTENCE_MAX_CHARS"]  # the longest sentence the engines speak in one go, re-exported for them
 # Where a long word is best cut: after one of these.
 _SOFT_AFTER: Final = frozenset("-‐–—/\\_.,;:!?)]}>\"'”’|+*&=~")
 
@@ -36,10 +30,10 @@ _SOFT_BREAK: Final = re.compile(r"(?<=[,;:—–])\s+")
 
 
 def word_bound(engine: str, setting: int | None = None) -> int:
-    """The longest word ``engine`` is given: ``setting`` (ZSYNTH_MAX_WORD_CHARS) when set, else the engine's own."""
+    """The longest word ``engine`` is given: ``setting`` (ZSYNTH_MAX_WORD_CHARS) when set, else its profile's."""
     if setting is not None:
         return max(1, setting)
-    return ENGINE_WORD_CHARS.get(engine, min(ENGINE_WORD_CHARS.values()))
+    return profile(engine).word_chars
 
 
 @functools.lru_cache(maxsize=16)

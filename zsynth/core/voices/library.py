@@ -46,6 +46,8 @@ from redis.exceptions import RedisError
 from redis.typing import EncodableT, FieldT
 
 from zsynth.core import protocol
+from zsynth.core.aws import client_config
+from zsynth.core.config import Settings
 from zsynth.core.redis_link import async_client
 from zsynth.core.supervise import Supervisor
 from zsynth.core.voices.bucket import S3_ERRORS, VoiceBucket, VoiceRefused
@@ -185,6 +187,47 @@ class VoiceLibrary:
         self._startup: asyncio.Task[None] | None = None
         # Loops end on this as well as on cancellation: a redis-py command interrupted by a cancel may swallow it.
         self._stop = asyncio.Event()
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: Settings,
+        store: VoiceStore,
+        *,
+        role: Literal["front", "worker"],
+        on_change: Callable[[str], None] | None = None,
+        on_failure: Callable[[], Awaitable[Any]] | None = None,
+        supervisor: Supervisor | None = None,
+    ) -> VoiceLibrary:
+        """The library of ``store`` as the settings configure it: the bucket (when one is set) and every timing.
+
+        ``role``: ``front`` announces its box and reconciles the bucket with what its API changed; ``worker`` (the
+        workers, and the avatar server, which only speaks voices) follows.
+        """
+        bucket = (
+            VoiceBucket(
+                settings.voices_bucket,
+                settings.voices_prefix,
+                client_config(settings),
+                clip_max_bytes=settings.voice_clip_max_bytes,
+            )
+            if settings.voices_bucket
+            else None
+        )
+        return cls(
+            store,
+            settings.redis_url,
+            bucket,
+            role=role,
+            fetch_wait_s=settings.voices_fetch_wait_s,
+            resync_s=settings.voices_resync_s,
+            on_change=on_change,
+            on_failure=on_failure,
+            start_wait_s=settings.voices_start_wait_s,
+            supervisor=supervisor,
+            missing_ttl_s=settings.voices_missing_ttl_s,
+            missing_max=settings.voices_missing_max,
+        )
 
     # ----- lifecycle -------------------------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from aiohttp import web
 
 from zsynth.kit.endpoints import Endpoints
 from zsynth.services.dictionaries import dictionaries_context
+from zsynth.services.synthesis import synthesis_context
 from zsynth.services.voice_library import voices_context
 from zsynth.speech import ws
 from zsynth.speech.routes import (
@@ -54,5 +55,5 @@ def setup_services(app: web.Application) -> None:
     The voice library and the dictionary store are services (``zsynth.services.voice_library``,
     ``zsynth.services.dictionaries``): the routes, the synthesis service and the sockets read what they set.
     """
-    app.cleanup_ctx.extend([voices_context, dictionaries_context])
+    app.cleanup_ctx.extend([voices_context, dictionaries_context, synthesis_context])
     ws.setup(app)

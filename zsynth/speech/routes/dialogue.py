@@ -48,6 +48,7 @@ from zsynth.speech.schemas.bodies import (
 )
 from zsynth.speech.synthesis_http import (
     MAX_SEED,
+    AudioStream,
     ConvertQuery,
     FormatQuery,
     StreamQuery,
@@ -403,7 +404,7 @@ async def _stream(request: web.Request, body: DialogueRequest, query: StreamQuer
         headers = audio_headers(request, dialogue.tts(0), first.job)
         if timed:
             headers |= JSON_TYPE
-        response = web.StreamResponse(headers=headers)
+        response = AudioStream(request, headers)  # every write within the write deadline
         await response.prepare(request)
 
         async def send(piece: Piece) -> None:

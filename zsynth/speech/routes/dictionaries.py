@@ -61,10 +61,12 @@ _ID: Final = {"dictionary_id": "The dictionary's id."}
 
 
 def _unavailable(err: StorageUnavailable) -> ApiError:
+    # The storage's own words (its endpoint, bucket and object keys) go to the log, never to the caller.
+    logger.warning("the pronunciation dictionaries' storage cannot be reached: %s", err)
     return ApiError(
         503,
         "dictionary_storage_unavailable",
-        f"The pronunciation dictionaries' storage cannot be reached ({err}); nothing was changed.",
+        "The pronunciation dictionaries' storage cannot be reached; nothing was changed.",
         headers={"Retry-After": "1"},
     )
 

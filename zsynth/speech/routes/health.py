@@ -4,17 +4,17 @@
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 from typing import Literal
 
-from aiohttp import web
+from aiohttp import hdrs, web
 from pydantic import BaseModel, ConfigDict, Field
 
 from zsynth.core import protocol
+from zsynth.core.ratelimit import forwarded_client
 from zsynth.kit.endpoints import Access, Endpoints
 from zsynth.kit.operations import operation_routes
 from zsynth.services.dispatch import DISPATCHER
-from zsynth.services.keys import REDIS, REDIS_MASTER, VOICE_LIBRARY
+from zsynth.services.keys import REDIS, REDIS_MASTER, SETTINGS, VOICE_LIBRARY
 from zsynth.services.metrics import METRICS
 from zsynth.speech.schemas.apidoc import json_body, optional
 
@@ -94,8 +94,8 @@ async def readyz(request: web.Request) -> web.Response:
     holds cloned voices and no bucket is set here); the box still serves its own voices, so readiness stands.
 
     ``redis_mode`` and ``redis_promotions`` say how Redis is found and how many failovers this front followed;
-    ``redis_master`` names the master in use, for a caller on loopback only (a probe or an operator on the box),
-    since the route is public.
+    ``redis_master`` names the master in use, for a caller on loopback only (a probe or an operator on the box; behind
+    a trusted proxy, the client it names), since the route is public.
     """
     try:
         workers = await asyncio.wait_for(live_workers(request.app), 2.0)
@@ -117,13 +117,21 @@ async def readyz(request: web.Request) -> web.Response:
     if watch is not None:
         body["redis_mode"] = watch.mode
         body["redis_promotions"] = watch.promotions
-        if watch.master is not None and _on_loopback(request.remote):
+        if watch.master is not None and _caller_on_loopback(request):
             body["redis_master"] = watch.master
     return web.json_response(body, status=200 if ready else 503)
 
 
-def _on_loopback(remote: str | None) -> bool:
-    try:
-        return remote is not None and ipaddress.ip_address(remote).is_loopback
-    except ValueError:  # a Unix socket peer, say
+def _caller_on_loopback(request: web.Request) -> bool:
+    """Whether the caller itself is on this box: the client a trusted proxy (ZSYNTH_TRUSTED_PROXIES) names, as every
+    per-address limit reads it, never the proxy. A request relayed by a proxy that is not trusted (it carries a
+    forwarding header) is not the box's own, whatever its peer: nginx on the same box would otherwise pass for one."""
+    trusted = request.app[SETTINGS].trusted_proxies
+    forwarded = request.headers.getall(hdrs.X_FORWARDED_FOR, [])
+    peer = forwarded_client(request.remote, (), ())
+    if peer is None:  # a Unix socket peer, say
         return False
+    if not any(peer in net for net in trusted) and (forwarded or hdrs.FORWARDED in request.headers):
+        return False
+    client = forwarded_client(request.remote, forwarded, trusted)
+    return client is not None and client.is_loopback

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any
 
 from aiohttp import web
 from pydantic import BaseModel
 
-from zsynth.core.languages import engine_languages
+from zsynth.core.engines import profile
 from zsynth.kit.endpoints import Access, Endpoints
 from zsynth.services.keys import SETTINGS
 from zsynth.speech.schemas.apidoc import json_body, optional
@@ -44,17 +44,11 @@ class Model(BaseModel):
     concurrency_group: str = optional()
 
 
-_ENGINE_NAMES: Final = {
-    "piper": ("zsynth_piper", "zsynth Piper (CPU)", "Embedded CPU engine: Piper VITS, US English.", "standard"),
-    "turbo": ("zsynth_turbo", "zsynth Chatterbox-Turbo", "Chatterbox-Turbo on CUDA with zero-shot cloning.", "turbo"),
-}
-
-
 def model_entry(engine: str, max_text_chars: int) -> dict[str, Any]:
-    """The ElevenLabs ``ModelResponseModel`` of ``engine``, with every field the OAS requires."""
-    model_id, name, description, group = _ENGINE_NAMES.get(
-        engine, (f"zsynth_{engine}", f"zsynth {engine}", f"The {engine} engine.", "standard")
-    )
+    """The ElevenLabs ``ModelResponseModel`` of ``engine`` (its profile's model card), with every field the OAS
+    requires."""
+    card = profile(engine).model
+    model_id, name, description, group = card.model_id, card.name, card.description, card.concurrency_group
     return {
         "model_id": model_id,
         "name": name,
@@ -70,7 +64,7 @@ def model_entry(engine: str, max_text_chars: int) -> dict[str, Any]:
         "max_characters_request_free_user": max_text_chars,
         "max_characters_request_subscribed_user": max_text_chars,
         "maximum_text_length_per_request": max_text_chars,
-        "languages": [{"language_id": code, "name": name} for code, name in engine_languages(engine)],
+        "languages": [{"language_id": code, "name": language} for code, language in card.languages],
         "model_rates": {"character_cost_multiplier": 1.0},
         "concurrency_group": group,
     }

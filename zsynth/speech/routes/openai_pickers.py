@@ -16,7 +16,7 @@ from typing import Any, Final
 from aiohttp import web
 from pydantic import BaseModel
 
-from zsynth.core.languages import engine_model_id
+from zsynth.core.engines import profile
 from zsynth.kit.endpoints import Access, Endpoints
 from zsynth.kit.envelope import Refusal
 from zsynth.kit.gate import admit
@@ -110,6 +110,7 @@ async def list_voices(request: web.Request) -> web.Response:
 async def list_models(request: web.Request) -> web.Response:
     """This deployment's engine first, then OpenAI's model names (each spoken by the same engine)."""
     engine = request.app[SETTINGS].engine
-    models = [{"id": engine_model_id(engine), "name": f"zsynth {engine}"}]
+    card = profile(engine).model
+    models = [{"id": card.model_id, "name": card.name}]
     models += [{"id": model_id, "name": name} for model_id, name in OPENAI_MODELS]
     return web.json_response({"models": models})

@@ -24,6 +24,7 @@ import base64
 import functools
 import json
 import math
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Annotated, Any, Final
 
@@ -32,6 +33,7 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
 from zsynth.core.audio import parse_output_format
+from zsynth.core.protocol import Event
 from zsynth.kit.endpoints import Access, Endpoints, refusal
 from zsynth.services.keys import SETTINGS
 from zsynth.speech.openai_audio import MAX_SPEED, MIN_SPEED, RESPONSE_FORMATS, STREAM_FORMATS, ResponseFormat
@@ -48,7 +50,7 @@ from zsynth.speech.schemas.bodies import (
     spoken_text_field,
     text_options,
 )
-from zsynth.speech.synthesis_http import TtsRequest, audio_headers, finish_stream, first_chunk, speak
+from zsynth.speech.synthesis_http import TtsRequest, audio_headers, speak, stream_speech
 
 routes = Endpoints()
 
@@ -214,37 +216,28 @@ async def speech(request: web.Request, body: OpenAISpeechRequest) -> web.StreamR
     tts, fmt = asked.tts, asked.response_format
     async with await speak(request, tts) as speech:
         encoder = fmt.encoder()  # made while the job waits for a worker
-        chunks = speech.chunks()
-        first = await first_chunk(chunks)
         headers = audio_headers(request, tts, speech.job)
         headers["Content-Type"] = "text/event-stream" if asked.sse else fmt.media_type
         if asked.sse:
             headers["Cache-Control"] = "no-cache"
-        response = web.StreamResponse(headers=headers)
-        await response.prepare(request)
 
         async def encode(audio: bytes | None) -> bytes:
             """Encode a chunk (None: flush), in a thread for the formats that cost milliseconds."""
             step = encoder.finish if audio is None else functools.partial(encoder.encode, audio)
             return await asyncio.to_thread(step) if fmt.threaded else step()
 
-        async def send(audio: bytes) -> None:
-            if not audio:
-                return
-            if asked.sse:
-                await response.write(_sse({"type": "speech.audio.delta", "audio": base64.b64encode(audio).decode()}))
-            else:
-                await response.write(audio)
+        def framed(audio: bytes) -> bytes:
+            if not audio or not asked.sse:
+                return audio
+            return _sse({"type": "speech.audio.delta", "audio": base64.b64encode(audio).decode()})
 
-        async def write_all() -> None:
-            if first is not None:
-                await send(await encode(first.audio))
-                async for event in chunks:
-                    await send(await encode(event.audio))
-            await send(await encode(None))
+        async def render(events: AsyncIterator[Event]) -> AsyncIterator[bytes]:
+            async for event in events:
+                yield framed(await encode(event.audio))
+            yield framed(await encode(None))
             if asked.sse:
                 chars = len(tts.text)
                 usage = {"input_tokens": chars, "output_tokens": 0, "total_tokens": chars}
-                await response.write(_sse({"type": "speech.audio.done", "usage": usage}))
+                yield _sse({"type": "speech.audio.done", "usage": usage})
 
-        return await finish_stream(request, response, speech, write_all())
+        return await stream_speech(request, speech, headers, render)

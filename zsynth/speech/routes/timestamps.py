@@ -10,15 +10,19 @@ its replacement was spoken in; otherwise both are the same.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import functools
 import json
 import logging
+from collections.abc import AsyncIterator
 from typing import Annotated, Any, Final
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
 from zsynth.core.alignment import CharAlignment, Timeline, join_chunks
+from zsynth.core.protocol import Event
 from zsynth.core.text.marks import CLOSE, OPEN
 from zsynth.core.text.spoken import AlignmentMapper, Spoken
 from zsynth.kit.endpoints import Endpoints
@@ -29,9 +33,8 @@ from zsynth.speech.synthesis_http import (
     TextToSpeechRequest,
     audio_headers,
     every_chunk,
-    finish_stream,
-    first_chunk,
     speak,
+    stream_speech,
     synthesis_doc,
     tts_request,
 )
@@ -131,26 +134,32 @@ def _json(payload: dict[str, Any]) -> str:
 async def convert_with_timestamps(request: web.Request, body: TextToSpeechRequest, query: ConvertQuery) -> web.Response:
     """The whole audio as base64 plus the alignment of the whole text, once synthesis is complete."""
     tts = tts_request(request, body, query)
-    audio: list[bytes] = []
+    async with await speak(request, tts, alignment=True) as speech:
+        events = await every_chunk(speech)
+        # Base64 and JSON of minutes of audio take a while: off the event loop, which serves every other stream.
+        answer = await asyncio.to_thread(_whole_answer, events, speech.spoken)
+        return web.Response(text=answer, headers=audio_headers(request, tts, speech.job) | JSON_TYPE)
+
+
+def _whole_answer(events: list[Event], spoken: Spoken) -> str:
+    """The with-timestamps answer's JSON: all the audio as base64 and the alignment of the whole text."""
     parts: list[tuple[float, CharAlignment]] = []
     timeline = Timeline()
-    async with await speak(request, tts, alignment=True) as speech:
-        for event in await every_chunk(speech):
-            audio.append(event.audio)
-            part = timeline.place(event.meta)
-            if part is not None:
-                parts.append(part)
-        chars, starts, ends = join_chunks(parts)
-        if ends:
-            # An encoder's final flush can carry a few ms after the last character starts: it is that character's.
-            ends[-1] = max(ends[-1], round(timeline.placed_s, 3))
-        aligned, normalized = _Alignments(speech.spoken).bodies((chars, starts, ends), final=True)
-        answer = {
-            "audio_base64": base64.b64encode(b"".join(audio)).decode("ascii"),
-            "alignment": aligned,
-            "normalized_alignment": normalized,
-        }
-        return web.Response(text=_json(answer), headers=audio_headers(request, tts, speech.job) | JSON_TYPE)
+    for event in events:
+        part = timeline.place(event.meta)
+        if part is not None:
+            parts.append(part)
+    chars, starts, ends = join_chunks(parts)
+    if ends:
+        # An encoder's final flush can carry a few ms after the last character starts: it is that character's.
+        ends[-1] = max(ends[-1], round(timeline.placed_s, 3))
+    aligned, normalized = _Alignments(spoken).bodies((chars, starts, ends), final=True)
+    answer = {
+        "audio_base64": base64.b64encode(b"".join(event.audio for event in events)).decode("ascii"),
+        "alignment": aligned,
+        "normalized_alignment": normalized,
+    }
+    return _json(answer)
 
 
 @routes.post(
@@ -174,29 +183,27 @@ async def stream_with_timestamps(
     """One JSON object per line, per chunk, as the worker makes them."""
     tts = tts_request(request, body, query)
     async with await speak(request, tts, alignment=True) as speech:
-        chunks = speech.chunks()
-        first = await first_chunk(chunks)
-        response = web.StreamResponse(headers=audio_headers(request, tts, speech.job) | JSON_TYPE)
-        await response.prepare(request)
-        timeline = Timeline()
-        alignments = _Alignments(speech.spoken)
+        headers = audio_headers(request, tts, speech.job) | JSON_TYPE
+        return await stream_speech(request, speech, headers, functools.partial(_json_lines, speech.spoken))
 
-        async def write_all() -> None:
-            event = first
-            while event is not None:
-                following = await anext(chunks, None)
-                part = timeline.place(event.meta)
-                aligned: dict[str, Any] | None = None
-                normalized: dict[str, Any] | None = None
-                if part is not None or (following is None and alignments.mapper is not None):
-                    joined = join_chunks([part]) if part is not None else ([], [], [])
-                    aligned, normalized = alignments.bodies(joined, final=following is None)
-                line = {
-                    "audio_base64": base64.b64encode(event.audio).decode("ascii"),
-                    "alignment": aligned,
-                    "normalized_alignment": normalized,
-                }
-                await response.write((_json(line) + "\n").encode())
-                event = following
 
-        return await finish_stream(request, response, speech, write_all())
+async def _json_lines(spoken: Spoken, events: AsyncIterator[Event]) -> AsyncIterator[bytes]:
+    """One JSON object per chunk and line: its audio as base64 and its characters' timing from the audio's start."""
+    timeline = Timeline()
+    alignments = _Alignments(spoken)
+    event = await anext(events, None)
+    while event is not None:
+        following = await anext(events, None)  # the last chunk's alignment is final (the mapper's rest goes there)
+        part = timeline.place(event.meta)
+        aligned: dict[str, Any] | None = None
+        normalized: dict[str, Any] | None = None
+        if part is not None or (following is None and alignments.mapper is not None):
+            joined = join_chunks([part]) if part is not None else ([], [], [])
+            aligned, normalized = alignments.bodies(joined, final=following is None)
+        line = {
+            "audio_base64": base64.b64encode(event.audio).decode("ascii"),
+            "alignment": aligned,
+            "normalized_alignment": normalized,
+        }
+        yield (_json(line) + "\n").encode()
+        event = following

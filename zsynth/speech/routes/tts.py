@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 from aiohttp import web
 
+from zsynth.core.protocol import Event
 from zsynth.kit.endpoints import Endpoints
 from zsynth.speech.synthesis_http import (
     ConvertQuery,
@@ -11,9 +14,8 @@ from zsynth.speech.synthesis_http import (
     TextToSpeechRequest,
     audio_headers,
     every_chunk,
-    finish_stream,
-    first_chunk,
     speak,
+    stream_speech,
     synthesis_doc,
     tts_request,
 )
@@ -46,15 +48,10 @@ async def stream(request: web.Request, body: TextToSpeechRequest, query: StreamQ
     """
     tts = tts_request(request, body, query)
     async with await speak(request, tts) as speech:
-        chunks = speech.chunks()
-        first = await first_chunk(chunks)
-        response = web.StreamResponse(headers=audio_headers(request, tts, speech.job))
-        await response.prepare(request)
+        return await stream_speech(request, speech, audio_headers(request, tts, speech.job), _raw_audio)
 
-        async def write_all() -> None:
-            if first is not None:
-                await response.write(first.audio)
-                async for event in chunks:
-                    await response.write(event.audio)
 
-        return await finish_stream(request, response, speech, write_all())
+async def _raw_audio(events: AsyncIterator[Event]) -> AsyncIterator[bytes]:
+    """Each chunk's audio as it is."""
+    async for event in events:
+        yield event.audio

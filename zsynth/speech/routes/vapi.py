@@ -11,18 +11,20 @@ come before the first byte, in the speech API's envelope, with the status of the
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Final
+from collections.abc import AsyncIterator
+from typing import Annotated, Final
 
 import pydantic
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
 from zsynth.core.audio import parse_output_format
+from zsynth.core.protocol import Event
 from zsynth.kit.endpoints import Access, Endpoints, refusal
 from zsynth.services.voices import VOICES
 from zsynth.speech.schemas.apidoc import AUDIO_HEADERS
 from zsynth.speech.schemas.bodies import require, spoken_text, spoken_text_field
-from zsynth.speech.synthesis_http import TtsRequest, audio_headers, finish_stream, first_chunk, speak
+from zsynth.speech.synthesis_http import TtsRequest, audio_headers, speak, stream_speech
 
 routes = Endpoints()
 
@@ -136,18 +138,11 @@ async def vapi_tts(request: web.Request, body: VapiRequest) -> web.StreamRespons
     """Speak ``message.text`` and stream it back as raw PCM, each chunk as soon as it is made."""
     tts = vapi_request(request, body)
     async with await speak(request, tts) as speech:
-        chunks = speech.chunks()
-        first = await first_chunk(chunks)
-        headers: dict[str, Any] = audio_headers(request, tts, speech.job)
-        headers["Content-Type"] = "application/octet-stream"
-        response = web.StreamResponse(headers=headers)
-        response.enable_chunked_encoding()
-        await response.prepare(request)
+        headers = audio_headers(request, tts, speech.job) | {"Content-Type": "application/octet-stream"}
+        return await stream_speech(request, speech, headers, _raw_pcm)
 
-        async def write_all() -> None:
-            if first is not None:
-                await response.write(first.audio)
-                async for event in chunks:
-                    await response.write(event.audio)
 
-        return await finish_stream(request, response, speech, write_all())
+async def _raw_pcm(events: AsyncIterator[Event]) -> AsyncIterator[bytes]:
+    """Each chunk's PCM as it is: Vapi plays the bytes as they arrive."""
+    async for event in events:
+        yield event.audio

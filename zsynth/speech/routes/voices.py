@@ -89,11 +89,14 @@ def _delete_doc(operation_id: str) -> dict[str, Any]:
 
 
 def storage_unavailable(err: StorageUnavailable) -> ApiError:
-    """The answer when the bucket that holds the voice library cannot be reached: nothing was changed."""
+    """The answer when the bucket that holds the voice library cannot be reached: nothing was changed.
+
+    The storage's own words (its endpoint, bucket and object keys) are in the voice library's log line, never in
+    the caller's message."""
     return ApiError(
         503,
         "voice_storage_unavailable",
-        f"The voice library's storage cannot be reached ({err}); nothing was changed. Try again shortly.",
+        "The voice library's storage cannot be reached; nothing was changed. Try again shortly.",
         headers={"Retry-After": str(RETRY_AFTER_S)},
     )
 

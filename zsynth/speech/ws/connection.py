@@ -41,8 +41,6 @@ CLOSE_POLICY: Final = 1008
 # Close reasons travel in a control frame: 125 bytes minus the 2-byte code.
 MAX_REASON_BYTES: Final = 123
 # Clients send text; a message above this is refused by aiohttp with close 1009.
-# Seconds a send may block on a client that stopped reading before the socket is dropped.
-SEND_TIMEOUT_S: Final = 10.0
 #: The query parameter of an ElevenLabs single-use token, which opens the socket in place of a key.
 SINGLE_USE_PARAMETER: Final = "single_use_token"
 
@@ -137,6 +135,9 @@ class Connection:
         settings = request.app[SETTINGS]
         # Token bucket for client messages: refills at the configured rate, holds a burst of twice that.
         self._rate = settings.ws_max_messages_per_s
+        # Seconds a send may block on a client that stopped reading before the socket is dropped (the write deadline
+        # every transport shares: docs/architecture.md, "Flow control").
+        self.send_timeout_s = settings.write_timeout_s
         self._messages = TokenBucket(self._rate, 2 * self._rate)
 
     @property
@@ -149,7 +150,7 @@ class Connection:
         self.last_activity = time.monotonic()
 
     async def send(self, payload: dict[str, Any]) -> None:
-        """Send one JSON frame; a client that stops reading for SEND_TIMEOUT_S is dropped."""
+        """Send one JSON frame; a client that stops reading for the write deadline is dropped."""
         if not self.ws.closed:
             await self.send_json_text(json.dumps(payload, separators=(",", ":"), ensure_ascii=False))
 
@@ -160,7 +161,7 @@ class Connection:
                 return
             try:
                 # asyncio.timeout, not wait_for: no extra task per frame on the audio path.
-                async with asyncio.timeout(SEND_TIMEOUT_S):
+                async with asyncio.timeout(self.send_timeout_s):
                     await self.ws.send_str(data)
             except (ConnectionError, RuntimeError, TimeoutError) as err:
                 logger.info("socket %s: send failed (%s); closing", self.socket_id, err)
@@ -324,7 +325,7 @@ class Connection:
         app = self.request.app
         credential = await single_use.redeem(app[REDIS], token, "tts_websocket")
         await app[AUTHENTICATOR].check_minter(credential)
-        if not may_call(credential, access):
+        if not may_call(credential, access, SOCKET_GATE.token_scope):
             raise AuthError("insufficient_scope", SOCKET_GATE.insufficient_scope)
         return credential
 

@@ -30,14 +30,23 @@ CLOSE_TIMEOUT_S: Final = 5.0
 Body = Callable[[Connection, list[Speaker]], Awaitable[None]]
 
 
-async def run_socket(request: web.Request, kind: str, body: Body) -> web.WebSocketResponse:
-    """Upgrade, run ``body``, and whatever happens cancel every job the socket still has in flight."""
+def _admit_unauthenticated(request: web.Request) -> list[str]:
+    """Count a socket that will wait for a credential in its first message: on the front (key ``""``) and for its
+    client address; the keys it was counted under. Refused before the upgrade when the address or the front is full.
+    """
     settings = request.app[SETTINGS]
     unauthenticated = request.app[WS_UNAUTHENTICATED]
-    # Counted: sockets that will wait for a credential in their first message (one in the upgrade request is
-    # checked at once, with no wait).
-    counted = not request.app[AUTHENTICATOR].is_open and secret_from_request(request) is None
-    if counted and unauthenticated[""] >= settings.ws_max_unauthenticated:
+    # The address limits count against everywhere else: the forwarded client behind a trusted proxy.
+    address = request.app[AUTHENTICATOR].client_of(request)
+    if address is not None and unauthenticated[address] >= settings.ws_max_unauthenticated_per_address:
+        raise ApiError(
+            429,
+            "too_many_concurrent_requests",
+            "Too many sockets from this address are waiting to authenticate; send the key in the first message "
+            "sooner, or in the xi-api-key header.",
+            headers={"Retry-After": "1"},
+        )
+    if unauthenticated[""] >= settings.ws_max_unauthenticated:
         # Refused before the upgrade: a socket that has not shown a credential costs nothing more.
         raise ApiError(
             503,
@@ -45,16 +54,37 @@ async def run_socket(request: web.Request, kind: str, body: Body) -> web.WebSock
             "Too many sockets are waiting to authenticate on this server; try again shortly.",
             headers={"Retry-After": "1"},
         )
+    keys = ["", address] if address is not None else [""]
+    for key in keys:
+        unauthenticated[key] += 1
+    return keys
+
+
+def _uncount(request: web.Request, keys: list[str]) -> None:
+    unauthenticated = request.app[WS_UNAUTHENTICATED]
+    for key in keys:
+        unauthenticated[key] -= 1
+        if unauthenticated[key] <= 0:
+            del unauthenticated[key]
+
+
+async def run_socket(request: web.Request, kind: str, body: Body) -> web.WebSocketResponse:
+    """Upgrade, run ``body``, and whatever happens cancel every job the socket still has in flight."""
+    settings = request.app[SETTINGS]
+    # Counted: sockets that will wait for a credential in their first message (one in the upgrade request is
+    # checked at once, with no wait).
+    counted: list[str] = []
+    if not request.app[AUTHENTICATOR].is_open and secret_from_request(request) is None:
+        counted = _admit_unauthenticated(request)
     ws = web.WebSocketResponse(
         heartbeat=HEARTBEAT_S, timeout=CLOSE_TIMEOUT_S, max_msg_size=settings.ws_max_message_bytes
     )
-    unauthenticated[""] += counted
 
     def authenticated() -> None:
         nonlocal counted
         if counted:
-            counted = False
-            unauthenticated[""] -= 1
+            _uncount(request, counted)
+            counted = []
 
     try:
         await ws.prepare(request)

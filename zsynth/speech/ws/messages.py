@@ -11,7 +11,7 @@ used: :mod:`zsynth.services.auth`, the speaker and :mod:`zsynth.core.text.prepar
 
 from __future__ import annotations
 
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Final, TypeVar
 
 import pydantic
 
@@ -20,6 +20,9 @@ from zsynth.speech.ws.buffer import DEFAULT_SCHEDULE, ScheduleError, parse_sched
 from zsynth.speech.ws.connection import WsError
 
 M = TypeVar("M", bound=pydantic.BaseModel)
+
+#: The longest ``context_id``: it is kept for the context's life and echoed in every one of its frames.
+MAX_CONTEXT_ID_CHARS: Final = 128
 
 
 def ws_error(http_status: int, code: str, message: str, param: str | None) -> WsError:
@@ -65,7 +68,9 @@ class ContextMessage(pydantic.BaseModel):
     ``close_socket`` reads nothing else of the message, ``close_context`` nothing but ``context_id``.
     """
 
-    context_id: str | None = pydantic.Field(default=None, description="The context (none: the default context).")
+    context_id: str | None = pydantic.Field(
+        default=None, description=f"The context (none: the default context), at most {MAX_CONTEXT_ID_CHARS} characters."
+    )
     close_context: ByTruth = pydantic.Field(default=False, description="End the context.")
     close_socket: ByTruth = pydantic.Field(default=False, description="End every context, then the socket.")
     text: Text = ""
@@ -89,6 +94,8 @@ class ContextMessage(pydantic.BaseModel):
     def _context_id(cls, value: object) -> object:
         if value is not None and not isinstance(value, str):
             raise refusal("invalid_message", "Field 'context_id' must be a string.")
+        if value is not None and len(value) > MAX_CONTEXT_ID_CHARS:
+            raise refusal("invalid_message", f"Field 'context_id' may hold at most {MAX_CONTEXT_ID_CHARS} characters.")
         return value
 
 

@@ -2,9 +2,12 @@
 
 Every client message may name a ``context_id`` (none means the default context, answered with ``contextId``
 null). Text to an unknown context creates it; at most :data:`MAX_CONTEXTS` contexts may be live, a sixth ends the
-socket with ``max_active_conversations``. A closed context's id may be used again: it opens a new context.
-``flush`` speaks a context's buffer and sends no ``isFinal``. ``{"text": ""}`` only keeps a context (or, with no
-``context_id``, the socket) alive.
+socket with ``max_active_conversations``. A closed context still counts until its last audio is sent: a new context
+past the limit waits for that (the socket's messages wait with it) for at most :data:`CLOSING_WAIT_S`, then ends the
+socket the same way, so a client that loops open, flush, close never has more than five contexts in flight. A
+``context_id`` holds at most 128 characters (:mod:`~zsynth.speech.ws.messages`). A closed context's id may be used
+again: it opens a new context. ``flush`` speaks a context's buffer and sends no ``isFinal``. ``{"text": ""}`` only
+keeps a context (or, with no ``context_id``, the socket) alive.
 
 ``close_context`` ends a context in one of two ways (the AsyncAPI: "if it has already been set to flush it will
 continue flushing"):
@@ -25,6 +28,7 @@ with ``input_timeout_exceeded``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass
@@ -52,6 +56,8 @@ from zsynth.speech.ws.text_options import socket_text_options
 logger = logging.getLogger(__name__)
 
 MAX_CONTEXTS: Final = 5
+# Seconds a new context waits for a closed one to send its last audio before the socket ends (as SEND_TIMEOUT_S).
+CLOSING_WAIT_S: Final = 10.0
 
 
 @dataclass(slots=True)
@@ -72,6 +78,7 @@ class MultiSession:
         self.speakers = speakers  # the speakers not yet finished, cancelled when the socket ends
         self.live: dict[str | None, Context] = {}
         self.closing: set[Speaker] = set()  # contexts told to close whose isFinal is not sent yet
+        self._finished_one = asyncio.Event()  # set when a closing context sends its isFinal
         self.closing_socket = False
         self.first = first  # the socket's first message: its dictionaries serve every context
         self._first_options: TextOptions | None = None  # its options, checked once for all the contexts
@@ -81,12 +88,7 @@ class MultiSession:
         context = self.live.get(context_id)
         if context is not None:
             return context
-        if len(self.live) >= MAX_CONTEXTS:
-            raise WsError(
-                "max_active_conversations",
-                f"Maximum simultaneous contexts per WebSocket connection exceeded ({MAX_CONTEXTS}). Please close "
-                "an existing context before opening a new one.",
-            )
+        await self._room()
         buffer = make_buffer(message, self.params, self.conn.request.app[SETTINGS])
         own = "pronunciation_dictionary_locators" in message
         if own:
@@ -111,9 +113,30 @@ class MultiSession:
         self.live[context_id] = context
         return context
 
+    async def _room(self) -> None:
+        """Return once a new context fits: fewer than MAX_CONTEXTS live or closing; WsError when it does not in time."""
+        refusal = WsError(
+            "max_active_conversations",
+            f"Maximum simultaneous contexts per WebSocket connection exceeded ({MAX_CONTEXTS}). Please close an "
+            "existing context before opening a new one (a closed context counts until its last audio is sent).",
+        )
+        if len(self.live) >= MAX_CONTEXTS:
+            raise refusal
+        if len(self.live) + len(self.closing) < MAX_CONTEXTS:
+            return
+        logger.info("socket %s: a new context waits for a closed one to finish its audio", self.conn.socket_id)
+        try:
+            async with asyncio.timeout(CLOSING_WAIT_S):
+                while len(self.live) + len(self.closing) >= MAX_CONTEXTS:
+                    self._finished_one.clear()
+                    await self._finished_one.wait()
+        except TimeoutError:
+            raise refusal from None
+
     async def _finished(self, speaker: Speaker) -> None:
         """A closed context spoke its last audio: send its one isFinal; close the socket after the last one."""
         self.closing.discard(speaker)
+        self._finished_one.set()
         # A voice agent keeps one socket for a whole conversation, a context per turn: forget finished speakers.
         self.speakers.remove(speaker)
         await self.conn.send({"isFinal": True, "is_final": True, "contextId": speaker.context_id})

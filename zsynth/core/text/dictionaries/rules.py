@@ -22,13 +22,13 @@ from typing import Any, Final
 from defusedxml import DTDForbidden, EntitiesForbidden, ExternalReferenceForbidden
 from defusedxml import ElementTree as defused
 
+from zsynth.core.engines import profile
 from zsynth.core.text import marks
 from zsynth.core.text.spoken import Spoken
 
 RULE_TYPES: Final = ("alias", "phoneme")
 MAX_RULES: Final = 10_000
 MAX_STRING_CHARS: Final = 200
-PHONEME_ENGINES: Final = frozenset({"piper"})
 PLS_NS: Final = "http://www.w3.org/2005/01/pronunciation-lexicon"
 
 
@@ -224,7 +224,7 @@ def _constant(value: str) -> Callable[[re.Match[str]], str]:
 
 def apply_rules(spoken: Spoken, rules: list[Rule], engine: str) -> None:
     """Apply ``rules`` in order to the text of ``spoken`` still as written; phoneme rules only where spoken."""
-    phonemes = engine in PHONEME_ENGINES
+    phonemes = profile(engine).phoneme_dictionaries
     # Text still as written is part of the caller's text: a rule whose string is nowhere in it is skipped without
     # running its expression (most rules of a large dictionary, on most requests).
     text = spoken.original
