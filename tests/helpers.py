@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -65,13 +66,16 @@ def wait_for(predicate: Callable[[], object], timeout: float, what: str, interva
 
 
 class WorkerProcess:
-    """A real ``zsynth worker`` child process (its log to ``log_path`` when given, else to the test's stderr)."""
+    """A real ``zsynth worker`` child process (its log to ``log_path`` when given, else to the test's stderr), serving
+    its own metrics on ``metrics_url``."""
 
     def __init__(
         self, redis_url: str, worker_id: str, data_dir: Path, *, log_path: str | None = None, **env: str
     ) -> None:
         self.redis_url = redis_url
         self.worker_id = worker_id
+        self.metrics_port = int(env.get("ZSYNTH_WORKER_METRICS_PORT") or free_port())
+        self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         full_env = dict(
             os.environ,
             ZSYNTH_REDIS_URL=redis_url,
@@ -80,6 +84,7 @@ class WorkerProcess:
             ZSYNTH_ENGINE_THREADS="1",
             ZSYNTH_HEARTBEAT_INTERVAL="0.5",
             ZSYNTH_HEARTBEAT_TTL="3",
+            ZSYNTH_WORKER_METRICS_PORT=str(self.metrics_port),
             PYTHONUNBUFFERED="1",
         )
         full_env.update(env)
@@ -115,6 +120,25 @@ class WorkerProcess:
                 self.proc.wait(15)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+
+def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """A Prometheus endpoint's samples, parsed by prometheus_client's own parser: (name, sorted labels) -> value."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        text = resp.read().decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def sample_sum(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
+    """The sum of the samples named ``name`` whose labels include ``labels``."""
+    wanted = set(labels.items())
+    return sum(value for (found, have), value in samples.items() if found == name and wanted <= set(have))
 
 
 class RedisServer:

@@ -51,6 +51,6 @@ def test_the_install_script_installs_every_program_the_docs_examples_call():
     examples = "\n".join(path.read_text() for path in sorted((root / "docs" / "examples").glob("*.sh")))
     called = {program for program in ("curl", "jq", "wget", "openssl", "redis-cli") if f"{program} " in examples}
     assert "curl" in called  # the check reads the examples it means to
-    for program in (*called, "redis-server", "redis-sentinel", "shellcheck", "chromium", "systemd"):
+    for program in (*called, "redis-server", "redis-sentinel", "shellcheck", "chromium", "systemd", "prometheus"):
         assert f"need_apt+=({program})" in install, program
     assert "./scripts/test" in (root / ".ci" / "run").read_text()  # CI runs the README's test command, and only it

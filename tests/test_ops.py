@@ -49,6 +49,7 @@ def test_install_systemd_dry_run_changes_nothing():
     )
     assert "+ systemctl enable zsynth.target" in result.stdout
     assert "zsynth-worker@1.service" in result.stdout
+    assert "monitoring/zsynth-rules.yml /etc/zsynth/monitoring/" in result.stdout  # next to the Prometheus example
     assert not Path("/nonexistent/zsynth").exists()
 
 

@@ -25,12 +25,14 @@ from urllib.parse import quote
 import httpx
 import pytest
 from elevenlabs.client import ElevenLabs
+from prometheus_client.parser import text_string_to_metric_families
 from websockets.sync.client import connect as ws_connect
 
 from .helpers import assert_speech, decode_audio, free_port, front_process, wait_for, zsynth_process
 from .tls_certs import CertAuthority
 
 KEY = "tls-static-key"
+TLS_EXPIRY = "zsynth_tls_certificate_expiry_timestamp_seconds"
 TEXT = "Every byte of this sentence travelled through an encrypted connection."
 
 
@@ -127,6 +129,13 @@ def test_raw_wss_client_with_an_ephemeral_token_in_the_query(front):
     assert_speech(*decode_audio(realtime(url), "pcm_16000"), TEXT)
 
 
+def tls_expiry(base: str) -> float | None:
+    """The front's zsynth_tls_certificate_expiry_timestamp_seconds (its one sample), from its /metrics."""
+    text = httpx.get(f"{base}/metrics", headers={"xi-api-key": KEY}).text
+    found = [s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name == TLS_EXPIRY]
+    return found[0] if len(found) == 1 else None
+
+
 def test_sighup_serves_a_renewed_certificate_and_keeps_open_sockets(front, pki):
     proc, base = front
     ca, cert, key = pki
@@ -135,11 +144,15 @@ def test_sighup_serves_a_renewed_certificate_and_keeps_open_sockets(front, pki):
     url = f"{wss}/v1/text-to-speech/joe/stream-input?output_format=pcm_16000"
     with ws_connect(url, additional_headers={"xi-api-key": KEY}, open_timeout=10) as ws:
         ws.send(json.dumps({"text": " "}))
-        ca.issue(cert, key, common_name="renewed")
+        first_expiry = tls_expiry(base)
+        renewed = ca.issue(cert, key, common_name="renewed")
         proc.send_signal(signal.SIGHUP)
         wait_for(lambda: served_name(base) == "renewed", 10, "the renewed certificate")
         pcm = speak(ws)  # the socket opened under the old certificate still works
     assert_speech(*decode_audio(pcm, "pcm_16000"), TEXT)
+    # The front exports the expiry of the certificate it presents, the renewed one's after the reload.
+    assert first_expiry is not None and first_expiry > time.time()
+    assert tls_expiry(base) == renewed.not_valid_after_utc.timestamp() != first_expiry
     # A broken pair is refused on reload; the server keeps the certificate it has.
     cert.write_text("not a certificate")
     proc.send_signal(signal.SIGHUP)

@@ -24,7 +24,7 @@ from zsynth.core import protocol
 from zsynth.core.config import Settings, SettingsError
 from zsynth.speech.app import create_app
 
-from .helpers import ROOT, WorkerProcess, assert_speech, decode_audio, make_settings, wait_for
+from .helpers import ROOT, WorkerProcess, assert_speech, decode_audio, make_settings, sample_sum, scrape, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -209,6 +209,11 @@ async def test_job_over_the_ceiling_gets_400_and_the_worker_serves_on(aiohttp_cl
         samples, rate = decode_audio(await resp.read(), "pcm_22050")
         assert_speech(samples, rate, text)
         assert worker.proc.poll() is None
+        # Its own metrics count both jobs the ceiling stopped, by their outcome too, and show the ceiling.
+        scraped = scrape(worker.metrics_url)
+        assert sample_sum(scraped, "zsynth_worker_memory_ceiling_stops_total") == 2
+        assert sample_sum(scraped, "zsynth_worker_jobs_total", outcome="input_too_complex") == 2
+        assert sample_sum(scraped, "zsynth_worker_max_rss_bytes") == ceiling
     finally:
         await redis.aclose()
         worker.stop()

@@ -34,6 +34,7 @@ async def serve(settings: Settings) -> None:
     chunk_redis = sync_client(settings.redis_url, socket_timeout=10, health_check_interval=30)
     try:
         worker = Worker(settings, engine, redis, chunk_redis)
+        worker.metrics.serve()  # its own /metrics, when ZSYNTH_WORKER_METRICS_PORT is set
         worker.install_signal_handlers()
         # READY only now: the engine is loaded and warm and the heartbeat is running.
         await worker.run(on_ready=lambda: notify(f"READY=1\nSTATUS=worker {settings.worker_id} serving"))
@@ -41,6 +42,7 @@ async def serve(settings: Settings) -> None:
     finally:
         await redis.aclose()
         chunk_redis.close()
+        worker.metrics.close()
     if worker.exit_code:  # a restart asked for by the worker itself (its memory): systemd starts it again
         raise SystemExit(worker.exit_code)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter as CountBy
 
 from zsynth.core.config import Settings
 from zsynth.core.protocol import ErrorCode
@@ -42,6 +43,8 @@ class WorkerVoices:
         self.store = VoiceStore(settings.voices_dir)
         self.library = VoiceLibrary.from_settings(settings, self.store, role="worker", on_change=engine.forget_voice)
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: Voices jobs asked for, by result (builtin, hit, fetched, missing): the worker's metrics read them.
+        self.lookups: CountBy[str] = CountBy()
 
     async def start(self) -> None:
         """Catch up with the library and follow its announcements (in this event loop)."""
@@ -56,10 +59,18 @@ class WorkerVoices:
     def spec(self, voice_id: str) -> VoiceSpec:
         """In the engine thread: the job's voice with its saved settings, or VoiceUnavailable."""
         if not is_clone_id(voice_id):
+            self.lookups["builtin"] += 1
             return VoiceSpec(voice_id, saved_settings=self.store.builtin_settings(voice_id)[1])
         stored = self.store.get(voice_id)
         if stored is None:
-            stored = self._fetch(voice_id)
+            try:
+                stored = self._fetch(voice_id)
+            except VoiceUnavailable:
+                self.lookups["missing"] += 1
+                raise
+            self.lookups["fetched"] += 1
+        else:
+            self.lookups["hit"] += 1
         self._check_clip(stored)
         return VoiceSpec(voice_id, str(stored.path), stored.meta, dict(stored.meta.get("settings") or {}))
 

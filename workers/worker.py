@@ -47,6 +47,7 @@ from zsynth.core.supervise import Supervisor
 from .engines import Engine, VoiceSpec
 from .flow import CreditGate
 from .memory import MEMORY_EXIT_CODE, TOO_COMPLEX_MESSAGE, JobGuard, rss_bytes
+from .metrics import WorkerMetrics
 from .synthesis import YIELDING_CODECS, ChunkMeta, text_pieces
 from .voice_sync import VoiceUnavailable, WorkerVoices
 
@@ -114,6 +115,7 @@ class Worker:
         self._should_yield = chunk_redis.register_script(protocol.SHOULD_YIELD_LUA)
         self._yield = chunk_redis.register_script(protocol.YIELD_LUA)
         self.memory = JobGuard(settings, chunk_redis, self.processing, self._abort)
+        self.metrics = WorkerMetrics(settings, engine, lambda: self.memory.watch.ceiling, self.voices.lookups)
         #: Exit status for the process once the claim loop ends (non-zero: systemd restarts the worker).
         self.exit_code = 0
 
@@ -360,9 +362,11 @@ class Worker:
             return None
         if skip is not None:
             log.info("dropped unrun: %s", skip[1])
+            self.metrics.dropped(job, skip[0])
             await self._record_terminal(job, protocol.error_event(job.seq, *skip), release=raw)
             return None
         self.current = job
+        self.metrics.claimed(job)
         self._abort.clear()
         started = time.time()
         log.info("claimed (%d chars, part %d, voice %s, %s)", len(job.text), job.part, job.voice_id, job.output_format)
@@ -377,6 +381,7 @@ class Worker:
             self.current = None
         if not owned:  # the memory guard recorded the job's end and is restarting the process
             return None
+        self.metrics.ended(job, terminal, memory_over=self.memory.over)
         if terminal is None:
             log.info("yielded its slot after chunk #%d; the rest waits in the queue", progress.seq - 1)
             return progress.handed_to
@@ -510,7 +515,8 @@ class Worker:
         for index, piece in enumerate(pieces):
             if self._abort.is_set():
                 return
-            for chunk in self.engine.synthesize(piece, voice, job.voice_settings, self._abort.is_set, seed=job.seed):
+            made = self.engine.synthesize(piece, voice, job.voice_settings, self._abort.is_set, seed=job.seed)
+            for chunk in self.metrics.chunks(job, made):
                 audio = encoder.encode(chunk.pcm)
                 meta = metas.chunk(chunk, audio, offset)
                 if waited_s is not None:

@@ -97,7 +97,7 @@ def run_dev(settings: Settings, workers: int = 1) -> int:
             services.append(start_redis(settings.redis_url))
         env = dict(os.environ, ZSYNTH_REDIS_URL=settings.redis_url)
         for index in range(workers):
-            worker_env = dict(env, ZSYNTH_WORKER_ID=f"dev-{index}")
+            worker_env = dict(env, ZSYNTH_WORKER_ID=f"dev-{index}", ZSYNTH_WORKER_INDEX=str(index))
             children.append(subprocess.Popen([sys.executable, "-m", "zsynth", "worker"], env=worker_env))
         for command in ("serve", "avatar", "demo"):
             children.append(subprocess.Popen([sys.executable, "-m", "zsynth", command], env=env))

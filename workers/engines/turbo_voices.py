@@ -146,6 +146,7 @@ class ConditioningCache:
         self._lock = threading.Lock()  # the engine thread reads, the worker's loop forgets
         self.built = 0
         self.loaded = 0
+        self.hits = 0  # conditioning found on the device (the worker's metrics read the three counters)
         self.hashed = 0
 
     def __len__(self) -> int:
@@ -165,6 +166,7 @@ class ConditioningCache:
         with self._lock:
             if key in self._entries:
                 self._entries.move_to_end(key)
+                self.hits += 1
                 return self._entries[key]
         conds = self._from_disk(voice_dir, sha)
         if conds is None:

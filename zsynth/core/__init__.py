@@ -7,6 +7,7 @@
 - :mod:`.text`: everything done to a text before it is spoken.
 - :mod:`.voices`: cloned voices on disk and in the bucket.
 - :mod:`.redis_link`: how every process reaches Redis (a plain URL, or the master Sentinel names).
+- :mod:`.tracing`: OpenTelemetry spans, optional (nothing imported without ZSYNTH_OTLP_ENDPOINT).
 - :mod:`.supervise`, :mod:`.logs`, :mod:`.aws`, :mod:`.sdnotify`, :mod:`.ratelimit`, :mod:`.voice_settings`: small
   shared utilities.
 """
@@ -25,6 +26,7 @@ __all__ = [
     "sdnotify",
     "supervise",
     "text",
+    "tracing",
     "voice_settings",
     "voices",
 ]

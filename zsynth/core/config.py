@@ -244,6 +244,12 @@ class Settings:
     # input_too_complex and is never run again (workers/memory.py). 0: the engine's default (piper 2 GiB, turbo
     # 12 GiB, simulated 1 GiB).
     worker_max_rss: int = _env("WORKER_MAX_RSS", _byte_size, default=0)
+    # A worker's own Prometheus endpoint (workers/metrics.py): served on WORKER_METRICS_PORT plus WORKER_INDEX (the
+    # systemd units set the index to their instance, so one base port serves a box), on WORKER_METRICS_HOST.
+    # 0: no endpoint.
+    worker_metrics_port: int = _env("WORKER_METRICS_PORT", _parse_port, default=0)
+    worker_index: int = _env("WORKER_INDEX", _non_negative_int, default=0)
+    worker_metrics_host: str = _env("WORKER_METRICS_HOST", default="127.0.0.1")
     # The front's Redis connection pool: at most this many commands in flight; more wait up to the timeout (then
     # the request fails with 503 redis_unavailable) instead of failing at once.
     redis_pool_size: int = _env("REDIS_POOL_SIZE", _positive_int, default=256)
@@ -433,6 +439,9 @@ class Settings:
     # TLS for serve, avatar and demo: both files (PEM) set = HTTPS and WSS on their ports; SIGHUP re-reads them.
     tls_cert_file: Path | None = _env("TLS_CERT_FILE", _optional_path, default=None)
     tls_key_file: Path | None = _env("TLS_KEY_FILE", _optional_path, default=None)
+    # OpenTelemetry traces over OTLP/HTTP (zsynth/core/tracing.py; the otel extra): the collector's base URL
+    # (http://127.0.0.1:4318, /v1/traces is added) or its full traces URL. Unset: no traces, nothing imported.
+    otlp_endpoint: str | None = _env("OTLP_ENDPOINT", _http_url, default=None)
     log_level: str = _env("LOG_LEVEL", default="INFO")
     log_json: bool = _env("LOG_JSON", _parse_bool, default=False)
 

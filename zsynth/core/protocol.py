@@ -305,6 +305,8 @@ class Job:
     sent_bytes: int = 0
     consumed_bytes: int = 0
     granted_bytes: int = 0
+    # The W3C trace context (traceparent) of the front's span that queued the job, when traces are on (tracing.py).
+    trace: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> str:
         """Serialise for the queue."""

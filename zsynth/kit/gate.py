@@ -15,6 +15,7 @@ from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler, Middleware
 
 from zsynth.core.logs import quoted
+from zsynth.core.tracing import span
 from zsynth.kit.endpoints import Access, endpoint_of
 from zsynth.kit.envelope import Refusal
 from zsynth.services.auth import (
@@ -27,7 +28,7 @@ from zsynth.services.auth import (
     fingerprint,
     read_credential,
 )
-from zsynth.services.keys import REQUEST_ID
+from zsynth.services.keys import REQUEST_ID, TRACING
 from zsynth.services.metrics import METRICS
 
 logger = logging.getLogger(__name__)
@@ -120,7 +121,8 @@ def access_middleware(gate: Gate) -> Middleware:
             return await handler(request)
         presented = read_credential(request, gate.query)
         try:
-            request[CREDENTIAL] = await admit(request, gate, access, presented)
+            with span(request.app.get(TRACING), "auth"):
+                request[CREDENTIAL] = await admit(request, gate, access, presented)
         except AuthError as err:
             if METRICS in request.app:
                 request.app[METRICS].auth_failures.labels(err.status).inc()

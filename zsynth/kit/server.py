@@ -27,8 +27,9 @@ from zsynth.core.config import Settings
 from zsynth.core.runtime import run_forever
 from zsynth.core.sdnotify import notify
 from zsynth.kit.connections import ConnectionLimits, GuardedSite, handler_options
-from zsynth.kit.tls import TlsError, server_context
+from zsynth.kit.tls import TlsError, certificate_expiry, server_context
 from zsynth.kit.tls import reload as reload_tls
+from zsynth.services.metrics import METRICS
 from zsynth.services.voices import VoiceConfigError
 
 logger = logging.getLogger(__name__)
@@ -74,11 +75,12 @@ async def serve_app(app: web.Application, settings: Settings, port: int, name: s
     systemd (``Type=notify``) hears READY once the socket listens and STOPPING when the drain starts.
     """
     ssl_context = server_context(settings)
+    _record_expiry(app, settings, ssl_context)
     loop = asyncio.get_running_loop()
     # SIGHUP (systemctl reload) re-reads the certificate; without TLS it is ignored rather than ending the process.
     # Its handler goes in before the port listens: whoever sees the port open may send it at once, and its default
     # action would end the process.
-    loop.add_signal_handler(signal.SIGHUP, _on_sighup, ssl_context, settings, name)
+    loop.add_signal_handler(signal.SIGHUP, _on_sighup, ssl_context, settings, name, app)
     raise_open_files_limit()
     limits = ConnectionLimits.from_settings(settings)
     options = handler_options(limits)
@@ -128,11 +130,21 @@ def raise_open_files_limit() -> None:
         logger.info("open-file limit raised from %d to %d", soft, target)
 
 
-def _on_sighup(ssl_context: ssl.SSLContext | None, settings: Settings, name: str) -> None:
+def _on_sighup(ssl_context: ssl.SSLContext | None, settings: Settings, name: str, app: web.Application) -> None:
     if ssl_context is None:
         logger.info("%s: SIGHUP ignored (no TLS certificate to reload)", name)
         return
-    reload_tls(ssl_context, settings)
+    if reload_tls(ssl_context, settings):
+        _record_expiry(app, settings, ssl_context)
+
+
+def _record_expiry(app: web.Application, settings: Settings, ssl_context: ssl.SSLContext | None) -> None:
+    """Export the expiry of the certificate now in service (zsynth_tls_certificate_expiry_timestamp_seconds)."""
+    if ssl_context is None or settings.tls_cert_file is None or METRICS not in app:
+        return
+    expiry = certificate_expiry(settings.tls_cert_file)
+    if expiry is not None:
+        app[METRICS].tls_expiry.labels(str(settings.tls_cert_file)).set(expiry)
 
 
 def run_server(app: web.Application, settings: Settings, port: int, name: str) -> None:

@@ -11,6 +11,8 @@ import logging
 import ssl
 from pathlib import Path
 
+from cryptography import x509
+
 from zsynth.core.config import Settings
 
 logger = logging.getLogger(__name__)
@@ -54,3 +56,12 @@ def reload(context: ssl.SSLContext, settings: Settings) -> bool:
         return False
     logger.info("TLS certificate reloaded from %s", settings.tls_cert_file)
     return True
+
+
+def certificate_expiry(cert: Path) -> float | None:
+    """The Unix time the first certificate of the PEM file ``cert`` (the server's own) expires; None if unreadable."""
+    try:
+        return x509.load_pem_x509_certificate(cert.read_bytes()).not_valid_after_utc.timestamp()
+    except (OSError, ValueError) as err:
+        logger.warning("TLS certificate %s: expiry not read (%s)", cert, err)
+        return None

@@ -18,6 +18,7 @@ from redis.asyncio import Redis
 from zsynth.core.config import Settings
 from zsynth.core.redis_link import MasterWatch
 from zsynth.core.text.dictionaries.store import DictionaryStore
+from zsynth.core.tracing import Tracing
 from zsynth.core.voices.library import VoiceLibrary
 
 SETTINGS: Final = web.AppKey("settings", Settings)
@@ -33,8 +34,13 @@ WS_PER_CREDENTIAL: Final = web.AppKey("ws_per_credential", collections.Counter[s
 # UNAUTHENTICATED), and those of each client address under that address (ZSYNTH_WS_MAX_UNAUTHENTICATED_PER_ADDRESS).
 WS_UNAUTHENTICATED: Final = web.AppKey("ws_unauthenticated", collections.Counter[str])
 
+# This process's OpenTelemetry tracing, present only when ZSYNTH_OTLP_ENDPOINT is set (zsynth.core.tracing).
+TRACING: Final = web.AppKey("tracing", Tracing)
+
 # Per-request values.
 REQUEST_ID: Final = web.RequestKey("request_id", str)
+# The request's trace id (x-trace-id): the caller's traceparent's, else the request id.
+TRACE_ID: Final = web.RequestKey("trace_id", str)
 
 # The kernel's services, under the keys the fronts find them by (the kernel itself does not import aiohttp).
 VOICE_LIBRARY: Final = web.AppKey("voice_library", VoiceLibrary)

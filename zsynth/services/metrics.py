@@ -62,6 +62,9 @@ class Metrics:
         self.redis_pool_in_use = Gauge(
             "zsynth_redis_pool_in_use", "Connections of this front's Redis pool running a command now.", registry=r
         )
+        self.redis_up = Gauge(
+            "zsynth_redis_up", "1 when this front's last /metrics read of Redis answered, else 0.", registry=r
+        )
         self.redis_promotions = Counter(
             "zsynth_redis_promotions", "Redis master promotions this process saw (Sentinel).", registry=r
         )
@@ -74,6 +77,12 @@ class Metrics:
             "zsynth_background_restarts",
             "Crashes of this front's background tasks, each followed by a restart, by task.",
             ["task"],
+            registry=r,
+        )
+        self.tls_expiry = Gauge(
+            "zsynth_tls_certificate_expiry_timestamp_seconds",
+            "When the TLS certificate this server presents expires (Unix time), by file; absent without TLS.",
+            ["file"],
             registry=r,
         )
         self.worker_background_restarts = Gauge(

@@ -50,11 +50,12 @@ from zsynth.core.text.dictionaries.store import DictionaryStore
 from zsynth.core.text.dictionaries.store import StorageUnavailable as DictionariesUnavailable
 from zsynth.core.text.prepare import TextOptionError, TextOptions, prepare
 from zsynth.core.text.spoken import Spoken
+from zsynth.core.tracing import Tracing, span
 from zsynth.core.voices.library import StorageUnavailable as VoicesUnavailable
 from zsynth.core.voices.library import VoiceLibrary, VoiceMissing
 from zsynth.services.auth import Credential
 from zsynth.services.dispatch import DISPATCHER, Dispatcher, JobFailed, JobStream
-from zsynth.services.keys import DICTIONARIES, SETTINGS, VOICE_LIBRARY
+from zsynth.services.keys import DICTIONARIES, SETTINGS, TRACING, VOICE_LIBRARY
 from zsynth.services.voices import VOICES, VoiceCatalog
 
 logger = logging.getLogger(__name__)
@@ -253,12 +254,14 @@ class SynthesisService:
         dictionaries: DictionaryStore | None = None,
         voices: VoiceCatalog | None = None,
         library: VoiceLibrary | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.settings = settings
         self.dispatcher = dispatcher
         self.dictionaries = dictionaries
         self.voices = voices
         self.library = library
+        self.tracing = tracing  # spans for text preparation and queueing, when traces are on
 
     @classmethod
     def of(cls, app: web.Application) -> SynthesisService:
@@ -272,7 +275,8 @@ class SynthesisService:
         it queues, the job is cancelled too: a caller that went away never leaves a job behind.
         """
         try:
-            prepared = await self.build(request)
+            with span(self.tracing, "prepare text"):
+                prepared = await self.build(request)
             job = prepared.job
             level = logging.DEBUG if request.priority == "realtime" else logging.INFO
             logger.log(
@@ -290,7 +294,9 @@ class SynthesisService:
                 # Past the owner's share, wait for one of its own jobs to end, so other keys' jobs go first. Nothing
                 # may await between this wait and the push, or the share just seen free could be taken again.
                 await self.dispatcher.wait_for_share(owner, self.settings.first_chunk_timeout_s)
-            return Speech(await self._queue(job, owner), prepared.spoken)
+            with span(self.tracing, "queued", {"zsynth.job_id": job.job_id, "zsynth.priority": job.priority}):
+                job.trace = self.tracing.carrier() if self.tracing is not None else {}  # the worker's parent
+                return Speech(await self._queue(job, owner), prepared.spoken)
         except (JobFailed, TextOptionError, DictionariesUnavailable, VoicesUnavailable, VoiceMissing) as err:
             raise SynthesisFailed(classify(err)) from err
         except (RedisError, OSError) as err:
@@ -348,5 +354,6 @@ async def synthesis_context(app: web.Application) -> AsyncIterator[None]:
         dictionaries=app.get(DICTIONARIES),
         voices=app.get(VOICES),
         library=app.get(VOICE_LIBRARY),
+        tracing=app.get(TRACING),
     )
     yield

@@ -9,7 +9,7 @@ from zsynth.kit.access import authenticator_ctx
 from zsynth.kit.endpoints import add_endpoints
 from zsynth.kit.errors import error_middleware
 from zsynth.kit.hosts import host_guard
-from zsynth.kit.middleware import request_id_middleware
+from zsynth.kit.middleware import request_id_middleware, setup_tracing
 from zsynth.kit.openapi import document_bytes
 from zsynth.kit.operations import OPENAPI_DOCUMENT
 from zsynth.kit.server import run_server
@@ -36,6 +36,7 @@ def create_app(settings: Settings) -> web.Application:
     )
     app[SETTINGS] = settings
     app[METRICS] = Metrics()
+    setup_tracing(app, settings, "zsynth-front")  # only with ZSYNTH_OTLP_ENDPOINT (docs/operations.md, Traces)
     app.cleanup_ctx.extend([authenticator_ctx, redis_client, dispatcher])
     setup_services(app)
     add_endpoints(app, *TABLES, parsing=PARSING)

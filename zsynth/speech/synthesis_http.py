@@ -34,12 +34,13 @@ from zsynth.kit.answer_headers import (
     HISTORY_ITEM_ID_HEADER,
     MODEL_ID_HEADER,
     REQUEST_ID_HEADER,
+    TRACE_ID_HEADER,
     VOICE_ID_HEADER,
 )
 from zsynth.kit.endpoints import Access, refusal
 from zsynth.kit.errors import ApiError
 from zsynth.services.auth import CREDENTIAL
-from zsynth.services.keys import REQUEST_ID, SETTINGS
+from zsynth.services.keys import REQUEST_ID, SETTINGS, TRACE_ID
 from zsynth.services.synthesis import Failure, Speech, SynthesisFailed, SynthesisRequest, SynthesisService, queue_owner
 from zsynth.speech.schemas.apidoc import AUDIO_HEADERS
 from zsynth.speech.schemas.bodies import (
@@ -232,6 +233,7 @@ def audio_headers(request: web.Request, tts: TtsRequest, job: Job) -> dict[str, 
     headers = {
         "Content-Type": tts.fmt.media_type,
         REQUEST_ID_HEADER: request[REQUEST_ID],
+        TRACE_ID_HEADER: request[TRACE_ID],
         CHARACTER_COST_HEADER: str(len(tts.text)),
         HISTORY_ITEM_ID_HEADER: job.job_id,
         VOICE_ID_HEADER: job.voice_id,

@@ -28,7 +28,9 @@ async def refresh_metrics(app: web.Application) -> None:
     try:
         await registry.refresh_from_redis(app[REDIS])
     except Exception:  # noqa: BLE001 - the process metrics are still worth serving while Redis is down
-        pass
+        registry.redis_up.set(0)
+    else:
+        registry.redis_up.set(1)
 
 
 #: /healthz, /metrics (needs a full key whenever keys are configured, see docs/operations.md) and /openapi.json;

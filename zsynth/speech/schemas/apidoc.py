@@ -17,6 +17,7 @@ from zsynth.kit.answer_headers import (
     HISTORY_ITEM_ID_HEADER,
     MODEL_ID_HEADER,
     REQUEST_ID_HEADER,
+    TRACE_ID_HEADER,
     VOICE_ID_HEADER,
 )
 from zsynth.kit.endpoints import JSON
@@ -37,7 +38,16 @@ def optional(**kwargs: Any) -> Any:
 
 #: Headers ElevenLabs clients read on a TTS answer.
 AUDIO_HEADERS: Final[dict[str, Schema]] = {
-    REQUEST_ID_HEADER: {"description": "This request's id (also in the logs).", "schema": {"type": "string"}},
+    REQUEST_ID_HEADER: {
+        "description": "This request's id (also in the logs): the request's X-Request-ID when it sent a usable one "
+        "(1 to 128 printable characters, no space), else one minted here.",
+        "schema": {"type": "string"},
+    },
+    TRACE_ID_HEADER: {
+        "description": "This request's trace id: the trace id of its traceparent header when it sent one, else the "
+        "request id.",
+        "schema": {"type": "string"},
+    },
     CHARACTER_COST_HEADER: {"description": "Characters billed (the text length).", "schema": {"type": "string"}},
     HISTORY_ITEM_ID_HEADER: {"description": "The synthesis job's id.", "schema": {"type": "string"}},
     VOICE_ID_HEADER: {
