@@ -16,7 +16,10 @@ METHODS = ("get", "put", "post", "delete", "patch")
 # OpenAPI does not model WebSockets: the realtime routes stay out of the document.
 WEBSOCKET_SUFFIXES = REALTIME_SUFFIXES
 # Answers of these operations are one JSON object per line (sent as application/json, as ElevenLabs does).
-JSON_LINES = {("POST", "/v1/text-to-speech/{voice_id}/stream/with-timestamps")}
+JSON_LINES = {
+    ("POST", "/v1/text-to-speech/{voice_id}/stream/with-timestamps"),
+    ("POST", "/v1/text-to-dialogue/stream/with-timestamps"),
+}
 
 
 def documented(doc: dict[str, Any] = DOC) -> set[tuple[str, str]]:

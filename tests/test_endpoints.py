@@ -61,13 +61,17 @@ def test_the_realtime_sockets_authenticate_in_band(app):
     assert set(sockets) == {
         "/v1/text-to-speech/{voice_id}/stream-input",
         "/v1/text-to-speech/{voice_id}/multi-stream-input",
+        "/v1/text-to-dialogue/stream-input",
+        "/v1/text-to-dialogue/multi-stream-input",
     }
     assert all(e.access is Access.IN_BAND for e in sockets.values())
 
 
 def test_no_browser_may_call_the_routes_that_need_no_cors(app):
     no_cors = {e.path for e in all_endpoints(app) if not e.cors}
-    assert no_cors == {"/healthz", "/readyz", "/openapi.json", "/v1/tokens/ephemeral"}
+    # Both minting routes need a full key, which must never reach a browser.
+    expected = {"/healthz", "/readyz", "/openapi.json", "/v1/tokens/ephemeral", "/v1/single-use-token/{token_type}"}
+    assert no_cors == expected
 
 
 @pytest.mark.parametrize(

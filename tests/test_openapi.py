@@ -39,7 +39,8 @@ def test_document_lists_exactly_the_registered_routes(settings):
 
 
 def test_operations_document_their_security_and_media_types():
-    public = {"/healthz", "/readyz", "/openapi.json"}
+    # The pickers are public (Open WebUI asks without a key); a credential only adds the clones.
+    public = {"/healthz", "/readyz", "/openapi.json", "/v1/audio/voices", "/v1/audio/models"}
     for path, item in DOC["paths"].items():
         for method, op in item.items():
             assert op["security"] == ([] if path in public else DOC["security"]), (method, path)
@@ -88,6 +89,9 @@ async def test_real_answers_match_the_document(client):
     # Ephemeral tokens need a keys table: this open box answers 501 in the envelope.
     assert (await c.call(client, "POST", "/v1/tokens/ephemeral", json={"ttl_seconds": 60}))[0] == 501
     assert (await c.call(client, "POST", "/v1/tokens/ephemeral", data=b"[1, 2"))[0] == 400
+    single = "/v1/single-use-token/{token_type}"
+    assert (await c.call(client, "POST", single, token_type="tts_websocket"))[1]["token"].startswith("sutkn_")
+    assert (await c.call(client, "POST", single, token_type="realtime_scribe"))[0] == 400
 
     voices = await c.call(client, "GET", "/v1/voices")
     assert voices[1]["voices"][0]["voice_id"] == "joe"
@@ -149,6 +153,25 @@ async def test_real_answers_match_the_document(client):
     assert (await c.call(client, "POST", speech, json={"model": "m", "voice": "alloy", "input": " "}))[0] == 422
     bad_format = {"model": "m", "voice": "alloy", "input": "x", "response_format": "ogg"}
     assert (await c.call(client, "POST", speech, json=bad_format))[0] == 400
+
+    assert (await c.call(client, "GET", "/v1/audio/voices"))[1]["voices"][0]["id"] == "joe"
+    turns = {"inputs": [{"text": text, "voice_id": "joe"}, {"text": "And a reply.", "voice_id": "joe"}]}
+    status, pcm = await c.call(client, "POST", "/v1/text-to-dialogue", query="?output_format=pcm_16000", json=turns)
+    assert status == 200
+    assert_speech(*decode_audio(pcm, "pcm_16000"), text + " And a reply.")
+    assert (await c.call(client, "POST", "/v1/text-to-dialogue/stream", json=turns))[0] == 200
+    status, timed = await c.call(client, "POST", "/v1/text-to-dialogue/with-timestamps", json=turns)
+    assert status == 200 and len(timed["voice_segments"]) == 2
+    status, lines = await c.call(client, "POST", "/v1/text-to-dialogue/stream/with-timestamps", json=turns)
+    assert status == 200 and lines
+    assert (await c.call(client, "POST", "/v1/text-to-dialogue", json={"inputs": []}))[0] == 422
+    vapi = {"message": {"type": "voice-request", "text": text, "sampleRate": 16000}}
+    status, pcm = await c.call(client, "POST", "/v1/vapi/tts", json=vapi)
+    assert status == 200
+    assert_speech(*decode_audio(pcm, "pcm_16000"), text)
+    vapi["message"]["sampleRate"] = 12345
+    assert (await c.call(client, "POST", "/v1/vapi/tts", json=vapi))[0] == 400
+    assert (await c.call(client, "GET", "/v1/audio/models"))[1]["models"][0]["id"] == "zsynth_piper"
 
     clip = reference_file("wav")
     assert (await c.call(client, "POST", "/voices", data=clone_form(None, clip)))[0] == 422

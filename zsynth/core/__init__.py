@@ -3,6 +3,7 @@
 - :mod:`.config`: the typed settings every process reads from its environment.
 - :mod:`.protocol`: the job, its events and its error codes, as they travel over Redis.
 - :mod:`.audio`: output formats and encoders; :mod:`.alignment`: character timing.
+- :mod:`.languages`: the languages each engine speaks, and the check of a request's ``language_code``.
 - :mod:`.text`: everything done to a text before it is spoken.
 - :mod:`.voices`: cloned voices on disk and in the bucket.
 - :mod:`.redis_link`: how every process reaches Redis (a plain URL, or the master Sentinel names).
@@ -16,6 +17,7 @@ __all__ = [
     "audio",
     "aws",
     "config",
+    "languages",
     "logs",
     "protocol",
     "ratelimit",

@@ -99,6 +99,14 @@ def cancel_key(job_id: str) -> str:
     return f"{PREFIX}cancel:{job_id}"
 
 
+SINGLE_USE_TOKEN_PREFIX: Final = PREFIX + "single_use_token:"  # + the token's SHA-256: JSON of its minter, with a TTL
+
+
+def single_use_token_key(token_hash: str) -> str:
+    """A single-use token's record (never the token itself); GETDEL redeems it, so only one front ever accepts it."""
+    return SINGLE_USE_TOKEN_PREFIX + token_hash
+
+
 def credit_key(job_id: str) -> str:
     """A job's flow-control credits: a list the front RPUSHes grants on and the job's worker BLPOPs.
 

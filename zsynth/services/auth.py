@@ -127,10 +127,11 @@ def clamp_ttl(value: object) -> int:
 
 
 #: The headers a credential is read from, on every server, before ``Authorization: Bearer <secret>``: ``xi-api-key``
-#: (the ElevenLabs SDK's) and ``X-Api-Key`` (the avatar spec's). Where a route allows a credential in the URL (a
-#: browser cannot set headers on a WebSocket) one query parameter is read after them: :data:`QueryParameter`. A
-#: realtime socket's first message may carry one too (:func:`secret_from_message`).
-KEY_HEADERS: Final = ("xi-api-key", "X-Api-Key")
+#: (the ElevenLabs SDK's), ``X-Api-Key`` (the avatar spec's) and ``X-Vapi-Secret`` (Vapi's custom voice sends its
+#: server secret there; header names are compared case-insensitively, as HTTP says). Where a route allows a
+#: credential in the URL (a browser cannot set headers on a WebSocket) one query parameter is read after them:
+#: :data:`QueryParameter`. A realtime socket's first message may carry one too (:func:`secret_from_message`).
+KEY_HEADERS: Final = ("xi-api-key", "X-Api-Key", "X-Vapi-Secret")
 #: Every header a credential may come in: what a server's CORS must let a page send.
 CREDENTIAL_HEADERS: Final = (*KEY_HEADERS, "Authorization")
 
@@ -340,6 +341,15 @@ class Authenticator:
             # Minted by a static key (it has no row): the token lives only as long as that key is configured here.
             raise _invalid("The key that minted this token is no longer configured on this server.")
         return credential
+
+    async def check_minter(self, credential: Credential) -> None:
+        """AuthError unless the key that minted the token ``credential`` still works here (revoked, or a static key
+        no longer configured: refused); for tokens checked outside :meth:`verify` (single-use tokens)."""
+        if credential.parent_hash is not None:
+            if await self._lookup(credential.parent_hash, None) is None:
+                raise _invalid("The key that minted this token has been revoked.")
+        elif credential.parent is not None and credential.parent not in self._static_ids:
+            raise _invalid("The key that minted this token is no longer configured on this server.")
 
     def _failed(self, client: str | None, err: AuthError) -> AuthError:
         """Count a failed look-up of ``client``: ``err`` while it is within its limit, 429 once it is over."""

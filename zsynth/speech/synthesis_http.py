@@ -44,6 +44,7 @@ from zsynth.services.keys import REQUEST_ID, SETTINGS, TRACE_ID
 from zsynth.services.synthesis import Failure, Speech, SynthesisFailed, SynthesisRequest, SynthesisService, queue_owner
 from zsynth.speech.schemas.apidoc import AUDIO_HEADERS
 from zsynth.speech.schemas.bodies import (
+    LanguageCode,
     Locators,
     Normalization,
     checked_model_id,
@@ -110,6 +111,7 @@ class TextToSpeechRequest(BaseModel):
         ),
     ] = spoken_text_field()
     model_id: str | None = model_id_field("Accepted and echoed; the engine is fixed.")
+    language_code: LanguageCode
     voice_settings: Annotated[VoiceSettingsInput | None, pydantic.BeforeValidator(_voice_settings)] = None
     seed: int | None = Field(default=None, ge=0, le=MAX_SEED)
     apply_text_normalization: Normalization

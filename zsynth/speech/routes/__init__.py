@@ -15,7 +15,20 @@ from zsynth.services.dictionaries import dictionaries_context
 from zsynth.services.synthesis import synthesis_context
 from zsynth.services.voice_library import voices_context
 from zsynth.speech import ws
-from zsynth.speech.routes import dictionaries, health, models, openai_speech, timestamps, tokens, tts, user, voices
+from zsynth.speech.routes import (
+    dialogue,
+    dictionaries,
+    health,
+    models,
+    openai_pickers,
+    openai_speech,
+    timestamps,
+    tokens,
+    tts,
+    user,
+    vapi,
+    voices,
+)
 
 #: Every route table of the speech API, in registration order.
 TABLES: Final[tuple[Endpoints, ...]] = (
@@ -23,6 +36,9 @@ TABLES: Final[tuple[Endpoints, ...]] = (
     health.routes,
     tts.routes,
     openai_speech.routes,
+    openai_pickers.routes,
+    vapi.routes,
+    dialogue.routes,
     tokens.routes,
     voices.routes,
     models.routes,

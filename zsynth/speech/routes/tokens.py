@@ -1,4 +1,9 @@
-"""Ephemeral tokens: ``POST /v1/tokens/ephemeral`` mints a short-lived ``zsk_temp_`` token with a full key."""
+"""Tokens a backend mints for a browser, with a full key.
+
+* ``POST /v1/tokens/ephemeral``: a short-lived ``zsk_temp_`` token (scope ``tts``), used as a key until it expires.
+* ``POST /v1/single-use-token/tts_websocket``: ElevenLabs' single-use ``sutkn_`` token, which opens one realtime
+  socket (``?single_use_token=``) within 15 minutes (:mod:`zsynth.services.single_use`).
+"""
 
 from __future__ import annotations
 
@@ -11,8 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from zsynth.kit.endpoints import Access, Endpoints, refusal
 from zsynth.kit.errors import ApiError
+from zsynth.services import single_use
 from zsynth.services.auth import AUTHENTICATOR, CREDENTIAL, TTL_DEFAULT, TTL_SCHEMA, AuthError, clamp_ttl
-from zsynth.services.keys import REQUEST_ID
+from zsynth.services.keys import REDIS, REQUEST_ID
 from zsynth.speech.schemas.apidoc import json_body
 
 logger = logging.getLogger(__name__)
@@ -77,3 +83,49 @@ async def mint(request: web.Request, body: TokenRequest) -> web.Response:
     return web.json_response(
         {"token": token, "expires_at": expires_at, "scope": "tts"}, headers={"Cache-Control": "no-store"}
     )
+
+
+class SingleUseToken(BaseModel):
+    """A new single-use token (ElevenLabs' ``SingleUseTokenResponseModel``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    token: str = Field(
+        pattern=f"^{single_use.TOKEN_PREFIX}",
+        description="Valid for 15 minutes; consumed by the first socket that presents it as ?single_use_token=.",
+    )
+
+
+@routes.post(
+    "/v1/single-use-token/{token_type}",
+    access=Access.FULL,
+    cors=False,
+    operationId="create_single_use_token",
+    tags=["tokens"],
+    summary="Mint an ElevenLabs single-use token for one realtime socket (type tts_websocket).",
+    path_params={"token_type": "tts_websocket (ElevenLabs' realtime_scribe and batch_scribe are not served: 400)."},
+    responses={200: json_body("The new token (Cache-Control: no-store).", SingleUseToken)},
+    errors=(400, 422, 503),
+)
+async def mint_single_use(request: web.Request) -> web.Response:
+    """Mint a token that opens one TTS or dialogue socket within 15 minutes, counted against the minting key."""
+    token_type = request.match_info["token_type"]
+    if token_type not in single_use.TOKEN_TYPES:
+        if token_type in single_use.ELEVENLABS_TYPES:
+            raise ApiError(
+                400,
+                "unsupported_token_type",
+                f"Token type '{token_type}' is for speech to text, which this server does not serve; use "
+                "'tts_websocket'.",
+                param="token_type",
+            )
+        shown = token_type if len(token_type) <= 32 else token_type[:32] + "..."
+        raise ApiError(
+            422, "invalid_parameters", f"Unknown token type '{shown}': use 'tts_websocket'.", param="token_type"
+        )
+    try:
+        token = await single_use.mint(request.app[REDIS], token_type, request[CREDENTIAL])
+    except AuthError as err:
+        raise ApiError(err.http_status, err.status, err.message) from err
+    logger.info("request %s: minted a single-use %s token", request[REQUEST_ID], token_type)
+    return web.json_response({"token": token}, headers={"Cache-Control": "no-store"})

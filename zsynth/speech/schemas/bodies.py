@@ -14,6 +14,7 @@ import pydantic
 from aiohttp import web
 from pydantic import BaseModel, Field, ValidationInfo
 
+from zsynth.core.languages import UnsupportedLanguage, check_language_code
 from zsynth.core.text.prepare import MAX_LOCATORS, TextOptionError, TextOptions, parse_locators, parse_normalization
 from zsynth.core.voice_settings import InvalidParameter, check_voice_settings
 from zsynth.kit import endpoints
@@ -28,8 +29,13 @@ def api_error(http_status: int, code: str, message: str, param: str | None) -> A
     return ApiError(http_status, code, message, param=param)
 
 
+#: The validation context's key for the engine this deployment runs (the ``language_code`` check reads it).
+ENGINE: Final = "engine"
+
+
 def _context(request: web.Request) -> dict[str, Any]:
-    return {MAX_TEXT_CHARS: request.app[SETTINGS].max_text_chars}
+    settings = request.app[SETTINGS]
+    return {MAX_TEXT_CHARS: settings.max_text_chars, ENGINE: settings.engine}
 
 
 #: How the speech API refuses declared bodies and queries: its envelope, and every text held to
@@ -120,6 +126,29 @@ def checked_model_id(name: str, value: object) -> object:
 def model_id_field(description: str) -> Any:
     """The field of a model id (:func:`checked_model_id` is its before-validator): optional, its length documented."""
     return Field(default=None, max_length=MAX_MODEL_ID_CHARS, description=description)
+
+
+def _language_code(value: object, info: ValidationInfo) -> object:
+    engine = (info.context or {}).get(ENGINE)
+    assert isinstance(engine, str), "the speech API passes its engine in the validation context"
+    model = (info.data or {}).get("model_id")
+    try:
+        return check_language_code(engine, model if isinstance(model, str) else None, value)
+    except UnsupportedLanguage as err:
+        raise refusal("unsupported_language", err.message, 400, param="language_code") from None
+
+
+#: A body's ``language_code`` (declared after ``model_id``, which its refusal names): one of the engine's languages
+#: (:mod:`zsynth.core.languages`), kept as its primary subtag, or None when absent or empty.
+LanguageCode = Annotated[
+    str | None,
+    pydantic.BeforeValidator(_language_code),
+    Field(
+        default=None,
+        description="ISO 639-1 language of the text: one of the engine's languages (GET /v1/models; en today) or "
+        "empty. Others get 400 unsupported_language.",
+    ),
+]
 
 
 def spoken_text_field() -> Any:

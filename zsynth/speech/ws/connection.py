@@ -14,11 +14,13 @@ from typing import Any, Final
 from aiohttp import WSMsgType, web
 
 from zsynth.core.audio import OutputFormat
+from zsynth.core.languages import UnsupportedLanguage, check_language_code
 from zsynth.core.ratelimit import TokenBucket
 from zsynth.core.voice_settings import InvalidParameter, check_voice_settings
 from zsynth.kit import jsonbody
 from zsynth.kit.endpoints import Access, endpoint_of, parse_query
-from zsynth.kit.gate import admit
+from zsynth.kit.gate import admit, may_call
+from zsynth.services import single_use
 from zsynth.services.auth import (
     AUTHENTICATOR,
     AuthError,
@@ -29,7 +31,7 @@ from zsynth.services.auth import (
     secret_from_request,
     watch_credential,
 )
-from zsynth.services.keys import REQUEST_ID, SETTINGS, WS_PER_CREDENTIAL
+from zsynth.services.keys import REDIS, REQUEST_ID, SETTINGS, WS_PER_CREDENTIAL
 from zsynth.speech.access import SOCKET_GATE
 from zsynth.speech.ws.query import RealtimeQuery
 
@@ -39,6 +41,8 @@ CLOSE_POLICY: Final = 1008
 # Close reasons travel in a control frame: 125 bytes minus the 2-byte code.
 MAX_REASON_BYTES: Final = 123
 # Clients send text; a message above this is refused by aiohttp with close 1009.
+#: The query parameter of an ElevenLabs single-use token, which opens the socket in place of a key.
+SINGLE_USE_PARAMETER: Final = "single_use_token"
 
 
 class WsError(Exception):
@@ -87,16 +91,20 @@ def parse_params(request: web.Request) -> StreamParams:
     bad one."""
     query = parse_query(request, RealtimeQuery, ws_error)
     inactivity = query.inactivity_timeout
+    try:
+        language = check_language_code(request.app[SETTINGS].engine, query.model_id, query.language_code)
+    except UnsupportedLanguage as err:
+        raise WsError("unsupported_language", err.message) from err
     return StreamParams(
         # As asked: the synthesis service resolves it for each job, once the socket is authenticated (an unknown id
         # is spoken by the swap-out voice, a cloned voice this box lacks is fetched first, as on the HTTP routes).
-        voice_id=request.match_info["voice_id"],
+        voice_id=request.match_info.get("voice_id", ""),  # the dialogue sockets name their voices in messages
         fmt=query.output_format,
         model_id=query.model_id,
         inactivity_s=request.app[SETTINGS].ws_inactivity_timeout_s if inactivity is None else inactivity,
         sync_alignment=query.sync_alignment,
         auto_mode=query.auto_mode,
-        language_code=query.language_code,
+        language_code=language,
         seed=query.seed,
         enable_logging=query.enable_logging,
         normalization=query.apply_text_normalization,
@@ -234,7 +242,11 @@ class Connection:
         authenticate in its first message gets the shorter ZSYNTH_WS_FIRST_MESSAGE_TIMEOUT. With ``bos`` the first
         message must carry ``text`` (stream-input's initial ``{"text": " "}``).
         """
-        if self.request.app[AUTHENTICATOR].is_open or secret_from_request(self.request) is not None:
+        if (
+            self.request.app[AUTHENTICATOR].is_open
+            or secret_from_request(self.request) is not None
+            or self.single_use_token is not None
+        ):
             await self.authenticate({})
             try:
                 message = await self.receive(params.inactivity_s)
@@ -276,7 +288,11 @@ class Connection:
         endpoint = endpoint_of(self.request)
         access = endpoint.access if endpoint is not None else Access.FULL
         try:
-            self.credential = await admit(self.request, SOCKET_GATE, access, Presented(secret, presented.in_query))
+            if self.single_use_token is not None:
+                secret = None  # nothing to re-check later: the token is spent, and its socket lives on
+                self.credential = await self._redeem(self.single_use_token, access)
+            else:
+                self.credential = await admit(self.request, SOCKET_GATE, access, Presented(secret, presented.in_query))
         except AuthError as err:
             raise WsError(err.status, err.message) from err
         self.on_authenticated()
@@ -297,6 +313,21 @@ class Connection:
             # Expiry and revocation are enforced for the socket's whole life, not only at connect.
             self._watcher = asyncio.create_task(self._watch(secret), name=f"ws-auth-{self.socket_id}")
         return self.credential
+
+    @property
+    def single_use_token(self) -> str | None:
+        """The ``?single_use_token=`` this socket presents (ElevenLabs' browser pattern), None when absent."""
+        return self.request.query.get(SINGLE_USE_PARAMETER, "").strip() or None
+
+    async def _redeem(self, token: str, access: Access) -> Credential:
+        """Spend a single-use token (:mod:`zsynth.services.single_use`): its credential, if its minting key still
+        works and the route admits a token; AuthError otherwise."""
+        app = self.request.app
+        credential = await single_use.redeem(app[REDIS], token, "tts_websocket")
+        await app[AUTHENTICATOR].check_minter(credential)
+        if not may_call(credential, access, SOCKET_GATE.token_scope):
+            raise AuthError("insufficient_scope", SOCKET_GATE.insufficient_scope)
+        return credential
 
     async def _watch(self, secret: str) -> None:
         """End the socket with an error frame once its credential expires or is revoked."""

@@ -46,6 +46,15 @@ LOOKAHEAD: Final = 2
 MAX_FRAME_AUDIO_BYTES: Final = 512 * 1024
 
 OnDone = Callable[["Speaker"], Awaitable[None]]
+#: Builds one audio frame's JSON text: audio, its alignment (camelCase keys), the context id, multi or not.
+FrameBuilder = Callable[[bytes, "dict[str, Any] | None", "str | None"], str]
+
+
+class Mark:
+    """A point in a context's segments (a dialogue socket's flush): ``on_mark`` runs once everything queued before
+    it has been sent."""
+
+
 # The end of a segment that may be the start of a break tag whose rest is still to come (the buffer cuts at white
 # space, and a tag has some): it waits for the next segment, or for the end of the context.
 # The longest break tag start held for its rest (`<break time="10.0s" />` is 25 characters).
@@ -66,7 +75,13 @@ class Speaker:
         multi: bool,
         on_done: OnDone,
         options: TextOptions | None = None,
+        frame: FrameBuilder | None = None,
+        on_mark: Callable[[Mark], Awaitable[None]] | None = None,
     ) -> None:
+        """``frame`` builds the audio frames (default: the TTS sockets' :func:`audio_frame`); ``on_mark`` runs at
+        each :meth:`mark`, in order with the audio."""
+        self.frame = frame or (lambda audio, alignment, context: audio_frame(audio, alignment, context, multi=multi))
+        self.on_mark = on_mark
         self.conn = conn
         self.params = params
         self.voice_settings = voice_settings or {}
@@ -86,10 +101,10 @@ class Speaker:
         self._sending = False  # inside a socket send, which must not be cut short (see interrupt)
         self._interrupted = False
         self._finisher: asyncio.Task[Any] | None = None  # the task sending the last frames and the close
-        self._segments: asyncio.Queue[str | None] = asyncio.Queue()
+        self._segments: asyncio.Queue[tuple[str, str | None] | Mark | None] = asyncio.Queue()
         self._queued_chars = 0  # characters in _segments (not yet submitted)
         self._owner = queue_owner(conn.credential)
-        self._speeches: asyncio.Queue[Speech | None] = asyncio.Queue()
+        self._speeches: asyncio.Queue[Speech | Mark | None] = asyncio.Queue()
         self._slots = asyncio.Semaphore(LOOKAHEAD)
         self._live: set[Speech] = set()
         self._tasks = [
@@ -106,8 +121,16 @@ class Speaker:
         """Note activity on this context (resets its inactivity timer)."""
         self.last_activity = time.monotonic()
 
-    def speak(self, segment: str) -> None:
-        """Queue a segment; it is spoken after every segment queued before it.
+    def mark(self) -> Mark:
+        """Queue a mark after the segments queued so far (see :class:`Mark`)."""
+        mark = Mark()
+        if not self.ended:
+            self._segments.put_nowait(mark)
+        return mark
+
+    def speak(self, segment: str, voice_id: str | None = None) -> None:
+        """Queue a segment (in ``voice_id``, by default the socket's voice); it is spoken after every segment queued
+        before it.
 
         WsError when the context already holds ZSYNTH_WS_MAX_QUEUED_CHARS characters or
         ZSYNTH_WS_MAX_QUEUED_SEGMENTS segments not yet submitted: a client sending text much faster than it can be
@@ -138,7 +161,7 @@ class Speaker:
             )
         self._queued_chars += len(segment)
         self.pending += 1
-        self._segments.put_nowait(segment)
+        self._segments.put_nowait((segment, voice_id))
 
     def end(self) -> None:
         """No more segments: once the queued ones are spoken, ``on_done`` runs."""
@@ -146,7 +169,7 @@ class Speaker:
             if self._carry.strip():  # an unfinished tag is spoken as the text it is
                 self._queued_chars += len(self._carry)
                 self.pending += 1
-                self._segments.put_nowait(self._carry)
+                self._segments.put_nowait((self._carry, None))
             self._carry = ""
             self.ended = True
             self._segments.put_nowait(None)
@@ -190,15 +213,19 @@ class Speaker:
     async def _submit_loop(self) -> None:
         service = SynthesisService.of(self.conn.request.app)
         while True:
-            segment = await self._segments.get()
-            if segment is None:
+            item = await self._segments.get()
+            if item is None:
                 await self._speeches.put(None)
                 return
+            if isinstance(item, Mark):
+                await self._speeches.put(item)
+                continue
+            segment, voice_id = item
             self._queued_chars -= len(segment)
             await self._slots.acquire()
             request = SynthesisRequest(
                 text=segment,
-                voice_id=self.params.voice_id,
+                voice_id=voice_id or self.params.voice_id,
                 output_format=self.params.fmt.name,
                 request_id=self.conn.socket_id,
                 voice_settings=self.voice_settings,
@@ -240,6 +267,10 @@ class Speaker:
                 speech = await self._speeches.get()
                 if speech is None:
                     break
+                if isinstance(speech, Mark):
+                    if self.on_mark is not None:
+                        await self.on_mark(speech)
+                    continue
                 try:
                     job_start = True
                     self._mapper = self._mappers.pop(speech.job.job_id, None)
@@ -319,7 +350,7 @@ class Speaker:
             for part, frame_alignment in _frames(audio, alignment):
                 if self.params.sync_alignment and frame_alignment is not None:
                     frame_alignment = _shifted(frame_alignment, round(start_ms))
-                await self.conn.send_json_text(audio_frame(part, frame_alignment, self.context_id, multi=self.multi))
+                await self.conn.send_json_text(self.frame(part, frame_alignment, self.context_id))
                 if audio:
                     start_ms += chunk_ms * len(part) / len(audio)
         finally:
