@@ -30,6 +30,7 @@ from prometheus_client.registry import Collector
 
 from zsynth.core import protocol
 from zsynth.core.config import Settings
+from zsynth.core.engines import profile
 from zsynth.core.tracing import Tracing
 
 from .engines import Engine, EngineChunk
@@ -291,7 +292,7 @@ class _StateCollector(Collector):
 def gpu_collector(settings: Settings) -> Collector | None:
     """The GPU collector of a worker whose engine runs on CUDA, when NVML answers; None otherwise (a CPU engine, no
     ``nvidia-ml-py``, no driver): the worker then exports no GPU figures at all."""
-    if settings.engine != "turbo" or settings.turbo_device != "cuda":
+    if not profile(settings.engine).runs_on_gpu or settings.turbo_device != "cuda":
         return None
     return NvmlCollector.open(os.environ.get("CUDA_VISIBLE_DEVICES", ""))
 

@@ -63,6 +63,8 @@ class EngineProfile:
     builtin_voices: tuple[BuiltinVoice, ...]
     # The engine's output rate (Hz) before any encoder resamples it.
     sample_rate: int
+    # Whether the engine may run on CUDA (ZSYNTH_TURBO_DEVICE): its worker then exports GPU figures (metrics.py).
+    runs_on_gpu: bool
     # Where the worker finds the engine: "module:function", called with the settings (workers/engines/__init__.py).
     loader: str
 
@@ -98,6 +100,7 @@ PIPER: Final = EngineProfile(
         ),
     ),
     sample_rate=22050,
+    runs_on_gpu=False,
     loader="workers.engines.piper:load",
 )
 
@@ -115,6 +118,7 @@ TURBO: Final = EngineProfile(
     threads_per_job="one",
     builtin_voices=(_DEFAULT_VOICE,),
     sample_rate=24000,
+    runs_on_gpu=True,
     loader="workers.engines.turbo:load",
 )
 
@@ -129,6 +133,7 @@ SIMULATED: Final = EngineProfile(
     threads_per_job="one",
     builtin_voices=(_DEFAULT_VOICE,),
     sample_rate=24000,
+    runs_on_gpu=False,
     loader="workers.engines.simulated:load",
 )
 
