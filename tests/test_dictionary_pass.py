@@ -332,7 +332,7 @@ async def _post(client, path: str, **kwargs: object) -> tuple[int, dict]:
     return resp.status, await resp.json()
 
 
-async def test_upload_keeps_one_rule_per_string_and_the_f1_request_leaves_healthz_answering(api_client) -> None:
+async def test_upload_keeps_one_rule_per_string(api_client) -> None:
     rules = [{"type": "alias", "string_to_replace": "x", "alias": "y"}] * MAX_RULES
     status, made = await _post(
         api_client, "/v1/pronunciation-dictionaries/add-from-rules", json={"name": "f1", "rules": rules}
@@ -350,6 +350,17 @@ async def test_upload_keeps_one_rule_per_string_and_the_f1_request_leaves_health
     resp = await api_client.get(f"/v1/pronunciation-dictionaries/{made['id']}", headers={"xi-api-key": KEY})
     assert [r["alias"] for r in (await resp.json())["rules"]] == ["z"]
 
+
+async def test_the_f1_request_leaves_healthz_answering(api_client) -> None:
+    lexemes = "<lexeme><grapheme>x</grapheme><alias>y</alias></lexeme>" * MAX_RULES
+    pls = f'<lexicon version="1.0" xmlns="http://www.w3.org/2005/01/pronunciation-lexicon">{lexemes}</lexicon>'
+    resp = await api_client.post(
+        "/v1/pronunciation-dictionaries/add-from-file",
+        data={"name": "f1", "file": pls.encode()},
+        headers={"xi-api-key": KEY},
+    )
+    made = await resp.json()
+    assert resp.status == 200, made
     pings: list[float] = []
     done = asyncio.Event()
 
