@@ -6,7 +6,8 @@ directory (``<data_dir>/dictionaries/``, shared by the fronts of the box). Objec
     <id>/<version_id>.json   one version: its rules (written once, never changed)
     <id>/meta.json           name, description, creation time, latest version: written after the version it names
 
-A version is immutable, so a front keeps the versions it has read in memory, least recently used dropped first past
+A version is immutable, so a front keeps the versions it has read or written in memory, compiled for matching
+(:class:`~zsynth.core.text.dictionaries.matcher.Lexicon`, built on a thread), least recently used dropped first past
 ``ZSYNTH_DICTIONARY_CACHE_BYTES``. Which version is the latest (and whether the dictionary still exists) is read
 again when older than :data:`LATEST_TTL_S`: a locator without ``version_id`` sees another front's change, and every
 locator another front's delete, within that time. Unknown ids and versions are remembered as unknown for that time,
