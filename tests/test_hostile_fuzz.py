@@ -65,8 +65,7 @@ def test_hostile_text_never_hurts_the_worker_or_the_front(fuzz_front: str, priva
         @example(request=HostileRequest("9" * 10000, "openai", "on"))
         @example(request=HostileRequest('<break time="3s" />' * 500, "stream", "auto"))
         # F1: 10,000 identical rules named three times over "x " * 5000 (18.7 s of /healthz stall per locator).
-        @example(request=HostileRequest("x " * 5000, "with-timestamps", "auto", (0, 0, 0)))
-        @example(request=HostileRequest("Hello world. " * 700, "stream", "on", (1, 0, 1)))
+        @example(request=HostileRequest("x " * 5000, "stream", "auto", (0, 1, 0)))
         def one(request: HostileRequest) -> None:
             health.take_worst()
             outcome = run.send(request)
