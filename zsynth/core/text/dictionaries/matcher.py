@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Final, TypeAlias
 
 from zsynth.core.text import marks
-from zsynth.core.text.dictionaries.rules import MAX_STRING_CHARS, PHONEME_ENGINES, Rule
+from zsynth.core.text.dictionaries.rules import MAX_STRING_CHARS, PHONEME_ENGINES, Rule, RuleError
 from zsynth.core.text.spoken import Spoken
 
 # At most this many alternatives are tried one by one at a node of a trie: past it they are split into groups, each
@@ -70,10 +70,13 @@ class Lexicon:
             string = rule.string_to_replace if rule.case_sensitive else fold(rule.string_to_replace)
             kind = (rule.case_sensitive, rule.word_boundaries, rule.type == "phoneme")
             kinds.setdefault(kind, {}).setdefault(string, (index, _spoken(rule)))
-        self.groups = tuple(
-            _Group(re.compile(trie_pattern(found, word_boundaries)), not case_sensitive, phoneme, found)
-            for (case_sensitive, word_boundaries, phoneme), found in kinds.items()
-        )
+        try:
+            self.groups = tuple(
+                _Group(re.compile(trie_pattern(found, word_boundaries)), not case_sensitive, phoneme, found)
+                for (case_sensitive, word_boundaries, phoneme), found in kinds.items()
+            )
+        except RecursionError as err:  # the parser of expressions recurses per nested group: none measured fails
+            raise RuleError("These rules' strings share prefixes too deeply to be compiled; use fewer.") from err
         self.nbytes = sum(sys.getsizeof(group.pattern) + sys.getsizeof(group.found) for group in self.groups)
 
 

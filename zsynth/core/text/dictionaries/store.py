@@ -307,7 +307,8 @@ class DictionaryStore:
         )
 
     async def save(self, dictionary: Dictionary, rules: list[Rule]) -> Dictionary:
-        """Write ``rules`` as a new version of ``dictionary``, then make it the latest (the commit)."""
+        """Write ``rules`` as a new version of ``dictionary``, then make it the latest (the commit); RuleError: rules
+        the matcher cannot compile (nothing is written)."""
         version_id = new_id()
         body = json.dumps({"rules": [rule.to_json() for rule in rules]}, ensure_ascii=False).encode()
         lexicon = await asyncio.to_thread(Lexicon, rules)  # compiled once, before any request names it
