@@ -108,20 +108,63 @@ class HostileRequest:
     text: str
     route: str  # "stream", "convert", "with-timestamps" or "openai"
     normalization: str  # "auto", "on" or "off"
+    dictionaries: tuple[int, ...] = ()  # which of the run's dictionaries it names (HostileRun.upload_dictionaries)
 
     def describe(self) -> str:
         """A short, printable description for failure messages."""
-        return f"{self.route} norm={self.normalization} {len(self.text)} chars {self.text[:80]!r}"
+        named = f" dictionaries={list(self.dictionaries)}" if self.dictionaries else ""
+        return f"{self.route} norm={self.normalization}{named} {len(self.text)} chars {self.text[:80]!r}"
 
 
 def hostile_requests(max_size: int) -> st.SearchStrategy[HostileRequest]:
-    """A hostile text on any of the HTTP synthesis routes, with any normalization mode."""
+    """A hostile text on any of the HTTP synthesis routes, with any normalization mode, naming up to three of the
+    run's dictionaries (:data:`DICTIONARIES`) one time in three."""
     return st.builds(
         HostileRequest,
         text=hostile_text(max_size),
         route=st.sampled_from(["stream", "convert", "with-timestamps", "openai"]),
         normalization=st.sampled_from(["auto", "on", "off"]),
+        dictionaries=st.one_of(
+            st.just(()), st.just(()), st.lists(st.integers(0, len(DICTIONARIES) - 1), max_size=3).map(tuple)
+        ),
     )
+
+
+def _hostile_rules() -> list[dict[str, Any]]:
+    """Rules over the strings the strategies make: overlapping, of every flag, aliases and phonemes."""
+    strings = ["Hello", "hello world", "world.", "1st", "1st2nd", "9", "99", "999", "é", "ß", "abc", "XYZ", "$1"]
+    strings += ["Dr.", "<break", "[[", "]]", "&amp;", "a", "aa", "the", "The price", "-", "%", "e.g."]
+    rules: list[dict[str, Any]] = []
+    for n, word in enumerate(strings):
+        flags = {"case_sensitive": n % 2 == 0, "word_boundaries": n % 3 != 0}
+        if n % 4 == 3:
+            rules.append({"type": "phoneme", "string_to_replace": word, "phoneme": "h ə l oʊ", "alphabet": "ipa"})
+        else:
+            rules.append({"type": "alias", "string_to_replace": word, "alias": f"alias {n} " * (n % 3 + 1), **flags})
+    return rules
+
+
+#: The dictionaries a fuzz run uploads: the issue's 10,000 identical rules (F1, as PLS: over the JSON body limit),
+#: and rules over what the strategies make (as JSON, with their flags).
+DICTIONARIES: list[list[dict[str, Any]]] = [
+    [{"type": "alias", "string_to_replace": "x", "alias": "y"}] * 10_000,
+    _hostile_rules(),
+]
+
+
+def _pls(rules: list[dict[str, Any]]) -> bytes:
+    from xml.sax.saxutils import escape
+
+    lexemes = []
+    for rule in rules:
+        said = (
+            f"<alias>{escape(rule['alias'])}</alias>"
+            if rule["type"] == "alias"
+            else f"<phoneme>{rule['phoneme']}</phoneme>"
+        )
+        lexemes.append(f"<lexeme><grapheme>{escape(rule['string_to_replace'])}</grapheme>{said}</lexeme>")
+    head = '<lexicon version="1.0" xmlns="http://www.w3.org/2005/01/pronunciation-lexicon" alphabet="ipa">'
+    return (head + "".join(lexemes) + "</lexicon>").encode()
 
 
 # ----- one example against a running stack -------------------------------------------------------------------------
@@ -197,6 +240,20 @@ class HostileRun:
 
     def __init__(self, base_url: str, key: str = "fuzz-key") -> None:
         self.client = httpx.Client(base_url=base_url, timeout=httpx.Timeout(60.0), headers={"xi-api-key": key})
+        self.dictionary_ids: list[str] = []
+
+    def upload_dictionaries(self) -> None:
+        """Upload :data:`DICTIONARIES` (requests name them by their place in that list)."""
+        for number, rules in enumerate(DICTIONARIES):
+            if len(rules) > 1000:
+                files = {"file": ("lexicon.pls", _pls(rules), "application/pls+xml")}
+                path, data = "/v1/pronunciation-dictionaries/add-from-file", {"name": f"fuzz {number}"}
+                resp = self.client.post(path, data=data, files=files)
+            else:
+                body = {"name": f"fuzz {number}", "rules": rules}
+                resp = self.client.post("/v1/pronunciation-dictionaries/add-from-rules", json=body)
+            resp.raise_for_status()
+            self.dictionary_ids.append(resp.json()["id"])
 
     def close(self) -> None:
         """Close the HTTP client."""
@@ -212,6 +269,9 @@ class HostileRun:
             suffix = {"convert": "", "stream": "/stream", "with-timestamps": "/stream/with-timestamps"}[request.route]
             path = f"/v1/text-to-speech/fuzz-voice{suffix}?output_format=pcm_16000"
             body = {"text": request.text, "apply_text_normalization": request.normalization}
+        if request.dictionaries and self.dictionary_ids:
+            named = [self.dictionary_ids[n % len(self.dictionary_ids)] for n in request.dictionaries]
+            body["pronunciation_dictionary_locators"] = [{"pronunciation_dictionary_id": i} for i in named]
         start = time.perf_counter()
         received = 0
         with self.client.stream("POST", path, json=body) as resp:

@@ -1,7 +1,8 @@
 """Hostile text, fuzzed with Hypothesis, through a real front's text stage to a real Piper worker.
 
 Every example (long words, digit and punctuation runs, every Unicode category, combining marks, RTL, emoji,
-control characters, tag-like text and break tags, on every HTTP synthesis route and normalization mode) must get a
+control characters, tag-like text and break tags, on every HTTP synthesis route and normalization mode, one in three
+naming pronunciation dictionaries: the issue's 10,000 identical rules, and rules over these very strings) must get a
 2xx or a 4xx, never a 5xx, within a bounded time; the front must keep answering ``/healthz`` meanwhile; the worker
 must stay alive (the same process) with bounded memory, and still speak a normal sentence afterwards.
 
@@ -41,6 +42,7 @@ def fuzz_front(private_redis_url: str, private_worker: WorkerProcess, tmp_path: 
 
 def test_hostile_text_never_hurts_the_worker_or_the_front(fuzz_front: str, private_worker: WorkerProcess) -> None:
     run = HostileRun(fuzz_front)
+    run.upload_dictionaries()
     pid = private_worker.proc.pid
     run.speak_check()  # warm: the baseline is a worker that has spoken
     baseline = rss_bytes(pid)
@@ -62,6 +64,8 @@ def test_hostile_text_never_hurts_the_worker_or_the_front(fuzz_front: str, priva
         @example(request=HostileRequest("9" * 10000, "stream", "on"))
         @example(request=HostileRequest("9" * 10000, "openai", "on"))
         @example(request=HostileRequest('<break time="3s" />' * 500, "stream", "auto"))
+        # F1: 10,000 identical rules named three times over "x " * 5000 (18.7 s of /healthz stall per locator).
+        @example(request=HostileRequest("x " * 5000, "stream", "auto", (0, 1, 0)))
         def one(request: HostileRequest) -> None:
             health.take_worst()
             outcome = run.send(request)

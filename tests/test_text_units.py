@@ -10,7 +10,8 @@ from workers.engines.phonemes import arpabet_to_ipa
 from workers.engines.piper import _piper_input
 from zsynth.core.config import Settings
 from zsynth.core.text import marks
-from zsynth.core.text.dictionaries.rules import Rule, RuleError, apply_rules, parse_pls, parse_rule, to_pls
+from zsynth.core.text.dictionaries.matcher import apply_rules
+from zsynth.core.text.dictionaries.rules import Rule, RuleError, parse_pls, parse_rule, to_pls
 from zsynth.core.text.normalize import normalize, normalize_text, wants_normalization
 from zsynth.core.text.prepare import TextOptionError, TextOptions, parse_locators, parse_normalization, prepare
 from zsynth.core.text.sentences import split_sentences

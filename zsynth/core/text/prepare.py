@@ -10,25 +10,29 @@ The request fields (the same on every synthesis route and in the first message o
 as written. Last, whatever the options (and without any: the avatar's ``speak``), every word longer than the engine's
 bound is cut (:func:`zsynth.core.text.sentences.word_bound`, ZSYNTH_MAX_WORD_CHARS). The result is a
 :class:`~zsynth.core.text.spoken.Spoken`; when nothing changed, the job carries the caller's text.
+
+The dictionaries are read first (the store's I/O, on the event loop); the CPU-bound rest (break tags, one pass of
+every dictionary, normalization, word bounds) runs on a thread for texts over :data:`THREAD_CHARS` characters.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from zsynth.core.text import marks
-from zsynth.core.text.dictionaries.rules import apply_rules
+from zsynth.core.text.dictionaries.matcher import Lexicon, apply_lexicons
 from zsynth.core.text.dictionaries.store import DictionaryStore, DictionaryUnreadable
 from zsynth.core.text.normalize import MODES, normalize, wants_normalization
 from zsynth.core.text.sentences import word_bound
 from zsynth.core.text.spoken import Spoken
 
 MAX_LOCATORS: Final = 3
-# Longer texts are normalized and cut on a thread, so the event loop keeps serving others meanwhile (a 10,000
-# character text costs the rules some 10-30 ms of CPU).
+# Longer texts are prepared on a thread, so the event loop keeps serving others meanwhile (a 10,000 character text
+# costs the normalization rules some 10-30 ms of CPU, and the dictionaries' pass up to some 20 ms).
 THREAD_CHARS: Final = 1000
 BREAK: Final = re.compile(r"<break\s+time\s*=\s*[\"'](?P<n>\d+(?:\.\d+)?)\s*(?P<unit>s|ms)[\"']\s*/?>", re.IGNORECASE)
 
@@ -115,43 +119,47 @@ async def prepare(
     ``max_word_chars`` is ZSYNTH_MAX_WORD_CHARS (None: the engine's bound). TextOptionError names a dictionary that
     does not exist.
     """
-    spoken = Spoken(text)
-    normalizing = False
-    if options is not None:
-        if "<" in text:
-            spoken.rewrite(BREAK, _pause)
-        await _apply_dictionaries(spoken, options, engine, store)
-        normalizing = wants_normalization(options.normalization, engine)
-    bound = word_bound(engine, max_word_chars)
+    lexicons = await _lexicons(options, store) if options is not None else []
+    normalizing = options is not None and wants_normalization(options.normalization, engine)
+    stage = functools.partial(
+        _stage, text, options is not None, lexicons, engine, normalizing, word_bound(engine, max_word_chars)
+    )
     if len(text) > THREAD_CHARS:
-        await asyncio.to_thread(_finish, spoken, normalizing, bound)
-    else:
-        _finish(spoken, normalizing, bound)
-    return spoken
+        return await asyncio.to_thread(stage)
+    return stage()
 
 
-def _finish(spoken: Spoken, normalizing: bool, bound: int) -> None:
-    """Normalize (when asked) and cut every word longer than ``bound``: the CPU-bound end of :func:`prepare`."""
+def _stage(text: str, tags: bool, lexicons: list[Lexicon], engine: str, normalizing: bool, bound: int) -> Spoken:
+    """The CPU-bound text stage: break tags (when ``tags``), dictionaries, normalization (when asked), word bounds."""
+    spoken = Spoken(text)
+    if tags and "<" in text:
+        spoken.rewrite(BREAK, _pause)
+    if lexicons:
+        apply_lexicons(spoken, lexicons, engine)
     if normalizing:
         normalize(spoken)
     spoken.cut_words(bound)
+    return spoken
 
 
-async def _apply_dictionaries(spoken: Spoken, options: TextOptions, engine: str, store: DictionaryStore | None) -> None:
+async def _lexicons(options: TextOptions, store: DictionaryStore | None) -> list[Lexicon]:
+    """The compiled versions the locators name, in their order (a version named twice counts once: the second could
+    never win)."""
+    lexicons: dict[tuple[str, str], Lexicon] = {}
     for dictionary_id, version_id in options.locators:
-        rules = None
+        lexicon = None
         if store is not None:
             try:
                 if version_id is None:
                     meta = await store.meta(dictionary_id)
                     version_id = str(meta["latest_version_id"]) if meta else None
                 if version_id is not None:
-                    rules = await store.rules(dictionary_id, version_id)
+                    lexicon = await store.lexicon(dictionary_id, version_id)
             except DictionaryUnreadable as err:  # stored by another program: the caller's to mend, not ours
                 raise TextOptionError(
                     "pronunciation_dictionary_unreadable", str(err), "pronunciation_dictionary_locators"
                 ) from err
-        if rules is None:
+        if lexicon is None:
             raise TextOptionError(
                 "pronunciation_dictionary_not_found",
                 f"Pronunciation dictionary {dictionary_id!r}"
@@ -160,4 +168,6 @@ async def _apply_dictionaries(spoken: Spoken, options: TextOptions, engine: str,
                 "pronunciation_dictionary_locators",
                 status=404,
             )
-        apply_rules(spoken, rules, engine)
+        assert version_id is not None
+        lexicons.setdefault((dictionary_id, version_id), lexicon)
+    return list(lexicons.values())

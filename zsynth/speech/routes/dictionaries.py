@@ -232,6 +232,8 @@ async def _store_call(coro: Any) -> Any:
         raise _unavailable(err) from err
     except DictionaryUnreadable as err:
         raise unreadable(err) from err
+    except RuleError as err:  # rules these checks accept but the matcher cannot compile
+        raise _bad(str(err), "rules") from err
 
 
 async def _dictionary(request: web.Request, *, with_rules: bool = True) -> Dictionary:

@@ -5,26 +5,21 @@
   speak phonemes (Piper, through its phoneme input); other engines ignore them and speak the text as written, as the
   ElevenLabs service does on models without phoneme support.
 
-Matching follows each rule's ``case_sensitive`` (default true) and ``word_boundaries`` (default true). Rules apply
-in the order of the locators and, inside a dictionary, in the order of its rules; the first rule that matches a
-stretch of text wins, and text a rule replaced is never matched again.
+Matching follows each rule's ``case_sensitive`` (default true) and ``word_boundaries`` (default true); a dictionary
+holds one rule per string (:func:`unique`), at most :data:`MAX_RULES`. :mod:`.matcher` applies them: where rules
+overlap, the one that starts first wins, then the longest, then the first named.
 """
 
 from __future__ import annotations
 
-import functools
-import re
 import xml.etree.ElementTree as ET
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
 from defusedxml import DTDForbidden, EntitiesForbidden, ExternalReferenceForbidden
 from defusedxml import ElementTree as defused
 
-from zsynth.core.engines import profile
 from zsynth.core.text import marks
-from zsynth.core.text.spoken import Spoken
 
 RULE_TYPES: Final = ("alias", "phoneme")
 MAX_RULES: Final = 10_000
@@ -62,18 +57,6 @@ class Rule:
             body["phoneme"] = self.phoneme
             body["alphabet"] = self.alphabet
         return body
-
-    def pattern(self) -> re.Pattern[str]:
-        """The regular expression that finds this rule's text (compiled once per rule)."""
-        return _compiled(self.string_to_replace, self.case_sensitive, self.word_boundaries)
-
-
-@functools.lru_cache(maxsize=65536)
-def _compiled(string: str, case_sensitive: bool, word_boundaries: bool) -> re.Pattern[str]:
-    core = re.escape(string)
-    if word_boundaries:
-        core = rf"(?<!\w){core}(?!\w)"
-    return re.compile(core, 0 if case_sensitive else re.IGNORECASE)
 
 
 def _text(raw: dict[str, Any], name: str, index: int, *, required: bool = True) -> str | None:
@@ -126,12 +109,21 @@ def parse_rule(raw: object, index: int = 0) -> Rule:
 
 
 def parse_rules(raw: object) -> list[Rule]:
-    """A list of rules from JSON (at most :data:`MAX_RULES`)."""
+    """A list of rules from JSON (at most :data:`MAX_RULES`), one per string (:func:`unique`)."""
     if not isinstance(raw, list):
         raise RuleError("Field 'rules' must be a list of rules.")
     if len(raw) > MAX_RULES:
-        raise RuleError(f"A dictionary holds at most {MAX_RULES} rules.")
-    return [parse_rule(item, index) for index, item in enumerate(raw)]
+        raise RuleError(f"A dictionary holds at most {MAX_RULES} rules; this list has {len(raw)}.")
+    return unique([parse_rule(item, index) for index, item in enumerate(raw)])
+
+
+def unique(rules: list[Rule]) -> list[Rule]:
+    """``rules`` with one rule per ``string_to_replace``: the first (the one that applies; ``add-rules`` and
+    ``remove-rules`` name a rule by its string, as upstream)."""
+    kept: dict[str, Rule] = {}
+    for rule in rules:
+        kept.setdefault(rule.string_to_replace, rule)
+    return list(kept.values()) if len(kept) < len(rules) else rules
 
 
 def _local(tag: str) -> str:
@@ -196,7 +188,7 @@ def parse_pls(data: bytes) -> list[Rule]:
                 raise RuleError(f"Lexeme {number} of the PLS lexicon: {err}") from err
     if not rules:
         raise RuleError("The PLS lexicon holds no lexeme with a grapheme and an alias or a phoneme.")
-    return rules
+    return unique(rules)
 
 
 def to_pls(rules: list[Rule]) -> bytes:
@@ -216,26 +208,3 @@ def to_pls(rules: list[Rule]) -> bytes:
             ET.SubElement(lexeme, f"{{{PLS_NS}}}phoneme", attrs).text = rule.phoneme
     body: bytes = ET.tostring(root, encoding="utf-8", xml_declaration=True)
     return body
-
-
-def _constant(value: str) -> Callable[[re.Match[str]], str]:
-    return lambda _match: value
-
-
-def apply_rules(spoken: Spoken, rules: list[Rule], engine: str) -> None:
-    """Apply ``rules`` in order to the text of ``spoken`` still as written; phoneme rules only where spoken."""
-    phonemes = profile(engine).phoneme_dictionaries
-    # Text still as written is part of the caller's text: a rule whose string is nowhere in it is skipped without
-    # running its expression (most rules of a large dictionary, on most requests).
-    text = spoken.original
-    lowered = text.lower()
-    for rule in rules:
-        if rule.type != "alias" and not phonemes:
-            continue
-        found = rule.string_to_replace in text if rule.case_sensitive else rule.string_to_replace.lower() in lowered
-        if not found:
-            continue
-        if rule.type == "alias":
-            spoken.rewrite(rule.pattern(), _constant(str(rule.alias)))
-        else:
-            spoken.rewrite(rule.pattern(), _constant(marks.phonemes(str(rule.alphabet), str(rule.phoneme))))

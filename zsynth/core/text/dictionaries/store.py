@@ -6,7 +6,8 @@ directory (``<data_dir>/dictionaries/``, shared by the fronts of the box). Objec
     <id>/<version_id>.json   one version: its rules (written once, never changed)
     <id>/meta.json           name, description, creation time, latest version: written after the version it names
 
-A version is immutable, so a front keeps the versions it has read in memory, least recently used dropped first past
+A version is immutable, so a front keeps the versions it has read or written in memory, compiled for matching
+(:class:`~zsynth.core.text.dictionaries.matcher.Lexicon`, built on a thread), least recently used dropped first past
 ``ZSYNTH_DICTIONARY_CACHE_BYTES``. Which version is the latest (and whether the dictionary still exists) is read
 again when older than :data:`LATEST_TTL_S`: a locator without ``version_id`` sees another front's change, and every
 locator another front's delete, within that time. Unknown ids and versions are remembered as unknown for that time,
@@ -35,6 +36,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from zsynth.core.aws import S3Prefix
 from zsynth.core.text.dictionaries.cache import ByteBudgetCache
+from zsynth.core.text.dictionaries.matcher import Lexicon
 from zsynth.core.text.dictionaries.rules import MAX_RULES, MAX_STRING_CHARS, Rule, RuleError, parse_rules
 from zsynth.core.voices.bucket import is_missing
 
@@ -198,7 +200,7 @@ class DictionaryStore:
 
     def __init__(self, backend: Backend, cache_bytes: int = 32 * 1024 * 1024) -> None:
         self.backend = backend
-        self._versions: ByteBudgetCache[tuple[str, str], list[Rule]] = ByteBudgetCache(cache_bytes)
+        self._versions: ByteBudgetCache[tuple[str, str], Lexicon] = ByteBudgetCache(cache_bytes)
         self._latest: ByteBudgetCache[str, tuple[float, dict[str, Any] | None]] = ByteBudgetCache(METAS_BUDGET)
         # A version found missing (for LATEST_TTL_S: another front may be writing it) or unreadable (for good).
         self._misses: ByteBudgetCache[tuple[str, str], tuple[float, str | None]] = ByteBudgetCache(MISSES_BUDGET)
@@ -241,6 +243,11 @@ class DictionaryStore:
 
         DictionaryUnreadable: the version is stored but cannot be used (too large, or rules these checks refuse).
         """
+        lexicon = await self.lexicon(dictionary_id, version_id)
+        return lexicon.rules if lexicon is not None else None
+
+    async def lexicon(self, dictionary_id: str, version_id: str) -> Lexicon | None:
+        """One version's rules compiled for matching (None and DictionaryUnreadable as :meth:`rules`)."""
         if not (_valid_id(dictionary_id) and _valid_id(version_id)):
             return None
         key = (dictionary_id, version_id)
@@ -262,14 +269,15 @@ class DictionaryStore:
             return None
         return await self._read_version(dictionary_id, version_id)
 
-    async def _read_version(self, dictionary_id: str, version_id: str) -> list[Rule] | None:
+    async def _read_version(self, dictionary_id: str, version_id: str) -> Lexicon | None:
         key = (dictionary_id, version_id)
         try:
             raw = await self._call(self.backend.get(f"{dictionary_id}/{version_id}.json", MAX_VERSION_BYTES))
             if raw is None:
                 self._misses.put(key, (time.monotonic(), None), ENTRY_BYTES)
                 return None
-            rules = await asyncio.to_thread(_parse_version, raw)
+            # Parsed and compiled on a thread: a large version costs its first reader up to seconds of CPU.
+            lexicon = await asyncio.to_thread(_parse_version, raw)
         except (ObjectTooLarge, RuleError) as err:
             reason = "it is too large" if isinstance(err, ObjectTooLarge) else str(err)
             message = (
@@ -279,8 +287,8 @@ class DictionaryStore:
             logger.warning("dictionary %s version %s cannot be used: %s", dictionary_id, version_id, reason)
             self._misses.put(key, (time.monotonic(), message), ENTRY_BYTES + len(message))
             raise DictionaryUnreadable(message) from err
-        self._versions.put(key, rules, rules_bytes(rules))
-        return rules
+        self._versions.put(key, lexicon, lexicon_bytes(lexicon))
+        return lexicon
 
     async def get(self, dictionary_id: str, *, with_rules: bool = True) -> Dictionary | None:
         """The dictionary with its latest rules (none unless ``with_rules``), read fresh."""
@@ -299,11 +307,13 @@ class DictionaryStore:
         )
 
     async def save(self, dictionary: Dictionary, rules: list[Rule]) -> Dictionary:
-        """Write ``rules`` as a new version of ``dictionary``, then make it the latest (the commit)."""
+        """Write ``rules`` as a new version of ``dictionary``, then make it the latest (the commit); RuleError: rules
+        the matcher cannot compile (nothing is written)."""
         version_id = new_id()
         body = json.dumps({"rules": [rule.to_json() for rule in rules]}, ensure_ascii=False).encode()
+        lexicon = await asyncio.to_thread(Lexicon, rules)  # compiled once, before any request names it
         await self._call(self.backend.put(f"{dictionary.id}/{version_id}.json", body))
-        self._versions.put((dictionary.id, version_id), rules, rules_bytes(rules))
+        self._versions.put((dictionary.id, version_id), lexicon, lexicon_bytes(lexicon))
         saved = Dictionary(
             dictionary.id, dictionary.name, dictionary.description, dictionary.created_at, version_id, rules
         )
@@ -365,15 +375,20 @@ def rules_bytes(rules: list[Rule]) -> int:
     return total
 
 
-def _parse_version(raw: bytes) -> list[Rule]:
-    """A version object's rules; RuleError when it is not one these checks accept."""
+def lexicon_bytes(lexicon: Lexicon) -> int:
+    """About the memory a compiled version takes (its rules and its matcher)."""
+    return rules_bytes(lexicon.rules) + lexicon.nbytes
+
+
+def _parse_version(raw: bytes) -> Lexicon:
+    """A version object's rules, compiled; RuleError when it is not one these checks accept."""
     try:
         body = json.loads(raw)
     except ValueError as err:
         raise RuleError("it is not JSON") from err
     if not isinstance(body, dict) or "rules" not in body:
         raise RuleError("it holds no 'rules'")
-    return parse_rules(body["rules"])
+    return Lexicon(parse_rules(body["rules"]))
 
 
 def _checked_meta(dictionary_id: str, raw: bytes) -> dict[str, Any]:
