@@ -1,9 +1,10 @@
 """One Wyoming connection: its events in, realtime jobs through :class:`SynthesisService`, audio events out.
 
 Three tasks share a connection. The reader (:meth:`Session.run`) parses events and turns them into work items, in
-order; the submitter queues each piece as a realtime job (at most :data:`LOOKAHEAD` unfinished at once, so the next
-sentence is made while the previous one is sent, yet one connection cannot take every worker); the forwarder sends
-each job's audio and the answers' framing in the order the requests came.
+order; the submitter queues each piece as a realtime job (an answer's first piece alone until its audio begins, then
+at most :data:`LOOKAHEAD` unfinished at once, so the next sentence is made while the previous one is sent, yet one
+connection cannot take every worker); the forwarder sends each job's audio and the answers' framing in the order
+the requests came.
 
 * ``synthesize`` outside a stream: one job for the whole text, answered by exactly one ``audio-start`` … ``audio-stop``
   cycle (Home Assistant reads up to the first ``audio-stop``), its audio sent as each sentence is made.
@@ -26,7 +27,7 @@ import logging
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from aiohttp import web
@@ -72,6 +73,9 @@ class Answer:
     failed: bool = False
     opened: bool = False  # a plain answer's audio-start went out
     chars: int = 0  # a stream's text so far
+    submitted: bool = False  # its first piece is queued
+    # Its first piece's audio began (or that piece ended): until then no other piece of it is queued.
+    heard: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,6 +335,11 @@ class Session:
                 continue
             self._live.add(speech)
             await self._ready.put(Queued(item.answer, speech))
+            if not item.answer.submitted:
+                # The first piece of an answer is made alone: a second job beside it would share the cores with it
+                # and delay the first audio, the figure a listener waits on. Later pieces go LOOKAHEAD at a time.
+                item.answer.submitted = True
+                await item.answer.heard.wait()
 
     async def _forward_loop(self) -> None:
         try:
@@ -370,6 +379,7 @@ class Session:
                 elif not answer.streaming and not answer.opened:
                     head, answer.opened = self.frames.start, True
                 await self._write(head + self.frames.chunks(event.audio))
+                answer.heard.set()
             if cycle:
                 await self._write(self.frames.stop)
         except SynthesisFailed as err:
@@ -379,6 +389,7 @@ class Session:
                 await self._write(self.frames.stop)
             await self._fail(answer, failure.realtime_code, failure.message)
         finally:
+            answer.heard.set()
             await speech.close("client gone: its Wyoming connection closed")
             self._live.discard(speech)
             self._slots.release()
