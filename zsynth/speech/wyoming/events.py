@@ -65,14 +65,14 @@ def _length(header: dict[str, Any], name: str, bound: int) -> int:
 
 
 async def read_event(reader: asyncio.StreamReader) -> WireEvent | None:
-    """The next event; None when the client closed the connection (between events or inside one).
+    """The next event; None when the client closed or reset the connection (between events or inside one).
 
     FrameError when the bytes break the framing or a bound. The reader's ``limit`` must be :data:`MAX_HEADER_BYTES`.
     """
     while True:
         try:
             line = await reader.readuntil(b"\n")
-        except asyncio.IncompleteReadError:
+        except (asyncio.IncompleteReadError, ConnectionError):
             return None
         except asyncio.LimitOverrunError as err:
             raise FrameError(
@@ -95,7 +95,7 @@ async def read_event(reader: asyncio.StreamReader) -> WireEvent | None:
         if data_length:
             data = {**data, **_json_object(await reader.readexactly(data_length), "data block")}
         payload = await reader.readexactly(payload_length) if payload_length else b""
-    except asyncio.IncompleteReadError:
+    except (asyncio.IncompleteReadError, ConnectionError):
         return None
     return WireEvent(kind, data, payload)
 
