@@ -334,6 +334,7 @@ def test_sentences_come_out_as_they_complete():
 # ----- a client that leaves ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.timeout(300)
 async def test_client_gone_mid_answer_cancels_its_job_and_frees_the_slot(
     aiohttp_client, private_redis_url, private_worker, tmp_path
 ):
@@ -363,6 +364,7 @@ async def test_client_gone_mid_answer_cancels_its_job_and_frees_the_slot(
 # ----- wyoming-bench -----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.timeout(600)
 async def test_wyoming_bench_runs_clean(port):
     bench = Path(sys.executable).with_name("wyoming-bench")
     proc = await asyncio.create_subprocess_exec(
@@ -390,6 +392,7 @@ async def test_wyoming_bench_runs_clean(port):
     assert "[non_streaming] ok=2 fail=0" in text and "[streaming] ok=2 fail=0" in text, text
 
 
+@pytest.mark.timeout(900)
 def test_side_by_side_with_wyoming_piper(tmp_path):
     """scripts/bench_wyoming.py, reduced: both servers answer every row, wyoming-bench runs clean over both, and both
     speak the paragraph in the same voice (about the same length of audio)."""
