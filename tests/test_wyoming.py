@@ -401,7 +401,8 @@ def test_side_by_side_with_wyoming_piper(tmp_path):
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     rows = {}
-    for row in result.stdout.splitlines():
+    figures_table = result.stdout.split("| zsynth vs wyoming-piper |")[0]  # the ratios' table reuses row names
+    for row in figures_table.splitlines():
         cells = [cell.strip() for cell in row.strip().strip("|").split("|")]
         if row.startswith("| ") and len(cells) == 3:
             rows[cells[0]] = cells[1:]
