@@ -36,8 +36,8 @@ from zsynth.core.text.prepare import TextOptions
 from zsynth.services.keys import SETTINGS
 from zsynth.services.synthesis import Speech, SynthesisFailed, SynthesisRequest, SynthesisService, unreachable
 from zsynth.services.voices import VOICES
-from zsynth.speech.wyoming import info
 from zsynth.speech.wyoming.events import AudioFrames, FrameError, WireEvent, encode_event, read_event
+from zsynth.speech.wyoming.info import info as describe
 from zsynth.speech.wyoming.text import SentenceStream, plain_text
 
 logger = logging.getLogger(__name__)
@@ -205,7 +205,7 @@ class Session:
                     logger.info("%s: %s refused: %s", self.id, event.type, err.message)
                     await self._write(encode_event("error", {"text": err.message, "code": err.code}))
                 if event.type == "describe":
-                    await self._write(encode_event("info", info.info(self.settings.engine, self.app.get(VOICES))))
+                    await self._write(encode_event("info", describe(self.settings.engine, self.app.get(VOICES))))
                 elif event.type == "ping":
                     await self._write(encode_event("pong", {"text": event.data.get("text")}))
         finally:
