@@ -5,7 +5,9 @@ one front, the workers (``--workers``, else ZSYNTH_WORKERS, else :func:`~zsynth.
 core for Piper, each using :func:`~zsynth.core.config.default_engine_threads` threads unless ZSYNTH_ENGINE_THREADS
 says otherwise), the avatar server and the demo page as child processes. When any child
 dies, or on Ctrl-C/SIGTERM, every child is stopped (SIGTERM, then SIGKILL after a grace period). With no keys
-configured the servers are open (fine on loopback) and the demo page calls them without a token.
+configured the servers are open (fine on loopback) and the demo page calls them without a token. The front also
+answers Home Assistant's Wyoming protocol on :data:`DEV_WYOMING_URI` unless ZSYNTH_WYOMING_URI says otherwise (set
+empty: no listener).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from zsynth.core.redis_link import is_sentinel_url
 logger = logging.getLogger(__name__)
 
 GRACE_S = 10.0
+# Where `zsynth dev` runs the Wyoming listener (the port Wyoming TTS servers use by convention).
+DEV_WYOMING_URI = "tcp://127.0.0.1:10200"
 
 
 def redis_answers(url: str) -> bool:
@@ -99,15 +103,17 @@ def run_dev(settings: Settings, workers: int = 1) -> int:
         for index in range(workers):
             worker_env = dict(env, ZSYNTH_WORKER_ID=f"dev-{index}", ZSYNTH_WORKER_INDEX=str(index))
             children.append(subprocess.Popen([sys.executable, "-m", "zsynth", "worker"], env=worker_env))
+        wyoming = os.environ.get("ZSYNTH_WYOMING_URI", DEV_WYOMING_URI)
         for command in ("serve", "avatar", "demo"):
-            children.append(subprocess.Popen([sys.executable, "-m", "zsynth", command], env=env))
+            child_env = dict(env, ZSYNTH_WYOMING_URI=wyoming) if command == "serve" else env
+            children.append(subprocess.Popen([sys.executable, "-m", "zsynth", command], env=child_env))
         host = settings.host if ":" not in settings.host else f"[{settings.host}]"
         scheme = "https" if settings.tls else "http"
         print(
             f"zsynth dev: API on {scheme}://{host}:{settings.port} with {workers} worker(s) of "
             f"{settings.engine_thread_count} engine thread(s), avatar server on "
             f"{scheme}://{host}:{settings.avatar_port}; open the demo at {scheme}://{host}:{settings.demo_port}/ "
-            "(Ctrl-C stops all)",
+            f"(Ctrl-C stops all){'; Home Assistant (Wyoming) on ' + wyoming if wyoming.strip() else ''}",
             file=sys.stderr,
         )
         while not stop:

@@ -208,6 +208,22 @@ def _voice_map(raw: str) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
+def _wyoming_uri(raw: str) -> tuple[str, int] | None:
+    """``tcp://host:port`` (an IPv6 host in brackets) as its host and port; empty: off."""
+    text = raw.strip()
+    if not text:
+        return None
+    scheme, sep, rest = text.partition("://")
+    if not sep or scheme.lower() != "tcp":
+        raise ValueError("expected tcp://host:port (the only transport the Wyoming listener speaks)")
+    host, colon, port = rest.rstrip("/").rpartition(":")
+    if not colon or not host:
+        raise ValueError("expected tcp://host:port, with a host and a port")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, _parse_port(port)
+
+
 # Each field's metadata names its environment variable (without the prefix) and its parser.
 def _env(name: str, parse: Callable[[str], Any] = str, **kwargs: Any) -> Any:
     return field(metadata={"env": name, "parse": parse}, **kwargs)
@@ -447,6 +463,23 @@ class Settings:
     # OpenTelemetry traces over OTLP/HTTP (zsynth/core/tracing.py; the otel extra): the collector's base URL
     # (http://127.0.0.1:4318, /v1/traces is added) or its full traces URL. Unset: no traces, nothing imported.
     otlp_endpoint: str | None = _env("OTLP_ENDPOINT", _http_url, default=None)
+    # ----- Wyoming listener (Home Assistant; zsynth/speech/wyoming, docs/home-assistant.md) -----
+    # Where the front answers the Wyoming protocol: tcp://host:port (unset: no listener; `zsynth dev` sets
+    # tcp://127.0.0.1:10200). Wyoming carries no credentials: a host other than loopback is warned about at start.
+    wyoming_uri: tuple[str, int] | None = _env("WYOMING_URI", _wyoming_uri, default=None)
+    # Announce the listener as <name>._wyoming._tcp.local. over zeroconf (mDNS) so Home Assistant finds it (unset: no
+    # announcement; needs the `wyoming` extra, python-zeroconf, and a network that carries multicast).
+    wyoming_zeroconf: str | None = _env("WYOMING_ZEROCONF", _optional_str, default=None)
+    # Client networks (addresses or CIDRs, comma-separated) the listener answers; others are closed at once. Empty:
+    # every client that can reach the address.
+    wyoming_allow: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = _env(
+        "WYOMING_ALLOW", _networks, default=()
+    )
+    # Seconds a Wyoming connection may stay silent while nothing is being spoken for it, then it is closed.
+    wyoming_idle_timeout_s: float = _env("WYOMING_IDLE_TIMEOUT", _positive_float, default=30.0)
+    # Wyoming connections one client address (an IPv6 /64) may hold at once; more get an error event and a close.
+    wyoming_max_connections_per_address: int = _env("WYOMING_MAX_CONNECTIONS_PER_ADDRESS", _positive_int, default=16)
+    # ----- end of the Wyoming listener -----
     log_level: str = _env("LOG_LEVEL", default="INFO")
     log_json: bool = _env("LOG_JSON", _parse_bool, default=False)
 

@@ -20,6 +20,7 @@ from zsynth.speech import openapi
 from zsynth.speech.access import auth_middleware, open_cors_middleware, setup_cors
 from zsynth.speech.routes import TABLES, setup_services
 from zsynth.speech.schemas.bodies import PARSING
+from zsynth.speech.wyoming import wyoming_context
 
 
 def create_app(settings: Settings) -> web.Application:
@@ -39,6 +40,9 @@ def create_app(settings: Settings) -> web.Application:
     setup_tracing(app, settings, "zsynth-front")  # only with ZSYNTH_OTLP_ENDPOINT (docs/operations.md, Traces)
     app.cleanup_ctx.extend([authenticator_ctx, redis_client, dispatcher])
     setup_services(app)
+    if settings.wyoming_uri is not None:
+        # After the services it speaks through (voices, dictionaries, dispatcher): it closes before them.
+        app.cleanup_ctx.append(wyoming_context)
     add_endpoints(app, *TABLES, parsing=PARSING)
     app[OPENAPI_DOCUMENT] = lambda: document_bytes(openapi.build, settings)
     setup_cors(app, settings.cors_origins)

@@ -1,0 +1,58 @@
+"""The answer to ``describe``: one installed TTS program, ``zsynth``, with the voices of this box.
+
+Home Assistant's parser fails on a program or voice without ``name``, ``attribution``, ``installed``, ``voices`` or
+``languages``, and uses only ``installed`` ones: every field is always sent. A voice's ``name`` is its zsynth voice id
+(what a client sends back in ``synthesize.voice.name``); its ``description``, which Home Assistant shows, is the
+voice's display name. Every voice speaks what the engine speaks: English today.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from zsynth import __version__
+from zsynth.services.voices import VoiceCatalog, builtin_voices
+
+# What the engines speak (Piper's joe voice and Turbo both speak English).
+ENGINE_LANGUAGES: Final = ("en",)
+PROGRAM: Final = "zsynth"
+_ZSYNTH: Final = {"name": "zsynth", "url": ""}
+_BUILTIN_ATTRIBUTION: Final = {
+    "piper": {"name": "Piper (en_US joe)", "url": "https://github.com/rhasspy/piper"},
+}
+
+
+def _voice(voice_id: str, name: str, attribution: dict[str, str]) -> dict[str, Any]:
+    return {
+        "name": voice_id,
+        "attribution": attribution,
+        "installed": True,
+        "description": name,
+        "version": None,
+        "languages": list(ENGINE_LANGUAGES),
+        "speakers": None,
+    }
+
+
+def voices(engine: str, catalog: VoiceCatalog | None) -> list[dict[str, Any]]:
+    """The voices of this box: the engine's built-in voices, then the cloned voices (oldest first)."""
+    builtin = _BUILTIN_ATTRIBUTION.get(engine, _ZSYNTH)
+    if catalog is None:
+        return [_voice(v.voice_id, v.name, builtin) for v in builtin_voices(engine)]
+    return [
+        _voice(v["voice_id"], str(v["name"]), builtin if v["category"] == "premade" else _ZSYNTH) for v in catalog.all()
+    ]
+
+
+def info(engine: str, catalog: VoiceCatalog | None) -> dict[str, Any]:
+    """The ``info`` event's data."""
+    program = {
+        "name": PROGRAM,
+        "attribution": _ZSYNTH,
+        "installed": True,
+        "description": "zsynth: Piper and cloned voices, streamed sentence by sentence",
+        "version": __version__,
+        "voices": voices(engine, catalog),
+        "supports_synthesize_streaming": True,
+    }
+    return {"asr": [], "tts": [program], "handle": [], "intent": [], "wake": [], "mic": [], "snd": []}
