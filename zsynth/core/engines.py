@@ -39,6 +39,8 @@ class ModelCard:
     description: str
     concurrency_group: str
     languages: tuple[tuple[str, str], ...] = (("en", "English"),)  # (language_id, name): what the engine speaks
+    # Who made the engine's built-in voices (name, url), as Home Assistant's Wyoming client shows it.
+    attribution: tuple[str, str] = ("zsynth", "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +82,13 @@ _DEFAULT_VOICE: Final = BuiltinVoice(
 
 PIPER: Final = EngineProfile(
     name="piper",
-    model=ModelCard("zsynth_piper", "zsynth Piper (CPU)", "Embedded CPU engine: Piper VITS, US English.", "standard"),
+    model=ModelCard(
+        "zsynth_piper",
+        "zsynth Piper (CPU)",
+        "Embedded CPU engine: Piper VITS, US English.",
+        "standard",
+        attribution=("Piper (en_US joe)", "https://github.com/rhasspy/piper"),
+    ),
     # One word of "1st2nd3rd4th..." spoken alone on a 2-core box (scripts/bench_text_stage.py): 100 characters about
     # 1 s and +90 MB, 200 about 3 s and +270 MB, 400 9 s and +600 MB; 2,000 took 20 s and +2.8 GB. An ordinary
     # 300-character sentence costs some +240 MB, so a 100-character word costs no more than ordinary text.
@@ -107,7 +115,11 @@ PIPER: Final = EngineProfile(
 TURBO: Final = EngineProfile(
     name="turbo",
     model=ModelCard(
-        "zsynth_turbo", "zsynth Chatterbox-Turbo", "Chatterbox-Turbo on CUDA with zero-shot cloning.", "turbo"
+        "zsynth_turbo",
+        "zsynth Chatterbox-Turbo",
+        "Chatterbox-Turbo on CUDA with zero-shot cloning.",
+        "turbo",
+        attribution=("Chatterbox-Turbo", "https://github.com/resemble-ai/chatterbox"),
     ),
     word_chars=SENTENCE_MAX_CHARS,
     needs_normalization=True,

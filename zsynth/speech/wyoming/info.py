@@ -3,7 +3,7 @@
 Home Assistant's parser fails on a program or voice without ``name``, ``attribution``, ``installed``, ``voices`` or
 ``languages``, and uses only ``installed`` ones: every field is always sent. A voice's ``name`` is its zsynth voice id
 (what a client sends back in ``synthesize.voice.name``); its ``description``, which Home Assistant shows, is the
-voice's display name. Every voice speaks what the engine speaks: English today.
+voice's display name. Every voice speaks what the engine speaks (its profile's languages: English today).
 """
 
 from __future__ import annotations
@@ -11,36 +11,35 @@ from __future__ import annotations
 from typing import Any, Final
 
 from zsynth import __version__
+from zsynth.core.engines import profile
 from zsynth.services.voices import VoiceCatalog, builtin_voices
 
-# What the engines speak (Piper's joe voice and Turbo both speak English).
-ENGINE_LANGUAGES: Final = ("en",)
 PROGRAM: Final = "zsynth"
 _ZSYNTH: Final = {"name": "zsynth", "url": ""}
-_BUILTIN_ATTRIBUTION: Final = {
-    "piper": {"name": "Piper (en_US joe)", "url": "https://github.com/rhasspy/piper"},
-}
 
 
-def _voice(voice_id: str, name: str, attribution: dict[str, str]) -> dict[str, Any]:
+def _voice(voice_id: str, name: str, attribution: dict[str, str], languages: list[str]) -> dict[str, Any]:
     return {
         "name": voice_id,
         "attribution": attribution,
         "installed": True,
         "description": name,
         "version": None,
-        "languages": list(ENGINE_LANGUAGES),
+        "languages": languages,
         "speakers": None,
     }
 
 
 def voices(engine: str, catalog: VoiceCatalog | None) -> list[dict[str, Any]]:
     """The voices of this box: the engine's built-in voices, then the cloned voices (oldest first)."""
-    builtin = _BUILTIN_ATTRIBUTION.get(engine, _ZSYNTH)
+    card = profile(engine).model
+    builtin = {"name": card.attribution[0], "url": card.attribution[1]}
+    languages = list(profile(engine).languages)
     if catalog is None:
-        return [_voice(v.voice_id, v.name, builtin) for v in builtin_voices(engine)]
+        return [_voice(v.voice_id, v.name, builtin, languages) for v in builtin_voices(engine)]
     return [
-        _voice(v["voice_id"], str(v["name"]), builtin if v["category"] == "premade" else _ZSYNTH) for v in catalog.all()
+        _voice(v["voice_id"], str(v["name"]), builtin if v["category"] == "premade" else _ZSYNTH, languages)
+        for v in catalog.all()
     ]
 
 

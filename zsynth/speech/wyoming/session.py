@@ -15,7 +15,7 @@ the requests came.
 * Audio is 16-bit mono PCM at the engine's rate, in ``audio-chunk`` events of :data:`SAMPLES_PER_CHUNK` samples.
 
 Every job counts against the queue owner :data:`OWNER`, so Home Assistant has one share of the queue like a key.
-A client that goes away (end of stream, reset) or stops reading for :data:`WRITE_TIMEOUT_S` ends the connection, and
+A client that goes away (end of stream, reset) or stops reading for ``ZSYNTH_WRITE_TIMEOUT`` ends the connection, and
 every job it still had is cancelled.
 """
 
@@ -32,6 +32,7 @@ from typing import Any, Final
 
 from aiohttp import web
 
+from zsynth.core.engines import profile
 from zsynth.core.text.prepare import TextOptions
 from zsynth.services.keys import SETTINGS
 from zsynth.services.synthesis import Speech, SynthesisFailed, SynthesisRequest, SynthesisService, unreachable
@@ -44,11 +45,8 @@ logger = logging.getLogger(__name__)
 
 OWNER: Final = "wyoming"  # the queue owner every Wyoming job counts against
 LOOKAHEAD: Final = 2
-WRITE_TIMEOUT_S: Final = 10.0  # as the realtime sockets: a client that reads nothing for this long is dropped
 SAMPLES_PER_CHUNK: Final = 1024  # as wyoming-piper
 MAX_OPEN_ANSWERS: Final = 4  # answers one connection may have under way (the rest are refused with an error event)
-# The engines' native rates: the audio is sent at the rate the engine makes it, never resampled.
-ENGINE_RATES: Final = {"piper": 22050, "turbo": 24000, "simulated": 24000}
 
 
 class Refused(Exception):
@@ -142,7 +140,8 @@ class Session:
         self.reader = reader
         self.writer = writer
         self.id = f"wyoming-{secrets.token_hex(6)}"
-        self.frames = AudioFrames(ENGINE_RATES.get(self.settings.engine, 24000), SAMPLES_PER_CHUNK)
+        # The audio goes at the rate the engine makes it (its profile's), never resampled.
+        self.frames = AudioFrames(profile(self.settings.engine).sample_rate, SAMPLES_PER_CHUNK)
         self.last_activity = time.monotonic()
         self._service = SynthesisService.of(app)
         self._stream: Answer | None = None
@@ -414,7 +413,8 @@ class Session:
             raise Closing
         try:
             self.writer.write(data)
-            async with self._drain_lock, asyncio.timeout(WRITE_TIMEOUT_S):
+            # The write deadline every transport shares (docs/architecture.md, "Flow control").
+            async with self._drain_lock, asyncio.timeout(self.settings.write_timeout_s):
                 await self.writer.drain()
         except (ConnectionError, TimeoutError) as err:
             logger.info("%s: write failed (%r); closing", self.id, err)
