@@ -27,7 +27,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -44,10 +44,10 @@ from zsynth.core.config import Settings
 from zsynth.core.protocol import ErrorCode
 from zsynth.core.supervise import Supervisor
 
-from .engines import Engine, VoiceSpec
+from .engines import Engine, EngineChunk, VoiceSpec
 from .flow import CreditGate
 from .memory import MEMORY_EXIT_CODE, TOO_COMPLEX_MESSAGE, JobGuard, rss_bytes
-from .synthesis import YIELDING_CODECS, ChunkMeta, text_pieces
+from .synthesis import YIELDING_CODECS, ChunkMeta, first_piece, speak_cut, text_pieces
 from .voice_sync import VoiceUnavailable, WorkerVoices
 
 logger = logging.getLogger(__name__)
@@ -507,10 +507,17 @@ class Worker:
         may_yield = job.priority == "batch" and fmt.codec in YIELDING_CODECS
         # Only a job that may yield is cut into pieces: the others go to the engine whole (one call, one seeding).
         pieces = text_pieces(job.text, self.settings.piece_max_chars) if may_yield else [job.text]
+        # A job's first sentence may be spoken in two calls, the first one short (docs/scaling.md): not a remainder's.
+        cuts_first = self.settings.first_piece and not job.resumed and getattr(self.engine, "cuts_first_piece", False)
+
+        def speak(text: str) -> Iterator[EngineChunk]:
+            return self.engine.synthesize(text, voice, job.voice_settings, self._abort.is_set, seed=job.seed)
+
         for index, piece in enumerate(pieces):
             if self._abort.is_set():
                 return
-            for chunk in self.engine.synthesize(piece, voice, job.voice_settings, self._abort.is_set, seed=job.seed):
+            cut = first_piece(piece, cuts_first and index == 0)
+            for chunk in speak_cut(speak, piece, cut, self.engine.sample_rate):
                 audio = encoder.encode(chunk.pcm)
                 meta = metas.chunk(chunk, audio, offset)
                 if waited_s is not None:

