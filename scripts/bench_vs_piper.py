@@ -514,10 +514,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--piper-python", help="a Python with piper-tts 1.8.0 and flask for Piper's server")
     parser.add_argument("--piper-venv", type=Path, default=Path.home() / ".cache" / "zsynth" / "piper-http-venv")
     parser.add_argument("--json", type=Path, help="also write the figures and every timing here")
+    parser.add_argument(
+        "--chunk-timeout",
+        type=float,
+        help="ZSYNTH_CHUNK_TIMEOUT for zsynth (default its own, 15 s): on a box busy with other work, 4 paragraphs "
+        "at once can wait longer than that for a slot, and the run would end at the first stream cut",
+    )
     args = parser.parse_args(argv)
     # A SIGTERM (a timeout, a stop) ends the run through the context managers' exits, so no server outlives it.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     drop_zsynth_settings()
+    if args.chunk_timeout:
+        os.environ["ZSYNTH_CHUNK_TIMEOUT"] = str(args.chunk_timeout)
     repeats = args.repeats or (2 if args.reduced else 20)
     total = CLIENTS if args.reduced else 24
 
@@ -529,7 +537,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(
         f"side by side: piper-tts {version} http_server ({python}) and zsynth, joe voice at {rate} Hz, "
         f"{usable_cores()} CPUs, {repeats} sequential requests per text, {CLIENTS} clients x {total} paragraphs; "
-        f"load average before: {before}",
+        f"load average before: {before}"
+        + (f"; ZSYNTH_CHUNK_TIMEOUT={args.chunk_timeout:g}" if args.chunk_timeout else ""),
         flush=True,
     )
     columns: list[Column] = []
