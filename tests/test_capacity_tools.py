@@ -88,6 +88,7 @@ def test_load_generator_refuses_non_loopback_targets():
     assert result.returncode != 0 and "loopback" in result.stderr
 
 
+@pytest.mark.timeout(360)  # the reduced run takes 2 to 3 minutes on a quiet box, under its own 300 s bound
 def test_side_by_side_with_piper(tmp_path):
     """The documented side-by-side command, reduced, on Piper's own server and zsynth's default: its tables parse."""
     for module in ("flask", "piper.http_server"):
