@@ -155,7 +155,9 @@ async def test_realtime_and_new_requests_get_a_slot_from_long_jobs_which_stay_wh
     loaded = max([await _flush_first_audio(client) for _ in range(2)])
     short = await _first_byte(client, SHORT)
     assert not all(task.done() for task in long_jobs), "the long jobs should still be running"
-    assert loaded <= 4 * idle, f"realtime first audio {loaded:.2f}s under load vs {idle:.2f}s idle"
+    # About one batch piece behind (a whole long job is tens of seconds): a bound in seconds, not a multiple of the
+    # idle figure, which the first piece (docs/scaling.md) made a fraction of a piece.
+    assert loaded <= idle + 2.0, f"realtime first audio {loaded:.2f}s under load vs {idle:.2f}s idle"
     # A new request waits about one piece (PIECE characters, well under a second of Piper), not a whole long job.
     assert short <= idle_short + 2.0, f"short request first byte {short:.2f}s behind long jobs ({idle_short:.2f}s idle)"
 

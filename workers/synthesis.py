@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Final
+
+import numpy as np
 
 from zsynth.core.alignment import Timeline, char_alignment
 from zsynth.core.audio import OutputFormat
-from zsynth.core.text.sentences import SENTENCE_MAX_CHARS, pack_sentences, split_sentences
+from zsynth.core.text.sentences import SENTENCE_MAX_CHARS, first_piece_cut, pack_sentences, split_sentences
 
 from .engines import EngineChunk
 
@@ -24,6 +27,124 @@ def text_pieces(text: str, max_chars: int) -> list[str]:
     the same split (at most :data:`~zsynth.core.text.sentences.SENTENCE_MAX_CHARS` each).
     """
     return pack_sentences(split_sentences(text, SENTENCE_MAX_CHARS), max_chars) or [text]
+
+
+# ----- the first piece (docs/scaling.md "A clause-sized first piece") -----------------------------------------------
+# A sample below this (about -50 dBFS) is silence at a seam: Piper's pauses measure about 1e-5 to 1e-4.
+SEAM_SILENCE: Final = 0.003
+# The most silence a seam keeps. At a clause mark the two calls' own pauses (the head's trailing one and the rest's
+# leading one) come to about what a comma inside the sentence gets (measured: 240-300 ms against 220-350 ms); a
+# word-boundary cut would leave 180-190 ms where the sentence had a 40-60 ms gap between words.
+SEAM_CLAUSE_MAX_MS: Final = 350.0
+SEAM_WORD_MS: Final = 60.0
+SEAM_FADE_MS: Final = 2.0  # a trimmed edge is faded over this much, so it meets the other side at zero
+
+
+def first_piece(text: str, enabled: bool) -> tuple[str, str] | None:
+    """A job's text cut into its first piece and the rest (:func:`first_piece_cut`); None: speak it whole."""
+    cut = first_piece_cut(text) if enabled else None
+    if cut is None:
+        return None
+    return text[:cut].strip(), text[cut:].strip()
+
+
+def _silent_run(pcm: np.ndarray, from_end: bool) -> int:
+    """How many samples at the start (or end) of ``pcm`` are silence."""
+    loud = np.flatnonzero(np.abs(pcm[::-1] if from_end else pcm) >= SEAM_SILENCE)
+    return int(loud[0]) if loud.size else len(pcm)
+
+
+def _trim_timing(timing: list[tuple[str, int]] | None, samples: int, from_end: bool) -> list[tuple[str, int]] | None:
+    """Engine timing with ``samples`` taken off its leading (or trailing) units, so it still sums to the audio."""
+    if timing is None or samples <= 0:
+        return timing
+    units = list(reversed(timing)) if from_end else list(timing)
+    for i, (unit, count) in enumerate(units):
+        taken = min(count, samples)
+        units[i] = (unit, count - taken)
+        samples -= taken
+        if samples <= 0:
+            break
+    return list(reversed(units)) if from_end else units
+
+
+def _fade(pcm: np.ndarray, samples: int, from_end: bool) -> np.ndarray:
+    """``pcm`` faded to zero over its last (or from zero over its first) ``samples``."""
+    samples = min(samples, len(pcm))
+    if samples <= 0:
+        return pcm
+    ramp = np.linspace(0.0, 1.0, samples, endpoint=False, dtype=np.float32)
+    out = pcm.copy()
+    if from_end:
+        out[len(out) - samples :] *= ramp[::-1]
+    else:
+        out[:samples] *= ramp
+    return out
+
+
+def _trim(chunk: EngineChunk, samples: int, fade: int, from_end: bool) -> EngineChunk:
+    """``chunk`` with ``samples`` of silence taken off its end (or start), the new edge faded."""
+    if samples <= 0:
+        return chunk
+    pcm = chunk.pcm[: len(chunk.pcm) - samples] if from_end else chunk.pcm[samples:]
+    timing = _trim_timing(chunk.timing, samples, from_end)
+    return EngineChunk(pcm=_fade(pcm, fade, from_end), text=chunk.text, timing=timing, extra=chunk.extra)
+
+
+def _seam_ms(head_text: str) -> float:
+    """The most silence the seam after ``head_text`` keeps: a clause mark's pause, or a gap between words."""
+    clause = head_text.rstrip("\"'”’)]")[-1:] in (",", ";", ":")
+    return SEAM_CLAUSE_MAX_MS if clause else SEAM_WORD_MS
+
+
+def seam_head(chunk: EngineChunk, seam_ms: float, sample_rate: int) -> tuple[EngineChunk, int]:
+    """The first piece's last chunk with its trailing silence cut to two thirds of the seam; and what it kept.
+
+    It is cut before the rest is spoken (it is the job's first audio), so it cannot wait to see the rest's
+    leading silence: the rest keeps the seam's remainder (:func:`seam_rest`). Silence is cut only where it is
+    silence, the new edge faded.
+    """
+    keep = round(sample_rate * seam_ms / 1000.0)
+    trail = _silent_run(chunk.pcm, from_end=True)
+    kept = min(trail, keep - keep // 3)  # most of the pause goes after the head, as it does inside a sentence
+    return _trim(chunk, trail - kept, round(sample_rate * SEAM_FADE_MS / 1000.0), from_end=True), kept
+
+
+def seam_rest(chunk: EngineChunk, room: int, sample_rate: int) -> EngineChunk:
+    """The rest's first chunk with its leading silence cut to ``room`` samples (what the seam has left)."""
+    lead = _silent_run(chunk.pcm, from_end=False)
+    return _trim(chunk, lead - min(lead, max(0, room)), round(sample_rate * SEAM_FADE_MS / 1000.0), from_end=False)
+
+
+def speak_cut(
+    synthesize: Callable[[str], Iterable[EngineChunk]], text: str, cut: tuple[str, str] | None, sample_rate: int
+) -> Iterator[EngineChunk]:
+    """The engine's chunks of ``text``; with ``cut``, of its first piece and then of the rest, joined at the seam.
+
+    The first piece's last chunk goes out as soon as its trailing silence is trimmed, the rest's first chunk with
+    its leading silence trimmed to match (:func:`seam_head`, :func:`seam_rest`), so the seam is the pause of the
+    clause mark, or a gap between words. Each chunk keeps its own text, so the alignment places the rest right
+    after the first piece (with the white space between them, as between two sentences).
+    """
+    if cut is None:
+        yield from synthesize(text)
+        return
+    head_text, rest_text = cut
+    seam_ms = _seam_ms(head_text)
+    room = round(sample_rate * seam_ms / 1000.0)
+    last: EngineChunk | None = None
+    for chunk in synthesize(head_text):
+        if last is not None:
+            yield last
+        last = chunk
+    if last is not None:
+        last, kept = seam_head(last, seam_ms, sample_rate)
+        room -= kept
+        yield last
+    first = True
+    for chunk in synthesize(rest_text):
+        yield seam_rest(chunk, room, sample_rate) if first else chunk
+        first = False
 
 
 def encoded_ms(fmt: OutputFormat, audio: bytes, engine_ms: float) -> float:

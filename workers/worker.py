@@ -27,7 +27,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -43,15 +43,16 @@ from redis.typing import EncodableT
 from zsynth.core import protocol
 from zsynth.core.audio import Encoder, OutputFormat, OutputFormatError, parse_output_format
 from zsynth.core.config import Settings
+from zsynth.core.engines import profile
 from zsynth.core.protocol import ErrorCode
 from zsynth.core.redis_link import async_client
 from zsynth.core.supervise import Supervisor
 
-from .engines import Engine, VoiceSpec
+from .engines import Engine, EngineChunk, VoiceSpec
 from .flow import CreditGate
 from .memory import MEMORY_EXIT_CODE, TOO_COMPLEX_MESSAGE, JobGuard, rss_bytes
 from .metrics import WorkerMetrics
-from .synthesis import YIELDING_CODECS, ChunkMeta, text_pieces
+from .synthesis import YIELDING_CODECS, ChunkMeta, first_piece, speak_cut, text_pieces
 from .voice_sync import VoiceUnavailable, WorkerVoices
 
 logger = logging.getLogger(__name__)
@@ -586,10 +587,17 @@ class Worker:
         )
         # Only a job that may yield is cut into pieces: the others go to the engine whole (one call, one seeding).
         pieces = text_pieces(job.text, self.settings.piece_max_chars) if may_yield else [job.text]
+        # A job's first sentence may be spoken in two calls, the first one short (docs/scaling.md): not a remainder's.
+        cuts_first = self.settings.first_piece and not job.resumed and profile(self.settings.engine).cuts_first_piece
+
+        def speak(text: str) -> Iterator[EngineChunk]:
+            return self.engine.synthesize(text, voice, job.voice_settings, self._abort.is_set, seed=job.seed)
+
         for index, piece in enumerate(pieces):
             if self._abort.is_set():
                 return
-            made = self.engine.synthesize(piece, voice, job.voice_settings, self._abort.is_set, seed=job.seed)
+            cut = first_piece(piece, cuts_first and index == 0)
+            made = speak_cut(speak, piece, cut, self.engine.sample_rate)
             for chunk in self.metrics.chunks(job, made):
                 audio = encoder.encode(chunk.pcm)
                 meta = metas.chunk(chunk, audio, offset)

@@ -273,6 +273,11 @@ class Settings:
     # With a redis+sentinel:// URL: how long a front keeps pushing a job while Redis is unreachable (a failover takes
     # Sentinel's down-after time plus an election) before it answers 503 with Retry-After. Plain URLs answer at once.
     redis_failover_wait_s: float = _env("REDIS_FAILOVER_WAIT", _positive_float, default=10.0)
+    # ----- the first piece (docs/scaling.md "A clause-sized first piece") -----
+    # On an engine that speaks a sentence in one call (Piper), a job's first sentence, when long enough, is spoken
+    # in two calls cut at its first clause mark (or a word boundary): its first audio comes sooner, for a little
+    # prosody across the seam. false: every sentence is one call.
+    first_piece: bool = _env("FIRST_PIECE", _parse_bool, default=True)
     # Longest text one synthesis request may carry (characters).
     max_text_chars: int = _env("MAX_TEXT_CHARS", _positive_int, default=10000)
     # ----- flow control and output bounds (docs/architecture.md "Flow control", docs/limits.md) -----

@@ -67,6 +67,9 @@ class EngineProfile:
     sample_rate: int
     # Whether the engine may run on CUDA (ZSYNTH_TURBO_DEVICE): its worker then exports GPU figures (metrics.py).
     runs_on_gpu: bool
+    # Whether a job's first sentence may be spoken in two calls, the first one short (ZSYNTH_FIRST_PIECE,
+    # docs/scaling.md): for an engine that speaks a sentence in one call (Piper); Turbo already streams within one.
+    cuts_first_piece: bool
     # Where the worker finds the engine: "module:function", called with the settings (workers/engines/__init__.py).
     loader: str
 
@@ -109,6 +112,7 @@ PIPER: Final = EngineProfile(
     ),
     sample_rate=22050,
     runs_on_gpu=False,
+    cuts_first_piece=True,
     loader="workers.engines.piper:load",
 )
 
@@ -131,6 +135,7 @@ TURBO: Final = EngineProfile(
     builtin_voices=(_DEFAULT_VOICE,),
     sample_rate=24000,
     runs_on_gpu=True,
+    cuts_first_piece=False,
     loader="workers.engines.turbo:load",
 )
 
@@ -146,6 +151,7 @@ SIMULATED: Final = EngineProfile(
     builtin_voices=(_DEFAULT_VOICE,),
     sample_rate=24000,
     runs_on_gpu=False,
+    cuts_first_piece=False,
     loader="workers.engines.simulated:load",
 )
 

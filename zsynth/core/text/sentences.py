@@ -151,3 +151,70 @@ def pack_sentences(sentences: Iterable[str], max_chars: int) -> list[str]:
         else:
             pieces.append(sentence)
     return pieces
+
+
+# ----- the first piece: a job's first sentence cut short, so its first audio is a shorter engine call ---------------
+# Measured with scripts/first_piece_quality.py (docs/scaling.md "A clause-sized first piece"): a Piper call costs a
+# fixed part plus a part per phoneme, so cutting pays only on a sentence long enough that the head is much shorter.
+FIRST_PIECE_CLAUSE_CHARS: Final = 32  # a sentence at least this long may end its first piece at a clause mark
+FIRST_PIECE_WORD_CHARS: Final = 60  # ... and, with no clause mark early on, at a word boundary
+FIRST_PIECE_MAX_WORDS: Final = 8  # a clause mark further on than this many words is too late to pay
+FIRST_PIECE_WORDS: Final = (3, 6)  # a word-boundary cut leaves the head this many words (fewest, most)
+FIRST_PIECE_REST_WORDS: Final = 3  # the rest of the sentence keeps at least this many words
+# A clause mark (closing quotes or brackets may follow it) at a word's end.
+_CLAUSE_END: Final = re.compile(r"[,;:][\"'”’)\]]*$")
+# Words a phrase starts with: a word-boundary cut goes before one of these when it can (the head then ends a phrase).
+_PHRASE_STARTS: Final = frozenset(
+    "and or but so yet with without to of in on at for from by about into over under after before while when where "
+    "which who whose that because if than as until unless since through during".split()
+)
+_PLAIN_WORD: Final = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*")
+
+
+def _plain(word: str) -> bool:
+    """Whether ``word`` is letters only (an apostrophe or hyphen inside): no digit, abbreviation or marker."""
+    return _PLAIN_WORD.fullmatch(word) is not None
+
+
+def _clause_cut_ok(word: str, after: str) -> bool:
+    """Whether a clause mark ending ``word`` may end the first piece, ``after`` being the next word."""
+    core = _CLAUSE_END.sub("", word)
+    if not core or OPEN in word or OPEN in after or "." in core:
+        return False  # a marker, an abbreviation ("e.g.,") or a bare mark
+    # "1, 000": digits on both sides may be one number written with a spaced separator.
+    return not (core[-1].isdigit() and after[:1].isdigit())
+
+
+def first_piece_cut(text: str) -> int | None:
+    """Where the first piece of ``text`` ends (the rest starts after the white space there); None: speak it whole.
+
+    Only the first sentence is cut, and only when it is long enough for a shorter first call to pay
+    (:data:`FIRST_PIECE_CLAUSE_CHARS`, :data:`FIRST_PIECE_WORD_CHARS`). The cut is the first clause mark (comma,
+    semicolon, colon) within :data:`FIRST_PIECE_MAX_WORDS` words that leaves two words before it; failing that, a
+    word boundary after 3 to 6 words, before a word that starts a phrase ("and", "with", "to"...) when there is one,
+    between two plain words (never next to a number, an abbreviation or a marker). The rest keeps at least
+    :data:`FIRST_PIECE_REST_WORDS` words.
+    """
+    end = _SENTENCE_END.search(text)
+    sentence = text[: end.start()] if end else text
+    words = [(m.group(0), m.end()) for m in re.finditer(r"\S+", sentence)]
+    if len(" ".join(w for w, _ in words)) < FIRST_PIECE_CLAUSE_CHARS:
+        return None
+    last = len(words) - FIRST_PIECE_REST_WORDS  # the head ends after word index < last
+    for index in range(1, min(FIRST_PIECE_MAX_WORDS, last)):
+        word, stop = words[index]
+        if _CLAUSE_END.search(word) and _clause_cut_ok(word, words[index + 1][0]):
+            return stop
+    if len(sentence.strip()) < FIRST_PIECE_WORD_CHARS:
+        return None
+    fewest, most = FIRST_PIECE_WORDS
+    options = [
+        index for index in range(fewest - 1, min(most, last)) if _plain(words[index][0]) and _plain(words[index + 1][0])
+    ]
+    if not options:
+        return None
+    # Before a word that starts a phrase (the head then ends one), else in the middle of the reach.
+    phrase = [
+        i for i in options if words[i + 1][0].lower() in _PHRASE_STARTS and words[i][0].lower() not in _PHRASE_STARTS
+    ]
+    return words[phrase[0] if phrase else options[len(options) // 2]][1]
