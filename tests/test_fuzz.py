@@ -44,6 +44,13 @@ SEMANTIC_INPUTS = {
     ("POST", "/v1/pronunciation-dictionaries/{dictionary_id}/set-rules"),
     ("POST", "/v1/pronunciation-dictionaries/{dictionary_id}/remove-rules"),
     ("GET", "/v1/pronunciation-dictionaries/{dictionary_id}/{version_id}/download"),
+    # A dialogue may use at most 10 distinct voices, and its inputs' texts together are bounded like one text.
+    ("POST", "/v1/text-to-dialogue"),
+    ("POST", "/v1/text-to-dialogue/stream"),
+    ("POST", "/v1/text-to-dialogue/with-timestamps"),
+    ("POST", "/v1/text-to-dialogue/stream/with-timestamps"),
+    # ElevenLabs names more single-use token types than tts_websocket, the one zsynth serves (the others: 400).
+    ("POST", "/v1/single-use-token/{token_type}"),
 }
 
 

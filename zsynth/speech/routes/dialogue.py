@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo
 from zsynth.core.alignment import Timeline, join_chunks
 from zsynth.core.audio import Encoder, OutputFormat, parse_output_format
 from zsynth.core.protocol import Event
+from zsynth.core.voice_settings import InvalidParameter, check_seed
 from zsynth.core.voices.library import StorageUnavailable, VoiceMissing
 from zsynth.kit.endpoints import Access, Endpoints, refusal
 from zsynth.services.auth import CREDENTIAL
@@ -116,7 +117,10 @@ class DialogueRequest(BaseModel):
     model_config = ConfigDict(json_schema_extra=require("inputs"))
 
     inputs: Annotated[list[DialogueInput], pydantic.BeforeValidator(_inputs)] = Field(
-        default=None, validate_default=True, description=f"1-{MAX_INPUTS} turns, at most {MAX_VOICES} voices."
+        default=None,
+        validate_default=True,
+        description=f"1-{MAX_INPUTS} turns, at most {MAX_VOICES} voices.",
+        json_schema_extra={"minItems": 1, "maxItems": MAX_INPUTS},
     )
     model_id: str | None = model_id_field("Accepted and echoed; the engine is fixed.")
     language_code: LanguageCode
@@ -129,6 +133,15 @@ class DialogueRequest(BaseModel):
     @classmethod
     def _model_id(cls, value: object) -> object:
         return checked_model_id("model_id", value)
+
+    @pydantic.field_validator("seed", mode="before")
+    @classmethod
+    def _seed(cls, value: object) -> object:
+        # As on text-to-speech: a boolean is not a seed (JSON's true is no integer), nor is "42".
+        try:
+            return check_seed(value)
+        except InvalidParameter as err:
+            raise refusal(err.code, err.message) from None
 
     @pydantic.model_validator(mode="after")
     def _bounds(self, info: ValidationInfo) -> DialogueRequest:
