@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -77,7 +78,8 @@ def shared_workers(redis_url: str, data_dir: Path) -> Iterator[list[WorkerProces
             worker.stop()
 
 
-_next_db = iter(range(1, 64))
+# Private databases are flushed when their test ends, so they are handed out again in turn (the server has 64).
+_next_db = itertools.cycle(range(1, 64))
 
 
 @pytest.fixture
