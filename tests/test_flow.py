@@ -296,13 +296,23 @@ async def test_a_socket_segment_past_the_pause_bound_gets_an_error_frame(client,
         assert not any(frame.get("audio") for frame in frames)
 
 
+@pytest.mark.timeout(400)
 async def test_normal_streams_come_whole_beside_clients_that_do_not_read_and_pause_heavy_requests(
     aiohttp_client, redis_url, data_dir, shared_workers
 ):
     """The mixed load: unread streams of long text, pause-heavy whole answers and normal streams at once; every normal
     stream arrives whole (none cut, none past its deadlines), and the unread ones are cut without taking the front's
     memory."""
-    settings_ = make_settings(redis_url, data_dir, write_timeout_s=4.0, front_audio_budget=4 * 1024 * 1024)
+    # Unread streams hold a worker each until they are cut (their window taken, then the write deadline): the other
+    # requests may wait that long for a worker on a busy box, within deadlines long enough for it.
+    settings_ = make_settings(
+        redis_url,
+        data_dir,
+        write_timeout_s=4.0,
+        front_audio_budget=4 * 1024 * 1024,
+        first_chunk_timeout_s=120.0,
+        chunk_timeout_s=60.0,
+    )
     client = await aiohttp_client(create_app(settings_))
     app = client.server.app
     body = aiohttp.JsonPayload({"text": ORDINARY})._value
