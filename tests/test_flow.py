@@ -165,6 +165,7 @@ async def _request_without_reading(port: int, path: str, body: bytes) -> socket.
     return sock
 
 
+@pytest.mark.timeout(300)
 async def test_a_client_that_reads_nothing_holds_one_window_and_is_cut_at_the_write_deadline(
     aiohttp_client, redis_url, data_dir, shared_workers
 ):
