@@ -39,6 +39,7 @@ import redis
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from scripts.bench_edge_bodies import poll_health  # noqa: E402
 from scripts.loadgen import proc_stats  # noqa: E402
 from tests.helpers import LONG_TEXT, WorkerProcess, decode_audio, front_process, redis_server  # noqa: E402
 
@@ -99,19 +100,6 @@ async def unread_case(pid: int, port: int, text: str, streams: int, seconds: flo
         "growth_peak_mb": round(peak - before, 1),
         "growth_after_mb": round(rss_mb(pid) - before, 1),
     }
-
-
-async def poll_health(base: str, stop: asyncio.Event) -> float:
-    """The worst ``GET /healthz`` answer time (seconds) until ``stop`` is set."""
-    worst = 0.0
-    async with aiohttp.ClientSession(timeout=TIMEOUT) as session:
-        while not stop.is_set():
-            started = time.perf_counter()
-            async with session.get(base + "/healthz") as resp:
-                await resp.read()
-            worst = max(worst, time.perf_counter() - started)
-            await asyncio.sleep(0.02)
-    return worst
 
 
 async def neighbour_case(base: str, client: redis.Redis) -> dict[str, object]:
