@@ -92,6 +92,13 @@ async def test_stream_mp3_decodes(client):
         ("/v1/text-to-speech/v", {"json": ["text"]}, 400, "invalid_json"),
         ("/v1/text-to-speech/v?output_format=mp3_1_2", {"json": {"text": "hi"}}, 400, "invalid_output_format"),
         ("/v1/text-to-speech/v/stream?output_format=wav_22050", {"json": {"text": "hi"}}, 400, "invalid_output_format"),
+        ("/v1/text-to-speech/v/stream?output_format=", {"json": {"text": "hi"}}, 400, "invalid_output_format"),
+        (
+            "/v1/text-to-dialogue?output_format=",
+            {"json": {"inputs": [{"text": "hi", "voice_id": "v"}]}},
+            400,
+            "invalid_output_format",
+        ),
         ("/v1/text-to-speech/v", {"json": {"text": "x" * 10001}}, 400, "max_character_limit_exceeded"),
     ],
 )

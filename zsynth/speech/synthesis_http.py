@@ -143,6 +143,8 @@ class FormatQuery(BaseModel):
     @classmethod
     def _check(cls, value: object) -> object:
         try:
+            if value == "":  # `?output_format=` names no format (the document's enum has no empty value): refused
+                raise OutputFormatError("", cls.route)
             parse_output_format(value if isinstance(value, str) else None, route=cls.route)
         except OutputFormatError as err:
             raise refusal("invalid_output_format", str(err), 400) from None
