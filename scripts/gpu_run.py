@@ -479,6 +479,9 @@ def main() -> int:
     parser.add_argument("--budget-s", type=float, default=None, help="wall-clock budget (480 s; 900 when --reduced)")
     parser.add_argument("--work-dir", type=Path, default=None, help="where the checkpoint and voice are built")
     parser.add_argument("--skip-bf16", action="store_true", help="leave out the bfloat16 comparison and requests")
+    parser.add_argument(
+        "--skip-float32", action="store_true", help="leave out the float32 requests and T3 modes (a short rerun)"
+    )
     parser.add_argument("--skip-capacity", action="store_true", help="leave out the realtime capacity phase")
     args = parser.parse_args()
     began = time.monotonic()
@@ -578,12 +581,13 @@ def main() -> int:
             rows[name] = measure(engine, dev, texts[name], requests, caps[name], part)
             print(json.dumps({precision: {name: rows[name]}}), flush=True)
 
-    with phase(report, "streaming float32", out):
-        streaming("float32", 0.45)
-    with phase(report, "T3 modes", out):
-        n = 24 if args.reduced else 300
-        report["t3_modes"] = decode_modes(engine, dev, n, 12 if args.reduced else 150)
-        print(json.dumps(report["t3_modes"]), flush=True)
+    if not args.skip_float32:
+        with phase(report, "streaming float32", out):
+            streaming("float32", 0.45)
+        with phase(report, "T3 modes", out):
+            n = 24 if args.reduced else 300
+            report["t3_modes"] = decode_modes(engine, dev, n, 12 if args.reduced else 150)
+            print(json.dumps(report["t3_modes"]), flush=True)
     if not args.skip_bf16:
         reduced = StaticT3(engine.model.t3, settings.turbo_max_tokens, torch.bfloat16, settings.turbo_cuda_graphs)
         with phase(report, "bfloat16 against float32", out):

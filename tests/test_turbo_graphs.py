@@ -198,6 +198,20 @@ def test_voice_preparation_is_cached_with_the_conditioning(flow: Any) -> None:
     assert runner._voices == {}, "an evicted voice's flow inputs go with it"
 
 
+def test_position_tables_follow_the_flow_onto_its_device_and_dtype(flow: Any) -> None:
+    """The encoder's relative position table is a plain attribute that ``Module.to`` leaves behind; left there it
+    enters the compiled encoder as a CPU input, and CUDA graphs skip the encoder (seen on the first H100 run).
+    BucketedFlow moves it once, so a flow in another dtype (here float64; on a GPU also the device) finds none
+    left behind."""
+    import copy
+
+    wide = copy.deepcopy(flow).double()
+    tables = [m for m in wide.modules() if isinstance(getattr(m, "pe", None), torch.Tensor)]
+    assert tables and any(m.pe.dtype != torch.float64 for m in tables), "the test needs a table left behind"
+    BucketedFlow(wide, buckets=(64,))
+    assert all(m.pe.dtype == torch.float64 for m in tables)
+
+
 # ----- the vocoder -----------------------------------------------------------------------------------------------
 
 

@@ -188,6 +188,13 @@ class BucketedFlow:
         self.buckets = tuple(sorted(buckets))
         param = next(flow.parameters())
         self.device, self.dtype = param.device, param.dtype
+        # The encoder's relative position table is a plain attribute, not a buffer: ``.to(device)`` leaves it on
+        # the CPU and each forward pass moves it. Inside a compiled region that CPU input stops the CUDA graph
+        # ("skipping cudagraphs due to cpu device", the first H100 run), so it is moved here, once.
+        for module in flow.modules():
+            table = getattr(module, "pe", None)
+            if isinstance(table, torch.Tensor) and (table.device != self.device or table.dtype != self.dtype):
+                module.pe = table.to(device=self.device, dtype=self.dtype)
         #: Per-bucket device tensors made once: positions (tokens and frames).
         self._positions = torch.arange(2 * self.buckets[-1], device=self.device)
         span = torch.linspace(0, 1, MEANFLOW_STEPS + 1, device=self.device, dtype=self.dtype)
