@@ -25,17 +25,12 @@ a breakdown, and the side-by-side with Piper's own server stays ``scripts/bench_
 from __future__ import annotations
 
 import argparse
-import contextlib
-import gzip
 import json
 import os
 import secrets
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +39,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from scripts.loadgen import pct  # noqa: E402
 from tests.helpers import RedisServer, WorkerProcess, front_process, wait_for  # noqa: E402
+from tests.otlp import Receiver  # noqa: E402
 
 SHORT_COMMAND = "Turning on the kitchen lights."
 VOICE = "any-voice"
@@ -58,68 +54,12 @@ STAGES = (
 )
 
 
-class SpanSink:
-    """An OTLP/HTTP traces endpoint on loopback that keeps each span's name, trace and times (Unix ns)."""
-
-    def __init__(self) -> None:
-        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-            ExportTraceServiceRequest,
-            ExportTraceServiceResponse,
-        )
-
-        self.spans: list[dict[str, Any]] = []
-        lock = threading.Lock()
-        sink = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                if self.headers.get("Content-Encoding") == "gzip":
-                    body = gzip.decompress(body)
-                request = ExportTraceServiceRequest()
-                request.ParseFromString(body)
-                found = [
-                    {
-                        "name": span.name,
-                        "trace_id": span.trace_id.hex(),
-                        "start": span.start_time_unix_nano,
-                        "end": span.end_time_unix_nano,
-                    }
-                    for resource in request.resource_spans
-                    for scope in resource.scope_spans
-                    for span in scope.spans
-                ]
-                with lock:
-                    sink.spans.extend(found)
-                reply = ExportTraceServiceResponse().SerializeToString()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", str(len(reply)))
-                self.end_headers()
-                self.wfile.write(reply)
-
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's name
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    @contextlib.contextmanager
-    def running(self) -> Iterator[SpanSink]:
-        thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        thread.start()
-        try:
-            yield self
-        finally:
-            self.server.shutdown()
-            self.server.server_close()
-
-    def trace(self, trace_id: str) -> dict[str, list[dict[str, Any]]]:
-        """The spans of one trace, by name, each list in start order."""
-        named: dict[str, list[dict[str, Any]]] = {}
-        for span in sorted((s for s in self.spans if s["trace_id"] == trace_id), key=lambda s: s["start"]):
-            named.setdefault(span["name"], []).append(span)
-        return named
+def by_name(receiver: Receiver, trace_id: str) -> dict[str, list[dict[str, Any]]]:
+    """The spans of one trace, by name, each list in start order."""
+    named: dict[str, list[dict[str, Any]]] = {}
+    for span in sorted((s for s in receiver.spans if s["trace_id"] == trace_id), key=lambda s: s["start"]):
+        named.setdefault(span["name"], []).append(span)
+    return named
 
 
 def stages(spans: dict[str, list[dict[str, Any]]], sent_ns: int, first_ns: int) -> dict[str, float] | None:
@@ -185,7 +125,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rows: list[dict[str, float]] = []
     totals: list[float] = []
     env = {"ZSYNTH_LOG_LEVEL": "WARNING", "OTEL_BSP_SCHEDULE_DELAY": "200"}
-    with SpanSink().running() as sink, tempfile.TemporaryDirectory() as data:
+    with Receiver().running() as sink, tempfile.TemporaryDirectory() as data:
         env["ZSYNTH_OTLP_ENDPOINT"] = sink.url
         server = RedisServer().start()
         worker = WorkerProcess(server.url, "first-byte", Path(data), **env)
@@ -195,13 +135,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 for _ in range(args.warm):
                     one_request(client, base, args.text, args.rate)
                 sent = [one_request(client, base, args.text, args.rate) for _ in range(args.requests)]
-                wait_for(lambda: all("sentence" in sink.trace(t) for t, *_ in sent), 30, "the spans of every request")
+                wait_for(
+                    lambda: all("sentence" in by_name(sink, t) for t, *_ in sent), 30, "the spans of every request"
+                )
         finally:
             worker.stop()
             server.stop()
     for trace_id, sent_ns, first_ns, size in sent:
         assert size > 0, "a request got no audio"
-        row = stages(sink.trace(trace_id), sent_ns, first_ns)
+        row = stages(by_name(sink, trace_id), sent_ns, first_ns)
         if row is not None:
             rows.append(row)
             totals.append((first_ns - sent_ns) / 1e6)

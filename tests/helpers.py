@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import os
@@ -326,3 +327,16 @@ class FakeClock:
     def advance(self, seconds: float) -> None:
         """Move time forward."""
         self.now += seconds
+
+
+async def socket_log_after_close(caplog: Any) -> list[str]:
+    """The front's socket log lines once it has logged a socket's close (after its handler has finished)."""
+
+    def lines() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.name.startswith("zsynth.speech.ws")]
+
+    for _ in range(100):
+        if any(" closed (" in line for line in lines()):
+            break
+        await asyncio.sleep(0.05)
+    return lines()

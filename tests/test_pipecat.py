@@ -21,7 +21,7 @@ import pytest
 
 from zsynth.speech.app import create_app
 
-from .helpers import assert_speech, make_settings
+from .helpers import assert_speech, make_settings, socket_log_after_close
 
 ROOT = Path(__file__).resolve().parent.parent
 PIPECAT_PYTHON = ROOT / ".venv-pipecat" / "bin" / "python"
@@ -79,17 +79,11 @@ async def test_pipecat_service_speaks_two_turns_across_an_idle_keep_alive(server
             spoken = " ".join(summary["words"][str(index)])
             assert re.sub(r"\W+", " ", spoken).split() == re.sub(r"\W+", " ", text).split(), spoken
 
-    def socket_lines() -> list[str]:
-        return [r.getMessage() for r in caplog.records if r.name.startswith("zsynth.speech.ws")]
-
     if service == "http":
-        assert not [line for line in socket_lines() if " open" in line], "the HTTP service opened a socket"
+        socket_lines = [r.getMessage() for r in caplog.records if r.name.startswith("zsynth.speech.ws")]
+        assert not [line for line in socket_lines if " open" in line], "the HTTP service opened a socket"
         return
-    for _ in range(100):  # the front logs the close once its handler has finished
-        if any(" closed (" in line for line in socket_lines()):
-            break
-        await asyncio.sleep(0.05)
-    lines = socket_lines()
+    lines = await socket_log_after_close(caplog)
     opened = [line for line in lines if "multi-stream-input open" in line]
     assert len(opened) == 1, lines  # one socket for both turns: the keep-alive held it through the idle wait
     assert any(re.search(r"closed \(1000\)$", line) for line in lines), lines

@@ -18,7 +18,7 @@ from livekit.plugins import elevenlabs
 
 from zsynth.speech.app import create_app
 
-from .helpers import assert_speech, make_settings
+from .helpers import assert_speech, make_settings, socket_log_after_close
 from .livekit_helpers import CONN, Turn, speak
 
 KEY = "sk-livekit-agent"
@@ -80,16 +80,9 @@ async def test_livekit_agent_conversation(server, caplog):
         fourth.check_words(TURN_ONE)
         await tts.aclose()
 
-    def log() -> list[str]:
-        return [r.getMessage() for r in caplog.records if r.name.startswith("zsynth.speech.ws")]
-
-    for _ in range(100):  # the front logs the close once its handler has finished
-        if any(" closed (" in line for line in log()):
-            break
-        await asyncio.sleep(0.05)
-    lines = log()
+    lines = await socket_log_after_close(caplog)
     opened = [line for line in lines if "multi-stream-input open" in line]
-    assert len(opened) == 1, log
+    assert len(opened) == 1, lines
     assert any(line.endswith("closed (1000)") for line in lines), lines
     assert any("closed mid-speech: stopping it" in line for line in lines), lines
     # Every error frame is logged by the connection as "socket <id>: <error code>: <message>".
