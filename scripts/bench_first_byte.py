@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from scripts.loadgen import pct  # noqa: E402
 from tests.helpers import RedisServer, WorkerProcess, front_process, wait_for  # noqa: E402
 from tests.otlp import Receiver  # noqa: E402
+from zsynth.core.config import usable_cores  # noqa: E402
 
 SHORT_COMMAND = "Turning on the kitchen lights."
 VOICE = "any-voice"
@@ -119,12 +120,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--warm", type=int, default=5, help="requests before the measured ones")
     parser.add_argument("--text", default=SHORT_COMMAND)
     parser.add_argument("--rate", type=int, default=22050, help="pcm rate asked for (the joe voice's own: 22050)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=usable_cores(),
+        help="the worker's engine threads (default: every core, as a "
+        "lone job of zsynth dev's default gets them, and as Piper's own server runs)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
     args = parser.parse_args(argv)
 
     rows: list[dict[str, float]] = []
     totals: list[float] = []
-    env = {"ZSYNTH_LOG_LEVEL": "WARNING", "OTEL_BSP_SCHEDULE_DELAY": "200"}
+    env = {"ZSYNTH_LOG_LEVEL": "WARNING", "OTEL_BSP_SCHEDULE_DELAY": "200", "ZSYNTH_ENGINE_THREADS": str(args.threads)}
     with Receiver().running() as sink, tempfile.TemporaryDirectory() as data:
         env["ZSYNTH_OTLP_ENDPOINT"] = sink.url
         server = RedisServer().start()
@@ -148,11 +156,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             rows.append(row)
             totals.append((first_ns - sent_ns) / 1e6)
     load = os.getloadavg()[0]
-    print(f"first byte of {args.text!r}, pcm_{args.rate}, {len(rows)} requests one at a time, load {load:.2f}")
+    print(
+        f"first byte of {args.text!r}, pcm_{args.rate}, {len(rows)} requests one at a time, one worker with "
+        f"{args.threads} engine thread(s), load {load:.2f}"
+    )
     print(report(rows, totals))
     figures = {
         "text": args.text,
         "requests": len(rows),
+        "engine_threads": args.threads,
         "load_average": load,
         "stages_ms": {n: {"p50": pct([r[n] for r in rows], 50), "p95": pct([r[n] for r in rows], 95)} for n in STAGES},
         "first_byte_ms": {"p50": pct(totals, 50), "p95": pct(totals, 95)},
