@@ -58,6 +58,7 @@ from tests.helpers import (  # noqa: E402
     assert_speech,
     decode_audio,
     free_port,
+    voiced_fraction,
     wait_for,
     zsynth_process,
 )
@@ -76,6 +77,12 @@ HANG_S = _DEFAULTS.first_chunk_timeout_s + _DEFAULTS.chunk_timeout_s + 10
 LONG_RATIO = 1.6
 #: Audio this much shorter than the same text spoken alone lost a part.
 SHORT_RATIO = 0.6
+#: Audio whose share of frames that carry sound is under this ratio of the same text alone is not that speech.
+#: (An absolute bar misjudges the shortest text: "A short sentence." alone has 27-37 % such frames, its leading
+#: and trailing silence against 1.2 s of speech, and Piper's noise moves it from one rendering to the next.)
+VOICED_RATIO = 0.6
+#: The bar for the solo renderings themselves, before there is anything to compare with.
+SOLO_MIN_VOICED = 0.15
 CLAIMED = re.compile(r"\[job (\S+) worker (\S+)\] claimed \(\d+ chars, part (\d+),")
 ENDED = re.compile(r"job (\S+) ended: (.*)$")
 REQUEUED = re.compile(r"\[job (\S+) worker \S+\] queued again: ")  # a worker lost Redis, or a reaper put it back
@@ -103,6 +110,7 @@ class Request:
     outcome: str = ""  # ok, failed, broken, hung
     detail: str = ""
     audio_s: float | None = None
+    voiced: float | None = None  # share of 20 ms frames that carry sound (audio kinds)
     request_id: str = ""  # the front's request-id header (HTTP kinds), which its log ties to the job id
     refused: list[float] = field(default_factory=list)  # when a front refused the connection (then the other)
 
@@ -333,6 +341,7 @@ class Soak:
         self.requests: list[Request] = []
         self.faults: list[Fault] = []
         self.solo: dict[str, float] = {}
+        self.solo_voiced: dict[str, float] = {}
         self.stop_at = 0.0
         self.busy: set[str] = set()  # processes being killed or started (the watchdog leaves them alone)
 
@@ -342,14 +351,18 @@ class Soak:
     # ----- one request -----------------------------------------------------------------------------------------
 
     def judge(self, req: Request, pcm: bytes) -> None:
-        """Audio of an ok answer: speech for the text, and not much shorter than the same text alone."""
+        """Audio of an ok answer: speech for the text, and not much shorter or sparser than the same text alone."""
         samples, rate = decode_audio(pcm, FORMAT)
         req.audio_s = round(len(samples) / rate, 3)  # kept for a broken answer too: its length tells cut from odd
+        req.voiced = round(voiced_fraction(samples, rate), 3)
+        key = f"{req.kind}/{req.text}"
+        alone = self.solo_voiced.get(key)
+        min_voiced = VOICED_RATIO * alone if alone is not None else SOLO_MIN_VOICED
         try:
-            assert_speech(samples, rate, TEXTS[req.text])
+            assert_speech(samples, rate, TEXTS[req.text], min_voiced=min_voiced)
         except AssertionError as err:
-            raise Broken(f"not speech ({req.audio_s:.2f} s): {err}") from None
-        solo = self.solo.get(f"{req.kind}/{req.text}")
+            raise Broken(f"not speech ({req.audio_s:.2f} s, bar {min_voiced:.0%}): {err}") from None
+        solo = self.solo.get(key)
         if solo is not None and req.audio_s < SHORT_RATIO * solo:
             raise Broken(f"short audio: {req.audio_s:.2f}s against {solo:.2f}s alone")
 
@@ -460,6 +473,8 @@ class Soak:
                 if req.outcome != "ok" or req.audio_s is None:
                     raise RuntimeError(f"solo {kind} of text {text}: {req.outcome} {req.detail}")
                 self.solo[f"{kind}/{text}"] = req.audio_s
+                if req.voiced is not None:
+                    self.solo_voiced[f"{kind}/{text}"] = req.voiced
         self.requests.clear()
 
     async def client(self, session: aiohttp.ClientSession) -> None:
@@ -716,6 +731,7 @@ def analyse(soak: Soak, logs: Path) -> dict[str, Any]:
         "repeated_part0_claims": claims,
         "long_audio": long_audio,
         "solo_durations_s": soak.solo,
+        "solo_voiced": soak.solo_voiced,
         "faults": fault_rows,
         "not_ok_before_first_fault": before_faults,
         "front_job_ends": dict(job_ends(logs).most_common()),
