@@ -258,6 +258,37 @@ async def test_the_supervisor_restarts_a_crashed_task_with_backoff_counts_it_and
     assert all(entry.task is not None and entry.task.done() for entry in supervisor.tasks.values())
 
 
+async def test_a_task_that_swallows_its_cancel_does_not_hang_a_close_and_is_named_in_the_log(caplog):
+    # Seen once in CI: a worker run in the test process finished its job and never got through its close. Whatever
+    # hangs, a stop is bounded (systemd would otherwise kill the process mid-cleanup) and the log says where.
+    async def stubborn() -> None:
+        with contextlib.suppress(asyncio.CancelledError):  # the first cancel is swallowed
+            await asyncio.sleep(3600)
+        await asyncio.sleep(3600)
+
+    supervisor = Supervisor()
+    supervisor.spawn("stubborn", stubborn)
+
+    async def polite() -> None:
+        await asyncio.Event().wait()
+
+    supervisor.spawn("polite", polite)
+    await asyncio.sleep(0.05)
+    started = time.monotonic()
+    with caplog.at_level("ERROR", logger="zsynth.core.supervise"):
+        await supervisor.close(timeout=0.3)
+    assert time.monotonic() - started < 2.0
+    assert supervisor.tasks["polite"].task is not None and supervisor.tasks["polite"].task.done()
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "task stubborn did not end" in logged and "polite" not in logged
+    assert "stubborn is waiting in:" in logged and "in stubborn" in logged  # the run's own stack, not the keeper's
+    stuck = supervisor.tasks["stubborn"]
+    assert stuck.run is not None
+    stuck.run.cancel()  # the test's own cleanup: a second cancel gets through
+    with contextlib.suppress(asyncio.CancelledError):
+        await stuck.run
+
+
 async def test_a_malformed_reply_message_does_not_end_the_fronts_listener(client, aredis):
     dispatcher = client.app[DISPATCHER]
     for junk in (b"not json\n", b'{"k": "chunk"}\n', b"\xff\xfe", b'["a list"]\n'):

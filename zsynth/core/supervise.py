@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import logging
 import time
 from collections.abc import Callable, Coroutine
@@ -24,6 +25,35 @@ FIRST_BACKOFF_S: Final = 0.5
 MAX_BACKOFF_S: Final = 30.0
 SETTLE_S: Final = 1.0  # a restart that has run this long without crashing counts as up again
 HEALTHY_S: Final = 60.0  # a run this long resets the backoff
+CLOSE_WAIT_S: Final = 10.0  # how long a close waits for its cancelled tasks before it logs them and goes on
+
+
+async def wait_cancelled(
+    tasks: list[asyncio.Task[Any]], what: str, timeout: float = CLOSE_WAIT_S
+) -> set[asyncio.Task[Any]]:
+    """Wait for ``tasks`` (already cancelled) to end, at most ``timeout`` seconds; return those still running.
+
+    A task still running then (one that swallowed its cancellation, or awaits something that ignores it) is logged
+    with its stack and left behind: a stop must not hang on it (systemd would kill the process at its stop timeout,
+    mid-cleanup), and the log names the culprit.
+    """
+    if not tasks:
+        return set()
+    done, pending = await asyncio.wait(tasks, timeout=timeout)
+    for task in done:  # retrieved, as gather(return_exceptions=True) would: a crash at close is not news
+        if not task.cancelled():
+            task.exception()
+    for task in pending:
+        stack = io.StringIO()
+        task.print_stack(file=stack)
+        logger.error(
+            "%s: task %s did not end %g s after its cancel; left behind:\n%s",
+            what,
+            task.get_name(),
+            timeout,
+            stack.getvalue(),
+        )
+    return pending
 
 
 @dataclass(slots=True)
@@ -36,6 +66,7 @@ class Supervised:
     up: bool = True
     last_error: str = ""
     task: asyncio.Task[None] | None = field(default=None, repr=False)
+    run: asyncio.Task[None] | None = field(default=None, repr=False)  # the current run inside ``task``
 
 
 class Supervisor:
@@ -71,18 +102,23 @@ class Supervisor:
         """Restarts of every task so far."""
         return sum(e.restarts for e in self.tasks.values())
 
-    async def close(self) -> None:
-        """Cancel every task and wait for them."""
+    async def close(self, timeout: float = CLOSE_WAIT_S) -> None:
+        """Cancel every task and wait for them (at most ``timeout`` seconds; see :func:`wait_cancelled`)."""
         running = [e.task for e in self.tasks.values() if e.task is not None]
         for task in running:
             task.cancel()
-        await asyncio.gather(*running, return_exceptions=True)
+        stuck = await wait_cancelled(running, "supervisor close", timeout)
+        for entry in self.tasks.values():
+            if entry.task in stuck and entry.run is not None and not entry.run.done():
+                stack = io.StringIO()
+                entry.run.print_stack(file=stack)
+                logger.error("supervisor close: %s is waiting in:\n%s", entry.name, stack.getvalue())
 
     async def _keep(self, entry: Supervised, run: Callable[[], Coroutine[Any, Any, None]]) -> None:
         backoff = self.first_backoff_s
         while True:
             started = time.monotonic()
-            inner = asyncio.create_task(run(), name=f"{entry.name}-run")
+            inner = entry.run = asyncio.create_task(run(), name=f"{entry.name}-run")
             try:
                 if not entry.up:
                     done, _ = await asyncio.wait({inner}, timeout=self.settle_s)
