@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import math
 import time
 import uuid
@@ -24,6 +23,7 @@ from elevenlabs.client import AsyncElevenLabs
 from redis.asyncio import Redis
 
 from zsynth.core import protocol
+from zsynth.core.supervise import task_stack
 from zsynth.services.dispatch import Dispatcher, JobFailed
 from zsynth.services.keys import VOICE_LIBRARY
 from zsynth.speech.app import create_app
@@ -446,10 +446,8 @@ async def run_lone_worker(
         # its close (not reproduced since, in 123 runs under load), and pytest-timeout shows threads, not tasks.
         running = asyncio.create_task(worker.run(burst=True), name="lone-worker")
         if not (await asyncio.wait({running}, timeout=60))[0]:
-            stacks = io.StringIO()
-            for task in asyncio.all_tasks():
-                task.print_stack(file=stacks)
-            raise AssertionError(f"the lone worker did not stop 60 s after its burst; tasks:\n{stacks.getvalue()}")
+            stacks = "".join(task_stack(task) for task in asyncio.all_tasks())
+            raise AssertionError(f"the lone worker did not stop 60 s after its burst; tasks:\n{stacks}")
         running.result()
         [(chunks, failure, _)] = await waiting
         return chunks, failure

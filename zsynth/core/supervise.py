@@ -28,15 +28,24 @@ HEALTHY_S: Final = 60.0  # a run this long resets the backoff
 CLOSE_WAIT_S: Final = 10.0  # how long a close waits for its cancelled tasks before it logs them and goes on
 
 
-async def wait_cancelled(
+def task_stack(task: asyncio.Task[Any]) -> str:
+    """Where ``task`` is waiting now, as ``Task.print_stack`` writes it."""
+    out = io.StringIO()
+    task.print_stack(file=out)
+    return out.getvalue()
+
+
+async def cancel_and_wait(
     tasks: list[asyncio.Task[Any]], what: str, timeout: float = CLOSE_WAIT_S
 ) -> set[asyncio.Task[Any]]:
-    """Wait for ``tasks`` (already cancelled) to end, at most ``timeout`` seconds; return those still running.
+    """Cancel ``tasks`` and wait for them to end, at most ``timeout`` seconds; return those still running.
 
     A task still running then (one that swallowed its cancellation, or awaits something that ignores it) is logged
     with its stack and left behind: a stop must not hang on it (systemd would kill the process at its stop timeout,
     mid-cleanup), and the log names the culprit.
     """
+    for task in tasks:
+        task.cancel()
     if not tasks:
         return set()
     done, pending = await asyncio.wait(tasks, timeout=timeout)
@@ -44,14 +53,12 @@ async def wait_cancelled(
         if not task.cancelled():
             task.exception()
     for task in pending:
-        stack = io.StringIO()
-        task.print_stack(file=stack)
         logger.error(
             "%s: task %s did not end %g s after its cancel; left behind:\n%s",
             what,
             task.get_name(),
             timeout,
-            stack.getvalue(),
+            task_stack(task),
         )
     return pending
 
@@ -103,16 +110,13 @@ class Supervisor:
         return sum(e.restarts for e in self.tasks.values())
 
     async def close(self, timeout: float = CLOSE_WAIT_S) -> None:
-        """Cancel every task and wait for them (at most ``timeout`` seconds; see :func:`wait_cancelled`)."""
-        running = [e.task for e in self.tasks.values() if e.task is not None]
-        for task in running:
-            task.cancel()
-        stuck = await wait_cancelled(running, "supervisor close", timeout)
+        """Cancel every task and wait for them (at most ``timeout`` seconds; see :func:`cancel_and_wait`)."""
+        stuck = await cancel_and_wait(
+            [e.task for e in self.tasks.values() if e.task is not None], "supervisor close", timeout
+        )
         for entry in self.tasks.values():
             if entry.task in stuck and entry.run is not None and not entry.run.done():
-                stack = io.StringIO()
-                entry.run.print_stack(file=stack)
-                logger.error("supervisor close: %s is waiting in:\n%s", entry.name, stack.getvalue())
+                logger.error("supervisor close: %s is waiting in:\n%s", entry.name, task_stack(entry.run))
 
     async def _keep(self, entry: Supervised, run: Callable[[], Coroutine[Any, Any, None]]) -> None:
         backoff = self.first_backoff_s

@@ -49,7 +49,7 @@ from zsynth.core import protocol
 from zsynth.core.aws import client_config
 from zsynth.core.config import Settings
 from zsynth.core.redis_link import async_client
-from zsynth.core.supervise import Supervisor, wait_cancelled
+from zsynth.core.supervise import Supervisor, cancel_and_wait
 from zsynth.core.voices.bucket import S3_ERRORS, VoiceBucket, VoiceRefused
 from zsynth.core.voices.store import StoredVoice, VoiceStore, is_clone_id, reference_name, revision
 
@@ -275,10 +275,7 @@ class VoiceLibrary:
         self._stop.set()
         if self._startup is not None:
             self._tasks.append(self._startup)
-        tasks = [*self._tasks, *self._fetches.values()]
-        for task in tasks:
-            task.cancel()
-        await wait_cancelled(tasks, "voice library close")
+        await cancel_and_wait([*self._tasks, *self._fetches.values()], "voice library close")
         await self.supervisor.close()
         if self.role == "front":
             with contextlib.suppress(RedisError, OSError):
