@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -10,7 +12,15 @@ import sys
 import time
 from pathlib import Path
 
-from .helpers import ROOT, free_port, wait_for
+import aiohttp
+import pytest
+import redis
+from aiohttp import web
+
+from zsynth.core import protocol
+from zsynth.kit.server import serve_app
+
+from .helpers import ROOT, free_port, make_settings, wait_for
 
 
 def _log_has(path: Path, text: str) -> bool:
@@ -34,6 +44,11 @@ def test_second_signal_during_drain_exits_at_once(private_redis_url, data_dir, t
         listening = f"front listening on http://127.0.0.1:{port}"
         wait_for(lambda: proc.poll() is not None or _log_has(log, listening), 60, "zsynth serve")
         assert proc.poll() is None, log.read_text()
+        announced = redis.Redis.from_url(private_redis_url)
+        try:
+            assert announced.keys(protocol.VOICE_BOX_PREFIX + "*"), "the front announces its box while it runs"
+        finally:
+            announced.close()
         # An upload still coming in: the handler waits for the rest of the body, so the drain waits for it.
         upload = socket.create_connection(("127.0.0.1", port), timeout=5)
         body = b'{"text": "A request whose body is still on its way."}'
@@ -56,6 +71,13 @@ def test_second_signal_during_drain_exits_at_once(private_redis_url, data_dir, t
         assert "second stop signal (SIGINT) during the drain" in text, text
         assert "stopped before its drain finished" in text, text
         assert "Traceback" not in text, text
+        # The cleanup contexts still ran, in order: the voice library took the box's announcement out of Redis, so
+        # the other fronts see it leave now rather than when the announcement expires.
+        client = redis.Redis.from_url(private_redis_url)
+        try:
+            assert client.keys(protocol.VOICE_BOX_PREFIX + "*") == []
+        finally:
+            client.close()
         # The held request was cut, not answered.
         upload.settimeout(5)
         assert upload.recv(4096) == b""
@@ -64,3 +86,52 @@ def test_second_signal_during_drain_exits_at_once(private_redis_url, data_dir, t
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+async def test_a_second_signal_cancels_the_requests_then_runs_the_cleanup_contexts_in_order(tmp_path):
+    """The forced end still closes what the app opened, newest first and after the requests are gone: left to the
+    event loop's shutdown, the cleanup contexts' generators would be finalized all at once, in no order."""
+    events: list[str] = []
+    started = asyncio.Event()
+
+    def context(name: str):
+        async def ctx(app: web.Application):
+            events.append(f"{name} opened")
+            yield
+            await asyncio.sleep(0.05)  # a close that waits on something, like closing a Redis client
+            events.append(f"{name} closed")
+
+        return ctx
+
+    async def held(request: web.Request) -> web.Response:
+        started.set()
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            events.append("request cancelled")
+        return web.Response()
+
+    app = web.Application()
+    app.cleanup_ctx.extend([context("outer"), context("inner")])
+    app.router.add_get("/held", held)
+    port = free_port()
+    settings = make_settings("redis://127.0.0.1:1/0", tmp_path, port=port, drain_timeout_s=120.0)
+    served = asyncio.create_task(serve_app(app, settings, port, "test"))
+    for _ in range(200):  # until the port listens
+        with contextlib.suppress(OSError):
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.close()
+            break
+        await asyncio.sleep(0.05)
+    async with aiohttp.ClientSession() as session:
+        request = asyncio.create_task(session.get(f"http://127.0.0.1:{port}/held"))
+        await asyncio.wait_for(started.wait(), 10)
+        os.kill(os.getpid(), signal.SIGTERM)
+        await asyncio.sleep(0.5)
+        assert not served.done(), "the held request holds the drain"
+        os.kill(os.getpid(), signal.SIGINT)
+        await asyncio.wait_for(served, 5)
+        # The request was cut: its client sees the connection close, not an answer.
+        with pytest.raises(aiohttp.ClientError):
+            await asyncio.wait_for(request, 5)
+    assert events == ["outer opened", "inner opened", "request cancelled", "inner closed", "outer closed"]

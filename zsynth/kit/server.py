@@ -4,9 +4,9 @@ avatar server, demo) TLS, signals, systemd notification and the drain.
 A server runs until SIGTERM or SIGINT, then drains: it stops accepting connections, runs the shutdown hooks (open
 WebSockets are closed with 1001 "going away"), lets running HTTP requests finish for up to ZSYNTH_DRAIN_TIMEOUT
 seconds, cancels what is left and runs the cleanup contexts. A second SIGTERM or SIGINT during the drain (a second
-Ctrl-C) ends it at once: the requests still running are cancelled, the cleanup contexts are skipped, and the
-process exits 0 like after a complete drain, since both stops were asked for. This matches the worker, whose second
-signal aborts its running job.
+Ctrl-C) ends it at once: the requests still running are cancelled, the cleanup contexts run at once, newest first,
+for at most FORCED_CLEANUP_S seconds, and the process exits 0 like after a complete drain, since both stops were asked
+for. This matches the worker, whose second signal aborts its running job.
 
 Every connection has a deadline for its request headers, an idle keep-alive timeout and a per-address cap
 (:mod:`zsynth.kit.connections`).
@@ -35,6 +35,9 @@ from zsynth.services.voices import VoiceConfigError
 logger = logging.getLogger(__name__)
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# How long a forced stop (a second signal) gives the cancelled requests to end, then the cleanup contexts to run.
+FORCED_CANCEL_S = 0.5
+FORCED_CLEANUP_S = 3.0
 # The soft open-file limit asked for where the hard limit is unlimited (a value the kernel's nr_open allows).
 _OPEN_FILES_WITHOUT_HARD_LIMIT = 65536
 
@@ -112,8 +115,29 @@ async def serve_app(app: web.Application, settings: Settings, port: int, name: s
         if task is not None:
             task.uncancel()
         logger.warning("%s stopped before its drain finished", name)
+        await _close_now(runner, app, name)
         return
     logger.info("%s stopped", name)
+
+
+async def _close_now(runner: web.AppRunner, app: web.Application, name: str) -> None:
+    """After a forced stop: cancel the requests still running, then run the cleanup contexts, each bounded.
+
+    Left to the event loop's shutdown, the requests would outlive the clients they use, and the cleanup contexts'
+    generators would be finalized all at once, in no order (an outer one would find its inner one already closing:
+    "athrow(): asynchronous generator is already running").
+    """
+    server = runner.server
+    if server is not None:
+        # Connection.shutdown waits for a request for up to its timeout, then cancels it and waits as long again.
+        await server.shutdown(FORCED_CANCEL_S / 2)
+    cleanup = asyncio.ensure_future(app.cleanup())
+    done, _ = await asyncio.wait([cleanup], timeout=FORCED_CLEANUP_S)
+    if not done:
+        cleanup.cancel()
+        logger.warning("%s: the cleanup did not end within %gs; exiting without it", name, FORCED_CLEANUP_S)
+    elif cleanup.exception() is not None:
+        logger.warning("%s: the cleanup after the forced stop failed: %r", name, cleanup.exception())
 
 
 def raise_open_files_limit() -> None:
