@@ -121,7 +121,7 @@ async def serve_app(app: web.Application, settings: Settings, port: int, name: s
 
 
 async def _close_now(runner: web.AppRunner, app: web.Application, name: str) -> None:
-    """After a forced stop: cancel the requests still running, then run the cleanup contexts, each bounded.
+    """After a forced stop: cancel the requests still running, then run the app's cleanup, both bounded.
 
     Left to the event loop's shutdown, the requests would outlive the clients they use, and the cleanup contexts'
     generators would be finalized all at once, in no order (an outer one would find its inner one already closing:
@@ -131,11 +131,13 @@ async def _close_now(runner: web.AppRunner, app: web.Application, name: str) -> 
     if server is not None:
         # Connection.shutdown waits for a request for up to its timeout, then cancels it and waits as long again.
         await server.shutdown(FORCED_CANCEL_S / 2)
+    # A signal that came during the drain's own cleanup finds some contexts closed: their generators are spent, and
+    # closing them again does nothing.
     cleanup = asyncio.ensure_future(app.cleanup())
     done, _ = await asyncio.wait([cleanup], timeout=FORCED_CLEANUP_S)
     if not done:
         cleanup.cancel()
-        logger.warning("%s: the cleanup did not end within %gs; exiting without it", name, FORCED_CLEANUP_S)
+        logger.warning("%s: the cleanup did not end within %gs; exiting without the rest", name, FORCED_CLEANUP_S)
     elif cleanup.exception() is not None:
         logger.warning("%s: the cleanup after the forced stop failed: %r", name, cleanup.exception())
 
