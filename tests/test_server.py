@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 import socket
@@ -27,6 +26,15 @@ def _log_has(path: Path, text: str) -> bool:
     return text in path.read_text(errors="replace")
 
 
+def _box_announcements(redis_url: str) -> list[bytes | str]:
+    """The voice library's box announcements in Redis: a running front has one."""
+    client = redis.Redis.from_url(redis_url)
+    try:
+        return client.keys(protocol.VOICE_BOX_PREFIX + "*")
+    finally:
+        client.close()
+
+
 def test_second_signal_during_drain_exits_at_once(private_redis_url, data_dir, tmp_path):
     port = free_port()
     log = tmp_path / "front.log"
@@ -44,11 +52,7 @@ def test_second_signal_during_drain_exits_at_once(private_redis_url, data_dir, t
         listening = f"front listening on http://127.0.0.1:{port}"
         wait_for(lambda: proc.poll() is not None or _log_has(log, listening), 60, "zsynth serve")
         assert proc.poll() is None, log.read_text()
-        announced = redis.Redis.from_url(private_redis_url)
-        try:
-            assert announced.keys(protocol.VOICE_BOX_PREFIX + "*"), "the front announces its box while it runs"
-        finally:
-            announced.close()
+        assert _box_announcements(private_redis_url), "the front announces its box while it runs"
         # An upload still coming in: the handler waits for the rest of the body, so the drain waits for it.
         upload = socket.create_connection(("127.0.0.1", port), timeout=5)
         body = b'{"text": "A request whose body is still on its way."}'
@@ -73,11 +77,7 @@ def test_second_signal_during_drain_exits_at_once(private_redis_url, data_dir, t
         assert "Traceback" not in text, text
         # The cleanup contexts still ran, in order: the voice library took the box's announcement out of Redis, so
         # the other fronts see it leave now rather than when the announcement expires.
-        client = redis.Redis.from_url(private_redis_url)
-        try:
-            assert client.keys(protocol.VOICE_BOX_PREFIX + "*") == []
-        finally:
-            client.close()
+        assert _box_announcements(private_redis_url) == []
         # The held request was cut, not answered.
         upload.settimeout(5)
         assert upload.recv(4096) == b""
@@ -88,7 +88,7 @@ def test_second_signal_during_drain_exits_at_once(private_redis_url, data_dir, t
             proc.wait(10)
 
 
-async def test_a_second_signal_cancels_the_requests_then_runs_the_cleanup_contexts_in_order(tmp_path):
+async def test_a_second_signal_cancels_the_requests_then_runs_the_cleanup_contexts_in_order(tmp_path, caplog):
     """The forced end still closes what the app opened, newest first and after the requests are gone: left to the
     event loop's shutdown, the cleanup contexts' generators would be finalized all at once, in no order."""
     events: list[str] = []
@@ -116,11 +116,11 @@ async def test_a_second_signal_cancels_the_requests_then_runs_the_cleanup_contex
     app.router.add_get("/held", held)
     port = free_port()
     settings = make_settings("redis://127.0.0.1:1/0", tmp_path, port=port, drain_timeout_s=120.0)
+    caplog.set_level("INFO", logger="zsynth.kit.server")
     served = asyncio.create_task(serve_app(app, settings, port, "test"))
-    for _ in range(200):  # until the port listens
-        with contextlib.suppress(OSError):
-            _, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.close()
+    # The line comes once the port listens and the stop signals are the server's, not pytest's.
+    for _ in range(200):
+        if "test listening on" in caplog.text:
             break
         await asyncio.sleep(0.05)
     async with aiohttp.ClientSession() as session:

@@ -138,8 +138,8 @@ async def _close_now(runner: web.AppRunner, app: web.Application, name: str) -> 
     if not done:
         cleanup.cancel()
         logger.warning("%s: the cleanup did not end within %gs; exiting without the rest", name, FORCED_CLEANUP_S)
-    elif cleanup.exception() is not None:
-        logger.warning("%s: the cleanup after the forced stop failed: %r", name, cleanup.exception())
+    elif (err := cleanup.exception()) is not None:
+        logger.warning("%s: the cleanup after the forced stop failed: %r", name, err)
 
 
 def raise_open_files_limit() -> None:
