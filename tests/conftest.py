@@ -20,6 +20,22 @@ from zsynth.speech.app import create_app
 from .helpers import WorkerProcess, make_settings, moto_env, moto_server, redis_server
 
 SHARED_WORKERS = ("shared-0", "shared-1")
+#: The test tiers (setup.cfg registers them); tests/README.md says which one a new test belongs to.
+TIERS = frozenset({"unit", "stack", "heavy", "browser"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Refuse a collected test that carries no tier marker, or more than one: ``-m "unit or stack"`` must mean it."""
+    wrong = []
+    for item in items:
+        tiers = {mark.name for mark in item.iter_markers() if mark.name in TIERS}
+        if len(tiers) != 1:
+            wrong.append(f"{item.nodeid}: {sorted(tiers) or 'no tier'}")
+    if wrong:
+        raise pytest.UsageError(
+            "every test carries exactly one tier marker (unit, stack, heavy or browser; tests/README.md):\n  "
+            + "\n  ".join(wrong)
+        )
 
 
 @pytest.fixture(scope="session")

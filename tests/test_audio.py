@@ -27,6 +27,8 @@ from zsynth.core.audio import (
     ulaw_to_int16,
 )
 
+pytestmark = pytest.mark.unit
+
 IN_RATE = 22050
 DURATION = 1.5
 FREQ = 220.0

@@ -11,6 +11,8 @@ from zsynth.speech.app import create_app
 from .fronts import clocked_app
 from .helpers import FakeClock, assert_speech, decode_audio, make_settings
 
+pytestmark = pytest.mark.stack
+
 STATIC = "static-test-key"
 
 # (method, path, json body, ephemeral tokens allowed). Allowed TTS calls send an empty body: a 422 proves the

@@ -44,6 +44,7 @@ async def auth(keys_table):
     await authenticator.close()
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("value", "expected"),
     [(None, 300), (29, 30), (30, 30), (31, 31), (300, 300), (600, 600), (601, 600), (-5, 30), (10**9, 600), (45.0, 45)],
@@ -52,12 +53,14 @@ def test_clamp_ttl(value, expected):
     assert clamp_ttl(value) == expected
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("value", ["300", 12.5, True, [], {}, float("nan")])
 def test_clamp_ttl_rejects_non_integers(value):
     with pytest.raises(ValueError):
         clamp_ttl(value)
 
 
+@pytest.mark.unit
 def test_settings_read_auth_variables():
     s = Settings.from_env(
         {
@@ -78,6 +81,7 @@ def test_settings_read_auth_variables():
         Settings.from_env({"ZSYNTH_AUTH_CACHE_TTL": "31"})
 
 
+@pytest.mark.unit
 def test_secret_from_headers_and_request():
     assert secret_from_headers({"xi-api-key": " k1 "}) == "k1"
     assert secret_from_headers({"Authorization": "Bearer k2"}) == "k2"
@@ -94,6 +98,7 @@ def test_secret_from_headers_and_request():
     assert secret_from_request(make_mocked_request("GET", "/x")) is None
 
 
+@pytest.mark.unit
 def test_read_credential_one_header_set_and_the_routes_query_parameter():
     # One header set on every server: the SDK's xi-api-key, the avatar's X-Api-Key, then Authorization: Bearer.
     for headers in ({"xi-api-key": "k"}, {"X-Api-Key": "k"}, {"x-api-key": " k "}, {"Authorization": "Bearer k"}):
@@ -120,6 +125,7 @@ def test_read_credential_one_header_set_and_the_routes_query_parameter():
     assert read_credential(make_mocked_request("GET", "/ws?session_token=t"), "authorization").secret is None
 
 
+@pytest.mark.unit
 def test_secret_from_message():
     assert secret_from_message({"text": " ", "authorization": "Bearer zsk_temp_x"}) == "zsk_temp_x"
     assert secret_from_message({"text": " ", "xi_api_key": "k"}) == "k"
@@ -128,6 +134,7 @@ def test_secret_from_message():
     assert secret_from_message({"text": " "}) is None
 
 
+@pytest.mark.stack
 async def test_open_when_nothing_configured():
     auth = Authenticator()
     assert auth.is_open
@@ -137,6 +144,7 @@ async def test_open_when_nothing_configured():
     assert (err.value.status, err.value.http_status) == ("not_supported", 501)
 
 
+@pytest.mark.stack
 async def test_static_keys_only():
     auth = Authenticator(("a-key", "b-key"))
     assert (await auth.verify("b-key")).kind == "full"
@@ -149,6 +157,7 @@ async def test_static_keys_only():
     assert err.value.status == "not_supported"
 
 
+@pytest.mark.stack
 async def test_table_key_and_token(auth):
     key, record = await auth.create_key("core test")
     assert key.startswith("zsk_live_") and len(key) >= 9 + 43
@@ -164,6 +173,7 @@ async def test_table_key_and_token(auth):
     assert err.value.status == "insufficient_scope"
 
 
+@pytest.mark.stack
 async def test_table_stores_hashes_never_secrets(auth, keys_table):
     key, _ = await auth.create_key()
     token, _ = await auth.mint_token(60)
@@ -173,6 +183,7 @@ async def test_table_stores_hashes_never_secrets(auth, keys_table):
     assert key[9:] not in dumped and token[9:] not in dumped
 
 
+@pytest.mark.stack
 async def test_unknown_prefix_is_refused_without_a_lookup(auth):
     for garbage in ("nope", "sk_live_abc", "Bearer x", "zsk_other_1", "zsk_live_" + "a" * 600):
         with pytest.raises(AuthError) as err:
@@ -184,6 +195,7 @@ async def test_unknown_prefix_is_refused_without_a_lookup(auth):
     assert auth.store.reads == 1
 
 
+@pytest.mark.stack
 async def test_warm_lookups_are_cached_and_concurrent_cold_ones_share_one_read(auth):
     key, _ = await auth.create_key()
     creds = await asyncio.gather(*(auth.verify(key) for _ in range(50)))
@@ -197,6 +209,7 @@ async def test_warm_lookups_are_cached_and_concurrent_cold_ones_share_one_read(a
     assert auth.store.reads == 2
 
 
+@pytest.mark.stack
 async def test_unknown_table_keys_are_cached_too(auth):
     for _ in range(5):
         with pytest.raises(AuthError):
@@ -204,6 +217,7 @@ async def test_unknown_table_keys_are_cached_too(auth):
     assert auth.store.reads == 1
 
 
+@pytest.mark.stack
 async def test_token_expiry_is_checked_on_every_request_even_when_cached(auth):
     token, expires_at = await auth.mint_token(30)
     assert (await auth.verify(token)).expires_at == expires_at
@@ -219,6 +233,7 @@ async def test_token_expiry_is_checked_on_every_request_even_when_cached(auth):
         await other.verify(token)
 
 
+@pytest.mark.stack
 async def test_revocation_takes_effect_within_the_cache_bound(auth):
     key, record = await auth.create_key()
     token, _ = await auth.mint_token(600, parent=await auth.verify(key))
@@ -232,12 +247,14 @@ async def test_revocation_takes_effect_within_the_cache_bound(auth):
         assert err.value.status == "invalid_api_key"
 
 
+@pytest.mark.stack
 async def test_full_key_hash_never_passes_as_a_token(auth):
     key, _ = await auth.create_key()
     with pytest.raises(AuthError):
         await auth.verify("zsk_temp_" + key[len("zsk_live_") :])
 
 
+@pytest.mark.stack
 async def test_table_down_is_503_not_401(aws_endpoint):
     store = KeyStore("no-such-table")
     auth = Authenticator(store=store, clock=FakeClock())
@@ -253,6 +270,7 @@ async def test_table_down_is_503_not_401(aws_endpoint):
         await auth.close()
 
 
+@pytest.mark.stack
 async def test_start_fails_on_a_missing_table(aws_endpoint):
     auth = Authenticator.from_settings(Settings(api_keys_table="missing-table"))
     with pytest.raises(Exception, match="does not exist"):

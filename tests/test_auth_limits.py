@@ -50,6 +50,7 @@ async def mint(client, key: str) -> str:
 # ----- failed look-ups are throttled, successful ones never --------------------------------------------------------
 
 
+@pytest.mark.stack
 async def test_real_keys_and_fresh_tokens_pass_while_their_address_floods_made_up_keys(
     aiohttp_client, redis_url, data_dir, keys_table
 ):
@@ -69,6 +70,7 @@ async def test_real_keys_and_fresh_tokens_pass_while_their_address_floods_made_u
     assert (await resp.json())["detail"]["status"] == "rate_limit_exceeded"
 
 
+@pytest.mark.stack
 async def test_a_minted_token_needs_no_look_up_on_the_front_that_minted_it(
     aiohttp_client, redis_url, data_dir, keys_table
 ):
@@ -108,6 +110,7 @@ class SlowStore(KeyStore):
             self.now -= 1
 
 
+@pytest.mark.stack
 async def test_table_reads_at_once_are_bounded(keys_table):
     store = SlowStore(keys_table)
     auth = Authenticator(store=store, max_concurrent_lookups=3, max_failures_per_min=1000)
@@ -130,6 +133,7 @@ async def test_table_reads_at_once_are_bounded(keys_table):
         await auth.close()
 
 
+@pytest.mark.stack
 async def test_an_address_over_its_limit_waits_for_no_look_up_slot(keys_table):
     store = SlowStore(keys_table)
     auth = Authenticator(store=store, max_concurrent_lookups=1, max_failures_per_min=1)
@@ -154,6 +158,7 @@ async def test_an_address_over_its_limit_waits_for_no_look_up_slot(keys_table):
 # ----- which address a failure counts against ----------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_client_address_counts_forwarded_hops_from_the_right_past_trusted_proxies():
     trusted = (ipaddress.ip_network("10.0.0.0/8"), ipaddress.ip_network("127.0.0.1/32"))
     assert client_address("192.0.2.1", ["198.51.100.9"], trusted) == "192.0.2.1"  # untrusted peer: header ignored
@@ -170,6 +175,7 @@ def test_client_address_counts_forwarded_hops_from_the_right_past_trusted_proxie
     assert client_address("127.0.0.1", ["2001:db8:1:2:aaaa::9"], trusted) == "2001:db8:1:2::/64"
 
 
+@pytest.mark.stack
 async def test_forwarded_for_counts_only_from_a_trusted_proxy(aiohttp_client, redis_url, data_dir, keys_table):
     proxied = await front(
         aiohttp_client,
@@ -205,6 +211,7 @@ async def _open(client, token: str) -> aiohttp.ClientWebSocketResponse:
     return ws
 
 
+@pytest.mark.stack
 async def test_two_tokens_of_one_key_share_its_socket_cap(aiohttp_client, redis_url, data_dir, keys_table):
     client = await front(aiohttp_client, redis_url, data_dir, keys_table, ws_max_sockets_per_credential=2)
     key, _ = await client.server.app[AUTHENTICATOR].create_key("socket owner")
@@ -223,6 +230,7 @@ async def test_two_tokens_of_one_key_share_its_socket_cap(aiohttp_client, redis_
         await ws.close()
 
 
+@pytest.mark.stack
 async def test_two_tokens_of_one_key_share_its_queue_share(aiohttp_client, private_redis_url, data_dir, keys_table):
     # No worker on this database: a queued job stays queued and holds its share.
     client = await front(
@@ -263,6 +271,7 @@ async def _raw_get(port: int, header: bytes) -> tuple[int, dict]:
     return int(head.split(b" ", 2)[1]), json.loads(body)
 
 
+@pytest.mark.stack
 @pytest.mark.parametrize(
     "header",
     [b"xi-api-key: \xff\xfekey", b"X-Api-Key: zsk_live_\xff", b"Authorization: Bearer \xc3\x28bad"],
@@ -282,6 +291,7 @@ async def test_a_credential_header_that_is_not_utf8_is_a_401(
 # ----- a token minted by a static key lives as long as that key is configured ---------------------------------------
 
 
+@pytest.mark.stack
 async def test_a_token_of_a_static_key_stops_where_that_key_was_rotated_away(
     aiohttp_client, redis_url, data_dir, keys_table
 ):
@@ -300,6 +310,7 @@ async def test_a_token_of_a_static_key_stops_where_that_key_was_rotated_away(
 # ----- only tokens in the realtime socket's URL ----------------------------------------------------------------------
 
 
+@pytest.mark.stack
 async def test_a_full_key_in_the_socket_query_is_refused(aiohttp_client, redis_url, data_dir, keys_table):
     client = await front(aiohttp_client, redis_url, data_dir, keys_table, api_key=STATIC)
     table_key, _ = await client.server.app[AUTHENTICATOR].create_key("in a url")

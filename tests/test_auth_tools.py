@@ -8,9 +8,13 @@ import subprocess
 import sys
 import uuid
 
+import pytest
+
 from zsynth.speech.app import create_app
 
 from .helpers import ROOT, make_settings
+
+pytestmark = pytest.mark.heavy
 
 
 def zsynth_keys(*args: str, table: str) -> subprocess.CompletedProcess[str]:

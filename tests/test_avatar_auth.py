@@ -25,7 +25,7 @@ KEY = "avatar-full-key"
 
 
 # Both WebRTC peers gather loopback ICE candidates (the conftest fixture).
-pytestmark = pytest.mark.usefixtures("loopback_ice")
+pytestmark = [pytest.mark.stack, pytest.mark.usefixtures("loopback_ice")]
 
 
 @pytest.fixture

@@ -87,6 +87,7 @@ async def post_offer_watching_health(base: str, sdp: str) -> tuple[int, dict, fl
     return status, body, took, worst
 
 
+@pytest.mark.heavy
 async def test_an_offer_listing_8000_candidates_is_refused_at_once_and_health_answers(avatar_url) -> None:
     sdp = with_candidates(await browser_like_offer(), many_loopback_candidates(FLOOD), first_only=True)
     status, body, took, worst = await post_offer_watching_health(avatar_url, sdp)
@@ -95,6 +96,7 @@ async def test_an_offer_listing_8000_candidates_is_refused_at_once_and_health_an
     assert took < STALL_BOUND_S and worst < STALL_BOUND_S, (took, worst)
 
 
+@pytest.mark.heavy
 async def test_the_candidate_cap_holds_when_the_size_cap_lets_8000_through(raised_sdp_cap_url) -> None:
     sdp = with_candidates(await browser_like_offer(), many_loopback_candidates(FLOOD), first_only=True)
     status, body, took, worst = await post_offer_watching_health(raised_sdp_cap_url, sdp)
@@ -103,6 +105,7 @@ async def test_the_candidate_cap_holds_when_the_size_cap_lets_8000_through(raise
     assert took < STALL_BOUND_S and worst < STALL_BOUND_S, (took, worst)
 
 
+@pytest.mark.heavy
 async def test_an_oversized_offer_is_413_and_a_browser_sized_one_is_answered(avatar_url) -> None:
     offer = with_candidates(await browser_like_offer(), [candidate_line(1, "127.0.0.1", 9)])
     padded = offer + "".join(f"a=x-padding:{n:05d} {'x' * 60}\r\n" for n in range(600))  # ~ 44 KiB
@@ -118,6 +121,7 @@ async def test_an_oversized_offer_is_413_and_a_browser_sized_one_is_answered(ava
             assert resp.status == 200
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize(("count", "status"), [(16, 200), (17, 400)])
 async def test_at_most_16_candidates_are_taken(avatar_url, count: int, status: int) -> None:
     # The same candidates in both media sections (as browsers list them) count once.
@@ -133,6 +137,7 @@ async def test_at_most_16_candidates_are_taken(avatar_url, count: int, status: i
             assert body["code"] == "too_many_candidates"
 
 
+@pytest.mark.heavy
 async def test_a_malformed_candidate_line_is_400(avatar_url) -> None:
     sdp = with_candidates(await browser_like_offer(), ["a=candidate:1 1 udp 2130706431 127.0.0.1"])
     async with aiohttp.ClientSession() as http:
@@ -141,6 +146,7 @@ async def test_a_malformed_candidate_line_is_400(avatar_url) -> None:
             assert (await resp.json())["code"] == "invalid_sdp"
 
 
+@pytest.mark.heavy
 async def test_an_offer_that_trips_aiortcs_own_checks_is_400(avatar_url) -> None:
     # aiortc asserts that an RTP payload type fits in 0..255: a 500 with a traceback before.
     sdp = (await browser_like_offer()).replace("a=rtpmap:", "a=rtpmap:300 opus/48000/2\r\na=rtpmap:", 1)
@@ -191,6 +197,7 @@ async def in_process(aiohttp_client, redis_url, data_dir, loopback_ice) -> Async
     yield make
 
 
+@pytest.mark.stack
 @pytest.mark.parametrize(("allow", "contacted"), [(False, False), (True, True)])
 async def test_a_private_candidate_is_contacted_only_when_allowed(in_process, allow: bool, contacted: bool) -> None:
     client = await in_process(avatar_allow_private_candidates=allow)
@@ -206,6 +213,7 @@ async def test_a_private_candidate_is_contacted_only_when_allowed(in_process, al
     await client.app[AVATAR_SESSIONS].get(session_id).close("test_over")
 
 
+@pytest.mark.stack
 async def test_a_peer_offering_only_private_candidates_still_connects(in_process) -> None:
     client = await in_process()  # private candidates dropped: the viewer offers only 127.0.0.1
     viewer = Viewer()
@@ -220,6 +228,7 @@ async def test_a_peer_offering_only_private_candidates_still_connects(in_process
 # -- the offer check itself ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("host", "public"),
     [
@@ -255,6 +264,7 @@ def sample_sdp(*candidates: str) -> str:
     return "v=0\r\ns=-\r\n" + media.format(kind="audio", mid=0) + end + media.format(kind="video", mid=1) + end
 
 
+@pytest.mark.unit
 def test_dropping_a_candidate_drops_end_of_candidates_too() -> None:
     public = "1 1 udp 2130706431 8.8.8.8 5000 typ host"
     mdns = "2 1 udp 2130706431 0a1b2c3d-1111-2222-3333-444455556666.local 5001 typ host"
@@ -266,6 +276,7 @@ def test_dropping_a_candidate_drops_end_of_candidates_too() -> None:
     assert allowed.sdp == sdp and allowed.dropped == 0
 
 
+@pytest.mark.unit
 def test_the_offer_must_receive_audio_and_video() -> None:
     limits = OfferLimits(max_bytes=4096, max_candidates=16, allow_private=False)
     for sdp in (sample_sdp().replace("m=video", "m=text"), sample_sdp().replace("m=audio", "m=video")):

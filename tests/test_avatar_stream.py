@@ -24,7 +24,7 @@ LONG_TEXT = " ".join(["This is a long sentence that keeps the avatar talking for
 
 
 # Both WebRTC peers gather loopback ICE candidates (the conftest fixture).
-pytestmark = pytest.mark.usefixtures("loopback_ice")
+pytestmark = [pytest.mark.stack, pytest.mark.usefixtures("loopback_ice")]
 
 
 def avatar_settings(redis_url: str, data_dir: Path, **overrides: object):

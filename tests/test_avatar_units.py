@@ -29,6 +29,7 @@ def tone(samples: int, peak: int = 12000) -> np.ndarray:
     return (peak * np.sin(2 * np.pi * 220 * t)).astype(np.int16)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("phoneme", "viseme"),
     [("p", "A"), ("m", "A"), ("f", "G"), ("ɑː", "D"), ("æ", "C"), ("uː", "F"), ("w", "F"), ("l", "H"), ("s", "B")]
@@ -38,6 +39,7 @@ def test_phonemes_map_to_visemes(phoneme: str, viseme: str) -> None:
     assert phoneme_viseme(phoneme) == viseme
 
 
+@pytest.mark.unit
 def test_timing_is_spread_over_the_resampled_audio() -> None:
     labels = timing_labels([["h", 100], ["ɑ", 200], ["l", 100]], engine_samples=400, out_samples=800)
     assert list(labels[:200]) == [viseme_index("C")] * 200
@@ -45,6 +47,7 @@ def test_timing_is_spread_over_the_resampled_audio() -> None:
     assert list(labels[600:]) == [viseme_index("H")] * 200
 
 
+@pytest.mark.unit
 def test_openness_follows_loudness() -> None:
     assert openness(np.zeros(960, dtype=np.int16)) == 0.0
     assert openness(tone(960, 300)) < openness(tone(960, 3000)) < openness(tone(960, 20000)) <= 1.0
@@ -54,6 +57,7 @@ def test_openness_follows_loudness() -> None:
     assert mouth_cues(np.zeros(960, dtype=np.int16), viseme_index("D"))[1] == "X"  # no sound, no open mouth
 
 
+@pytest.mark.unit
 def test_framer_cuts_chunks_into_20ms_frames_with_cues() -> None:
     task = SpeechTask("hello", "v")
     framer = Framer(task)
@@ -68,6 +72,7 @@ def test_framer_cuts_chunks_into_20ms_frames_with_cues() -> None:
     assert np.array_equal(joined, tone(2500))
 
 
+@pytest.mark.unit
 def test_timeline_plays_in_order_and_peeks_ahead() -> None:
     timeline = Playout()
     slots = [AudioSlot(tone(960), 0.5, v) for v in ("A", "C", "D")]
@@ -79,6 +84,7 @@ def test_timeline_plays_in_order_and_peeks_ahead() -> None:
     assert timeline.take(1) is None and timeline.queued_s == 0
 
 
+@pytest.mark.unit
 def test_cpu_face_moves_its_mouth_blinks_and_differs_per_avatar() -> None:
     avatars = builtin_avatars()
     stream = avatars["ada"].open_stream(seed=7)
@@ -102,6 +108,7 @@ def test_cpu_face_moves_its_mouth_blinks_and_differs_per_avatar() -> None:
     assert np.abs(ada.astype(int) - theo).mean() > 10
 
 
+@pytest.mark.stack
 def test_avatar_settings_parse_and_validate() -> None:
     settings = Settings.from_env(
         {
@@ -125,5 +132,6 @@ def test_avatar_settings_parse_and_validate() -> None:
         Settings.from_env({"ZSYNTH_AVATAR_SIZE": "511"})
 
 
+@pytest.mark.unit
 def test_ttl_is_clamped_to_30_600() -> None:
     assert (clamp_ttl(1), clamp_ttl(300), clamp_ttl(10**6)) == (30, 300, 600)

@@ -21,6 +21,8 @@ from .helpers import assert_speech, make_settings
 from .s3_helpers import PREFIX, create_bucket, start_front
 from .voice_clips import reference_file
 
+pytestmark = pytest.mark.stack
+
 KEY = "avatar-voices-key"
 HEADERS = {"X-Api-Key": KEY}
 

@@ -56,6 +56,7 @@ def padded(body: dict[str, object], size: int) -> bytes:
 # ----- JSON bodies: their own limit ----------------------------------------------------------------------------------
 
 
+@pytest.mark.stack
 async def test_a_20_mb_unknown_settings_field_gets_413_unread(client):
     """Before: read, parsed on the loop and queued whole (ZSYNTH_MAX_BODY_BYTES, 25 MiB, was every body's limit)."""
     resp = await client.post(
@@ -75,6 +76,7 @@ async def test_a_20_mb_unknown_settings_field_gets_413_unread(client):
     assert (await resp.json())["detail"]["code"] == "request_too_large"
 
 
+@pytest.mark.stack
 @pytest.mark.parametrize(
     ("path", "body"),
     [
@@ -92,6 +94,7 @@ async def test_300_kib_of_json_gets_413_on_the_elevenlabs_routes(client, path, b
     assert (await resp.json())["detail"]["code"] == "request_too_large"
 
 
+@pytest.mark.stack
 async def test_300_kib_of_json_gets_413_in_openais_envelope(client):
     body = padded({"model": "tts-1", "voice": "joe", "input": "Hi."}, 300 * 1024)
     resp = await client.post("/v1/audio/speech", data=body, headers=JSON_HEADERS, timeout=TIMEOUT)
@@ -100,6 +103,7 @@ async def test_300_kib_of_json_gets_413_in_openais_envelope(client):
     assert error["code"] == "request_too_large" and error["type"] == "invalid_request_error"
 
 
+@pytest.mark.stack
 async def test_300_kib_of_json_gets_413_on_the_avatar_server(aiohttp_client, settings):
     """Before: the avatar server read up to 1 MiB and parsed it."""
     avatar = await aiohttp_client(create_avatar_app(settings))
@@ -108,6 +112,7 @@ async def test_300_kib_of_json_gets_413_on_the_avatar_server(aiohttp_client, set
     assert (await resp.json())["code"] == "request_too_large"
 
 
+@pytest.mark.stack
 async def test_the_json_limit_is_a_setting_and_a_body_under_it_is_spoken(aiohttp_client, redis_url, data_dir, client):
     small = await aiohttp_client(create_app(make_settings(redis_url, data_dir, max_json_body_bytes=1024)))
     resp = await small.post("/v1/text-to-speech/joe", data=padded({"text": "Hi."}, 2048), headers=JSON_HEADERS)
@@ -121,12 +126,14 @@ async def test_the_json_limit_is_a_setting_and_a_body_under_it_is_spoken(aiohttp
 # ----- unknown voice settings never reach Redis ----------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_unknown_voice_settings_fields_are_dropped_known_ones_kept():
     """Before: every field passed through to the job as it came."""
     sent = {"stability": 0.3, "speed": None, "use_speaker_boost": True, "junk": "x" * 1000, "nested": {"a": [1]}}
     assert check_voice_settings(sent) == {"stability": 0.3, "speed": None, "use_speaker_boost": True}
 
 
+@pytest.mark.stack
 async def test_ten_jobs_with_200_kib_of_unknown_settings_hold_little_in_redis(
     aiohttp_client, private_redis_url, data_dir
 ):
@@ -169,6 +176,7 @@ async def test_ten_jobs_with_200_kib_of_unknown_settings_hold_little_in_redis(
 FORGED = "2026-01-01 00:00:00,000 INFO front zsynth.services.auth: forged"
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("log_json", [False, True], ids=["plain", "json"])
 def test_a_newline_in_the_path_cannot_forge_a_log_line(redis_url, tmp_path, log_json):
     """A real ``zsynth serve`` with a key logs the refused request: one line for it, the path quoted.
@@ -215,6 +223,7 @@ def test_a_newline_in_the_path_cannot_forge_a_log_line(redis_url, tmp_path, log_
         assert "z" * 500 not in refused[0] and "chars) refused" in refused[0]  # cut short, its length said
 
 
+@pytest.mark.unit
 def test_quoted_and_one_line():
     assert quoted("a\nb") == "'a\\nb'"
     assert quoted("x" * 300) == repr("x" * 200) + "...(300 chars)"
@@ -224,12 +233,14 @@ def test_quoted_and_one_line():
 # ----- unknown clone ids -----------------------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_a_trailing_newline_is_not_a_clone_id():
     """Before: ``^...$`` with match() took ``custom-abcd1234\\n`` as a clone id (and so as a directory name)."""
     assert is_clone_id("custom-abcd1234")
     assert not is_clone_id("custom-abcd1234\n")
 
 
+@pytest.mark.unit
 def test_missing_ids_are_bounded_in_count_and_time():
     now = [0.0]
     missing = MissingIds(ttl_s=10.0, size=3, clock=lambda: now[0])
@@ -247,6 +258,7 @@ async def put_behind_its_back(bucket: VoiceBucket, voice_id: str, reference: byt
     await bucket.put_voice({**new_clone_meta("late", None, {}, [], 6.0), "voice_id": voice_id}, reference)
 
 
+@pytest.mark.stack
 async def test_unknown_clone_ids_are_remembered_as_missing_in_a_bounded_list(
     aiohttp_client, aws_endpoint, private_redis_url, tmp_path
 ):
@@ -283,6 +295,7 @@ async def test_unknown_clone_ids_are_remembered_as_missing_in_a_bounded_list(
 # ----- model ids -------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.stack
 async def test_a_model_id_over_128_characters_is_refused_not_echoed(client):
     """Before: any length was accepted and echoed in x-model-id."""
     resp = await client.post("/v1/text-to-speech/joe", json={"text": "Hi.", "model_id": "m" * 129})
@@ -302,6 +315,7 @@ async def test_a_model_id_over_128_characters_is_refused_not_echoed(client):
     await resp.read()
 
 
+@pytest.mark.unit
 def test_the_new_settings_have_their_documented_defaults():
     defaults = Settings.from_env({})
     assert defaults.max_json_body_bytes == JSON_LIMIT and defaults.max_body_bytes == 25 * 1024 * 1024

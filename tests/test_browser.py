@@ -41,7 +41,7 @@ SCREENSHOT = ROOT / "docs" / "demo.png"
 
 # No skip when the browser or Playwright is missing: scripts/install --test installs both, and a skipped browser test
 # would let a broken install pass green.
-pytestmark = [pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
 
 
 @pytest.fixture(scope="module")

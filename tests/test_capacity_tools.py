@@ -18,6 +18,8 @@ from zsynth.core.config import Settings
 
 from .helpers import ROOT, WorkerProcess, front_process
 
+pytestmark = pytest.mark.heavy
+
 
 def test_simulated_engine_needs_the_explicit_switch(tmp_path):
     with pytest.raises(ValueError, match="ZSYNTH_LOAD_TEST_ONLY"):

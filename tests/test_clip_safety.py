@@ -86,6 +86,7 @@ def _new_id(tag: str) -> str:
 # ----- unit checks ---------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", ["meta.json", "tombstone.json", "notes.txt", "reference", "reference.wav.json"])
 def test_a_meta_json_may_not_name_itself_or_a_file_that_is_not_audio(name, tmp_path):
     with pytest.raises(ValueError, match="not an audio clip"):
@@ -97,11 +98,13 @@ def test_a_meta_json_may_not_name_itself_or_a_file_that_is_not_audio(name, tmp_p
     assert store.get(voice_dir.name) is None and store.all() == {}
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", ["reference.wav", "reference-3.wav", "clip.FLAC", "a.ogg", "b.mp3"])
 def test_audio_references_are_accepted(name):
     check_reference({"reference": name}, "custom-abcdabcd")
 
 
+@pytest.mark.unit
 def test_a_flac_bomb_is_refused_from_its_header_alone():
     bomb = flac_bomb(BOMB_BYTES)
     started = time.process_time()
@@ -111,6 +114,7 @@ def test_a_flac_bomb_is_refused_from_its_header_alone():
     assert refused.value.code == "audio_too_long" and "60 s" in refused.value.message
 
 
+@pytest.mark.unit
 def test_clip_lengths_are_summed_from_headers_before_any_decoding():
     clip = _long_clip()
     header = clip_header(clip, "clip.flac")
@@ -126,6 +130,7 @@ def test_clip_lengths_are_summed_from_headers_before_any_decoding():
 # ----- a real front: ten 59 s clips ----------------------------------------------------------------------------------
 
 
+@pytest.mark.heavy
 async def test_ten_59_s_eight_channel_clips_are_refused_by_a_front_after_reading_headers_only(redis_url, tmp_path):
     """Ten clips of 59 s, 8 channels at 192 kHz (0.92 MB in all): 400 for "over 60 s in total", and the front spent
     at most 0.2 s of CPU on the request (on main: 7-10 s, every clip decoded first)."""
@@ -149,6 +154,7 @@ async def test_ten_59_s_eight_channel_clips_are_refused_by_a_front_after_reading
 # ----- the bucket: capped reads --------------------------------------------------------------------------------------
 
 
+@pytest.mark.stack
 async def test_bucket_objects_over_their_cap_are_refused_without_being_read(aws_endpoint):
     bucket_name = await create_bucket()
     bucket = VoiceBucket(bucket_name, PREFIX, clip_max_bytes=50_000)
@@ -204,6 +210,7 @@ async def _speak(base: str, voice_id: str) -> tuple[int, Any]:
         return 200, await resp.read()
 
 
+@pytest.mark.heavy
 async def test_a_flac_bomb_named_in_the_bucket_is_refused_from_its_header_by_front_and_worker(
     aws_endpoint, private_redis_url, tmp_path
 ):
@@ -257,6 +264,7 @@ async def test_a_flac_bomb_named_in_the_bucket_is_refused_from_its_header_by_fro
         worker.stop()
 
 
+@pytest.mark.unit
 def test_piper_measures_a_reference_only_after_its_header_passes(tmp_path):
     """The engine's own pitch measurement refuses the bomb from its header (speaking unshifted) with bounded
     memory, and still measures an ordinary reference."""

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from zsynth.demo.app import create_demo_app
 from zsynth.speech.app import create_app
 
 from .helpers import free_port, make_settings
+
+pytestmark = pytest.mark.stack
 
 KEY = "demo-backend-full-key"
 

@@ -13,6 +13,8 @@ from elevenlabs.core.api_error import ApiError
 from .helpers import assert_speech, decode_audio, front_process
 from .voice_clips import reference_file
 
+pytestmark = pytest.mark.heavy
+
 KEY = "dialogue-static-key"
 TURNS = [
     ("Good morning, how did you sleep?", "joe"),

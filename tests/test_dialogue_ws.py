@@ -15,6 +15,8 @@ import websockets
 
 from .helpers import assert_speech, decode_audio, front_process
 
+pytestmark = pytest.mark.heavy
+
 KEY = "dialogue-ws-static-key"
 INACTIVITY_S = 4  # the server's idle timeout here; pipecat's keep-alive period is scaled down to match (10 s of 20)
 KEEPALIVE = "pipecat-keepalive"

@@ -136,6 +136,7 @@ def assert_alignment_exact(spoken: Spoken) -> None:
 # ----- F1: 10,000 identical rules over "x " * 5000 -----------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_ten_thousand_identical_rules_cost_one_rule() -> None:
     lexicon = Lexicon([alias("x", "y")] * MAX_RULES)
     spoken = Spoken("x " * 5000)
@@ -146,6 +147,7 @@ def test_ten_thousand_identical_rules_cost_one_rule() -> None:
     assert_alignment_exact(spoken)
 
 
+@pytest.mark.unit
 async def test_the_f1_request_prepares_in_bounded_time_off_the_event_loop(tmp_path) -> None:
     writer = DictionaryStore(DirectoryBackend(tmp_path))
     made = await writer.create("f1", None, [alias("x", "y")] * MAX_RULES)  # stored as sent: no route deduplicated it
@@ -173,6 +175,7 @@ async def test_the_f1_request_prepares_in_bounded_time_off_the_event_loop(tmp_pa
     assert worst_lag < MAX_LAG_S, f"the event loop stalled {worst_lag:.2f} s"
 
 
+@pytest.mark.unit
 def test_ten_thousand_distinct_rules_that_all_match_stay_linear() -> None:
     rules = [alias(f"w{n}", f"v{n}") for n in range(MAX_RULES)]
     text = " ".join(f"w{n}" for n in range(0, MAX_RULES, 5))[:10_000]
@@ -210,6 +213,7 @@ AGREEING = [
 ]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("engine", ["piper", "turbo"])
 @pytest.mark.parametrize(("text", "rules"), AGREEING)
 def test_one_pass_gives_what_the_rules_gave_one_by_one(text: str, rules: list[Rule], engine: str) -> None:
@@ -220,6 +224,7 @@ def test_one_pass_gives_what_the_rules_gave_one_by_one(text: str, rules: list[Ru
     assert_alignment_exact(new)
 
 
+@pytest.mark.unit
 def test_where_rules_overlap_the_longest_wins_and_then_the_first_named() -> None:
     # Before, the first rule listed took "York" and "New York" could never match: now the longer string wins.
     spoken = Spoken("I love New York.")
@@ -239,6 +244,7 @@ def test_where_rules_overlap_the_longest_wins_and_then_the_first_named() -> None
     assert spoken.text == "Xb Y"
 
 
+@pytest.mark.unit
 def test_a_node_with_thousands_of_children_and_very_long_strings_still_match() -> None:
     firsts = [chr(0x4E00 + n) for n in range(5000)]
     rules = [alias(char + "a", str(n), word_boundaries=False) for n, char in enumerate(firsts)]
@@ -276,6 +282,7 @@ def text_from(dictionaries: list[list[Rule]], min_size: int, max_size: int) -> s
     return st.lists(pieces, min_size=min_size, max_size=max_size).map("".join)
 
 
+@pytest.mark.stack
 @settings(max_examples=300, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
 @given(
     data=st.data(), dictionaries=st.lists(rules(12), min_size=1, max_size=3), engine=st.sampled_from(["piper", "turbo"])
@@ -295,6 +302,7 @@ def test_fuzz_one_pass_matches_its_statement_and_keeps_the_alignment(
     assert_alignment_exact(spoken)
 
 
+@pytest.mark.stack
 @settings(max_examples=25, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data(), dictionaries=st.lists(rules(400), min_size=1, max_size=3))
 def test_fuzz_large_rule_sets_over_long_text_in_bounded_time(
@@ -312,6 +320,7 @@ def test_fuzz_large_rule_sets_over_long_text_in_bounded_time(
 # ----- at upload: duplicates dropped, the rule cap ------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_duplicates_are_dropped_when_rules_are_read() -> None:
     raw = [{"type": "alias", "string_to_replace": "x", "alias": f"y{n}"} for n in range(MAX_RULES)]
     parsed = parse_rules(raw)
@@ -335,6 +344,7 @@ async def _post(client, path: str, **kwargs: object) -> tuple[int, dict]:
     return resp.status, await resp.json()
 
 
+@pytest.mark.stack
 async def test_upload_keeps_one_rule_per_string(api_client) -> None:
     rules = [{"type": "alias", "string_to_replace": "x", "alias": "y"}] * MAX_RULES
     status, made = await _post(
@@ -354,6 +364,7 @@ async def test_upload_keeps_one_rule_per_string(api_client) -> None:
     assert [r["alias"] for r in (await resp.json())["rules"]] == ["z"]
 
 
+@pytest.mark.stack
 async def test_the_f1_request_leaves_healthz_answering(api_client) -> None:
     lexemes = "<lexeme><grapheme>x</grapheme><alias>y</alias></lexeme>" * MAX_RULES
     pls = f'<lexicon version="1.0" xmlns="http://www.w3.org/2005/01/pronunciation-lexicon">{lexemes}</lexicon>'
@@ -396,6 +407,7 @@ async def test_the_f1_request_leaves_healthz_answering(api_client) -> None:
     assert max(pings) < MAX_LAG_S + 0.5, f"/healthz took {max(pings):.2f} s"
 
 
+@pytest.mark.stack
 async def test_the_rule_cap_is_a_clear_error_at_upload(api_client) -> None:
     over = [{"type": "alias", "string_to_replace": f"w{n}", "alias": "v"} for n in range(MAX_RULES + 1)]
     status, body = await _post(

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from zsynth.core import protocol
 from zsynth.services.dispatch import _terminal_of
+
+pytestmark = pytest.mark.unit
 
 
 def record(**fields: str) -> dict[bytes, bytes]:

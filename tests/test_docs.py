@@ -181,10 +181,12 @@ def run_example(name: str, stack: dict[str, str], cwd: Path, **env: str) -> str:
     return done.stdout
 
 
+@pytest.mark.unit
 def test_every_example_is_checked():
     assert sorted(p.name for p in EXAMPLES.iterdir()) == sorted(CHECKS)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("name", sorted(CHECKS))
 def test_example_runs(name, stack, tmp_path):
     if name in RUN_ELSEWHERE:
@@ -193,11 +195,13 @@ def test_example_runs(name, stack, tmp_path):
     CHECKS[name](tmp_path, stdout)
 
 
+@pytest.mark.heavy
 def test_realtime_example_over_tls_needs_no_private_attribute(stack, tmp_path):
     stdout = run_example("realtime_sdk.py", stack, tmp_path, ZSYNTH_URL=stack["https"], SSL_CERT_FILE=stack["ca"])
     CHECKS["realtime_sdk.py"](tmp_path, stdout)
 
 
+@pytest.mark.unit
 def test_pages_hold_no_untested_code():
     """Shell and Python blocks on the pages are snippet includes of existing examples, and every example is used."""
     used: set[str] = set()
@@ -213,6 +217,7 @@ def test_pages_hold_no_untested_code():
     assert used == set(CHECKS), f"examples on no page: {set(CHECKS) - used}"
 
 
+@pytest.mark.heavy
 def test_strict_docs_build(tmp_path):
     """The same build scripts/test runs, into a scratch directory: links, anchors and includes all resolve."""
     command = [str(Path(sys.executable).parent / "mkdocs"), "build", "--strict", "--site-dir", str(tmp_path / "site")]
@@ -228,6 +233,7 @@ def readme_example(body: str) -> str:
     return names[0]
 
 
+@pytest.mark.unit
 def test_readme_code_is_a_verbatim_copy_of_a_tested_example():
     assert README_BLOCKS, "no code fence found in README.md: the check below would pass on nothing"
     for _, body in README_BLOCKS:
@@ -241,6 +247,7 @@ def open_front(redis_url, data_dir, shared_workers):
         yield base
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("index", range(len(README_BLOCKS)))
 def test_readme_block_runs_as_pasted_in_a_fresh_shell(index, open_front, tmp_path):
     """The block as README.md has it, in a shell that has set nothing (``bash -u``: an unset variable fails it).
@@ -262,6 +269,7 @@ def test_readme_block_runs_as_pasted_in_a_fresh_shell(index, open_front, tmp_pat
     CHECKS[readme_example(body)](tmp_path, done.stdout)
 
 
+@pytest.mark.unit
 def test_readme_blocks_default_to_the_dev_stack():
     """Every block that names a default address names the one ``./scripts/dev`` serves on."""
     dev = Settings.from_env({})
@@ -269,6 +277,7 @@ def test_readme_blocks_default_to_the_dev_stack():
     assert defaults == {f"http://{dev.host}:{dev.port}"}
 
 
+@pytest.mark.unit
 def test_readme_python_needs_only_the_clients_extra():
     """What the README's Python blocks import is the standard library or the ``clients`` extra it says to install."""
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]

@@ -80,6 +80,7 @@ def deadline_front(redis_url: str, tmp_path: Path) -> Iterator[str]:
         yield base
 
 
+@pytest.mark.heavy
 async def test_connections_that_never_finish_their_headers_are_closed_at_the_deadline(deadline_front) -> None:
     port = port_of(deadline_front)
     pairs = await asyncio.gather(*(connect(port, f"127.0.0.{3 + n % 2}") for n in range(200)))
@@ -98,6 +99,7 @@ async def test_connections_that_never_finish_their_headers_are_closed_at_the_dea
         writer.close()
 
 
+@pytest.mark.heavy
 async def test_a_client_that_dribbles_its_headers_is_closed_at_the_deadline(deadline_front) -> None:
     reader, writer = await connect(port_of(deadline_front))
     started = time.monotonic()
@@ -110,6 +112,7 @@ async def test_a_client_that_dribbles_its_headers_is_closed_at_the_deadline(dead
     assert time.monotonic() - started < 6
 
 
+@pytest.mark.heavy
 async def test_a_kept_alive_connection_gets_the_deadline_for_its_next_request(redis_url, tmp_path) -> None:
     # Keep-alive far longer than the header deadline: only the deadline can close this connection in time.
     env = {"ZSYNTH_HEADER_TIMEOUT": "1", "ZSYNTH_KEEPALIVE_TIMEOUT": "60", "ZSYNTH_LOG_LEVEL": "WARNING"}
@@ -124,6 +127,7 @@ async def test_a_kept_alive_connection_gets_the_deadline_for_its_next_request(re
         assert 0.9 <= time.monotonic() - started < 8
 
 
+@pytest.mark.heavy
 async def test_an_idle_kept_alive_connection_is_closed(deadline_front) -> None:
     reader, writer = await connect(port_of(deadline_front))
     assert (await healthz(reader, writer)).startswith(b"HTTP/1.1 200")
@@ -132,6 +136,7 @@ async def test_an_idle_kept_alive_connection_is_closed(deadline_front) -> None:
     assert 0.9 <= time.monotonic() - started < 8
 
 
+@pytest.mark.heavy
 async def test_a_quiet_websocket_outlives_both_timeouts(deadline_front) -> None:
     # Inside a handler neither the header deadline nor the keep-alive applies.
     async with (
@@ -143,6 +148,7 @@ async def test_a_quiet_websocket_outlives_both_timeouts(deadline_front) -> None:
         assert not ws.closed
 
 
+@pytest.mark.heavy
 async def test_one_address_is_capped_and_others_are_not(redis_url, tmp_path) -> None:
     env = {"ZSYNTH_MAX_CONNECTIONS_PER_ADDRESS": "5", "ZSYNTH_LOG_LEVEL": "WARNING"}
     with front_process(redis_url, tmp_path, **env) as (_, base):
@@ -163,6 +169,7 @@ async def test_one_address_is_capped_and_others_are_not(redis_url, tmp_path) -> 
             writer.close()
 
 
+@pytest.mark.heavy
 async def test_a_trusted_proxy_is_not_capped(redis_url, tmp_path) -> None:
     # Behind a reverse proxy every client arrives from the proxy's address: capping it would cap everyone at once.
     env = {
@@ -193,6 +200,7 @@ def tls_pki(tmp_path_factory: pytest.TempPathFactory) -> tuple[ssl.SSLContext, d
     return context, env
 
 
+@pytest.mark.heavy
 async def test_direct_tls_has_the_same_deadline(redis_url, tmp_path, tls_pki) -> None:
     context, tls_env = tls_pki
     env = {"ZSYNTH_HEADER_TIMEOUT": "1", "ZSYNTH_LOG_LEVEL": "WARNING", **tls_env}
@@ -210,6 +218,7 @@ async def test_direct_tls_has_the_same_deadline(redis_url, tmp_path, tls_pki) ->
         writer.close()
 
 
+@pytest.mark.unit
 def test_connections_are_counted_per_ipv4_address_and_per_ipv6_64() -> None:
     assert client_bucket(("198.51.100.7", 5000)) == "198.51.100.7"
     assert client_bucket(("2001:db8:1:2:aaaa::1", 5000, 0, 0)) == client_bucket(("2001:db8:1:2:ffff::9", 1, 0, 0))

@@ -41,6 +41,7 @@ def app(redis_url, data_dir):
     return create_app(make_settings(redis_url, data_dir, api_key=KEY))
 
 
+@pytest.mark.stack
 def test_every_route_declares_its_access(app):
     registry = app[ENDPOINTS]
     undeclared = []
@@ -56,6 +57,7 @@ def test_every_route_declares_its_access(app):
     assert len(all_endpoints(app)) == len(declared)
 
 
+@pytest.mark.stack
 def test_the_realtime_sockets_authenticate_in_band(app):
     sockets = {e.path: e for e in all_endpoints(app) if e.websocket}
     assert set(sockets) == {
@@ -67,6 +69,7 @@ def test_the_realtime_sockets_authenticate_in_band(app):
     assert all(e.access is Access.IN_BAND for e in sockets.values())
 
 
+@pytest.mark.stack
 def test_no_browser_may_call_the_routes_that_need_no_cors(app):
     no_cors = {e.path for e in all_endpoints(app) if not e.cors}
     # Both minting routes need a full key, which must never reach a browser.
@@ -74,6 +77,7 @@ def test_no_browser_may_call_the_routes_that_need_no_cors(app):
     assert no_cors == expected
 
 
+@pytest.mark.stack
 @pytest.mark.parametrize(
     ("method", "path", "allowed"),
     [
@@ -103,6 +107,7 @@ def test_token_scope_is_declared(app, method, path, allowed):
     assert (endpoint.access in (Access.TOKEN, Access.IN_BAND)) is allowed
 
 
+@pytest.mark.stack
 async def test_every_request_model_is_in_the_served_document(aiohttp_client, app):
     client = await aiohttp_client(app)
     resp = await client.get("/openapi.json")  # public: no key
@@ -122,6 +127,7 @@ def _refused(model, data, **context) -> ApiError:
     return err.value
 
 
+@pytest.mark.unit
 def test_a_refusal_keeps_the_code_status_field_and_message():
     limit = {MAX_TEXT_CHARS: 5}
     err = _refused(TextToSpeechRequest, {"text": "too long"}, **limit)
@@ -142,6 +148,7 @@ def test_a_refusal_keeps_the_code_status_field_and_message():
     assert (err.param, err.message) == ("model_id", "Field 'model_id' must be a string.")
 
 
+@pytest.mark.unit
 def test_a_refusal_quoting_the_input_keeps_its_braces():
     err = _refused(
         OpenAISpeechRequest, {"input": "hi", "voice": "a", "response_format": "{status}"}, **{MAX_TEXT_CHARS: 9}
@@ -152,6 +159,7 @@ def test_a_refusal_quoting_the_input_keeps_its_braces():
     assert err.message == "Field 'voice' must be a voice name, a voice id or {\"id\": ...}."
 
 
+@pytest.mark.unit
 def test_models_give_the_handlers_checked_values():
     body = validate(
         TextToSpeechRequest,
@@ -168,6 +176,7 @@ def test_models_give_the_handlers_checked_values():
     assert (err.param, err.message) == (None, "page_size and cursor must be whole numbers.")
 
 
+@pytest.mark.unit
 def test_query_reads_the_first_value_and_every_value_of_a_list():
     request = make_mocked_request("GET", "/v2/voices?voice_ids=a&voice_ids=b&sort=name&sort=bogus&other=1")
     assert query_data(request, VoiceListQuery) == {"voice_ids": ["a", "b"], "sort": "name"}
@@ -215,6 +224,7 @@ async def bound(aiohttp_client, redis_url, data_dir):
     return await aiohttp_client(app)
 
 
+@pytest.mark.stack
 async def test_a_handler_gets_its_declared_models_parsed(bound):
     resp = await bound.post("/now?n=3", json={"text": "hi"})
     assert resp.status == 200 and await resp.json() == {"n": 3, "text": "hi"}
@@ -230,6 +240,7 @@ async def test_a_handler_gets_its_declared_models_parsed(bound):
     assert await status_and_code(await bound.post("/optional")) == (422, "invalid_parameters")
 
 
+@pytest.mark.stack
 async def test_a_later_body_is_read_after_the_handler_s_own_checks(bound):
     # The handler's 404 comes first, whatever the body holds.
     assert await status_and_code(await bound.post("/later/other", data=b"not json")) == (404, "not_found")
@@ -240,6 +251,7 @@ async def test_a_later_body_is_read_after_the_handler_s_own_checks(bound):
     assert await resp.json() == {"text": "hi"}
 
 
+@pytest.mark.unit
 def test_a_handler_annotation_must_match_its_declaration():
     routes = Endpoints()
 
@@ -261,6 +273,7 @@ def test_a_handler_annotation_must_match_its_declaration():
         add_endpoints(web.Application(), _table())
 
 
+@pytest.mark.stack
 def test_the_routes_that_read_their_declared_body_themselves(app):
     own = {
         (e.method, e.path)
@@ -271,6 +284,7 @@ def test_the_routes_that_read_their_declared_body_themselves(app):
     assert own == {("POST", "/v1/voices/{voice_id}/settings/edit")}
 
 
+@pytest.mark.stack
 async def test_an_unknown_dictionary_is_answered_before_its_body_is_read(aiohttp_client, app):
     client = await aiohttp_client(app)
     headers = {"xi-api-key": KEY}

@@ -4,6 +4,7 @@ is offered exactly on the routes declared ``cors=True``."""
 from __future__ import annotations
 
 import pydantic
+import pytest
 from aiohttp import web
 
 from zsynth.avatar.app import create_avatar_app
@@ -18,6 +19,7 @@ from .helpers import make_settings
 KEY = "avatar-endpoints-key"
 
 
+@pytest.mark.unit
 def test_every_registered_route_is_declared_with_an_access_rule():
     app = create_avatar_app(Settings())
     declared = app[ENDPOINTS]
@@ -36,6 +38,7 @@ def test_every_registered_route_is_declared_with_an_access_rule():
     assert control.path == "/control/{session_id}" and control.access is Access.TOKEN
 
 
+@pytest.mark.stack
 async def test_every_declared_model_is_in_the_served_document(aiohttp_client, redis_url, data_dir):
     client = await aiohttp_client(create_avatar_app(make_settings(redis_url, data_dir, api_keys=(KEY,))))
     resp = await client.get("/openapi.json")
@@ -58,6 +61,7 @@ async def test_every_declared_model_is_in_the_served_document(aiohttp_client, re
         assert set(schemas[model.__name__]["properties"]) == set(model.model_json_schema()["properties"])
 
 
+@pytest.mark.stack
 async def test_cors_is_offered_only_where_declared(aiohttp_client):
     routes = Endpoints()
 
@@ -86,6 +90,7 @@ async def test_cors_is_offered_only_where_declared(aiohttp_client):
     assert "Access-Control-Allow-Origin" not in resp.headers
 
 
+@pytest.mark.stack
 async def test_the_avatar_answers_any_origin_with_a_wildcard(aiohttp_client, redis_url, data_dir):
     client = await aiohttp_client(create_avatar_app(make_settings(redis_url, data_dir, api_keys=(KEY,))))
     page = {"Origin": "https://app.example"}

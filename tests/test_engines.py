@@ -18,6 +18,8 @@ from zsynth.core.text.normalize import wants_normalization
 from zsynth.core.text.sentences import word_bound
 from zsynth.services.voices import builtin_voices
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parent.parent
 NAMES = frozenset(PROFILES)
 

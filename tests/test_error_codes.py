@@ -12,6 +12,8 @@ from zsynth.core.protocol import ErrorCode, Event, error_event
 from zsynth.services.dispatch import JobFailed
 from zsynth.services.synthesis import TRANSIENT_CODES, classify
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parent.parent
 # Every module that writes a job's error code: the workers (events on Redis) and the front's dispatcher.
 WRITERS = sorted([*ROOT.glob("workers/**/*.py"), ROOT / "zsynth" / "services" / "dispatch.py"])

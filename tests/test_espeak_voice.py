@@ -14,6 +14,8 @@ from piper.phonemize_espeak import EspeakPhonemizer  # noqa: E402
 
 from workers.engines.espeak_voice import install  # noqa: E402
 
+pytestmark = pytest.mark.unit
+
 SENTENCES = [
     "Turning on the kitchen lights.",
     "Your parcel arrives on Tuesday, March 3rd, between 9 and 11 a.m.",

@@ -58,6 +58,7 @@ def _status_kib(pid: int, field: str) -> int:
 # ----- item 2: decode bombs ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.heavy
 async def test_a_20_mib_flac_bomb_is_refused_from_its_header_with_bounded_memory(redis_url, tmp_path):
     """8 channels of silence at 192 kHz, 20 MiB of FLAC: about 80 GiB decoded. The front refuses it from its header;
     its RSS grows by little more than the upload itself (printed: the figure quoted in docs/limits.md)."""
@@ -83,6 +84,7 @@ async def test_a_20_mib_flac_bomb_is_refused_from_its_header_with_bounded_memory
 HOSTILE_REFERENCES = ["../../escape.wav", "ESCAPE_ABSOLUTE", "cache/../../x.wav", ".hidden.wav"]
 
 
+@pytest.mark.stack
 async def test_references_named_in_the_bucket_stay_inside_their_voice_directory(
     aiohttp_client, aws_endpoint, private_redis_url, tmp_path
 ):
@@ -110,6 +112,7 @@ async def test_references_named_in_the_bucket_stay_inside_their_voice_directory(
     await front.close()
 
 
+@pytest.mark.unit
 def test_a_meta_json_on_disk_naming_a_file_outside_is_neither_listed_nor_read_by_the_engine(tmp_path):
     from workers.engines.base import VoiceSpec
     from workers.engines.piper import PiperEngine
@@ -168,6 +171,7 @@ def silent_endpoint():
     endpoint.close()
 
 
+@pytest.mark.unit
 def test_aws_clients_share_one_config_with_short_timeouts_and_bounded_attempts():
     config = client_config()
     assert (config.connect_timeout, config.read_timeout) == (2.0, 4.0)
@@ -181,6 +185,7 @@ def test_aws_clients_share_one_config_with_short_timeouts_and_bounded_attempts()
     assert store is not None and (store.config.connect_timeout, store.config.read_timeout) == (0.25, 0.5)
 
 
+@pytest.mark.stack
 async def test_a_silent_keys_table_fails_a_lookup_within_the_bound(silent_endpoint, monkeypatch):
     monkeypatch.setenv("AWS_ENDPOINT_URL", silent_endpoint.url)
     for name, value in (
@@ -201,6 +206,7 @@ async def test_a_silent_keys_table_fails_a_lookup_within_the_bound(silent_endpoi
     assert took < 2 * 0.5 + 2.0, took
 
 
+@pytest.mark.heavy
 async def test_start_up_with_a_silent_s3_is_bounded_and_serves_the_built_in_voices(
     redis_url, silent_endpoint, tmp_path
 ):
@@ -231,6 +237,7 @@ async def test_start_up_with_a_silent_s3_is_bounded_and_serves_the_built_in_voic
 # ----- item 9: supervised background tasks --------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 async def test_the_supervisor_restarts_a_crashed_task_with_backoff_counts_it_and_reports_it_down():
     crashes: list[str] = []
     runs: dict[str, list[float]] = {"vital": [], "optional": []}
@@ -258,6 +265,7 @@ async def test_the_supervisor_restarts_a_crashed_task_with_backoff_counts_it_and
     assert all(entry.task is not None and entry.task.done() for entry in supervisor.tasks.values())
 
 
+@pytest.mark.unit
 async def test_a_task_that_swallows_its_cancel_does_not_hang_a_close_and_is_named_in_the_log(caplog):
     # Seen once in CI: a worker run in the test process finished its job and never got through its close. Whatever
     # hangs, a stop is bounded (systemd would otherwise kill the process mid-cleanup) and the log says where.
@@ -289,6 +297,7 @@ async def test_a_task_that_swallows_its_cancel_does_not_hang_a_close_and_is_name
         await stuck.run
 
 
+@pytest.mark.stack
 async def test_a_malformed_reply_message_does_not_end_the_fronts_listener(client, aredis):
     dispatcher = client.app[DISPATCHER]
     for junk in (b"not json\n", b'{"k": "chunk"}\n', b"\xff\xfe", b'["a list"]\n'):
@@ -300,6 +309,7 @@ async def test_a_malformed_reply_message_does_not_end_the_fronts_listener(client
     assert ready["status"] == "ready" and "tasks_down" not in ready
 
 
+@pytest.mark.stack
 async def test_a_malformed_announcement_does_not_end_the_voice_library_follower(client, aredis):
     library = client.app[VOICE_LIBRARY]
     before = library.applied
@@ -311,6 +321,7 @@ async def test_a_malformed_announcement_does_not_end_the_voice_library_follower(
     assert library.applied == before + 1
 
 
+@pytest.mark.heavy
 async def test_a_worker_heartbeat_survives_redis_error_replies_and_its_restarts_are_counted(aiohttp_client, tmp_path):
     """Redis out of memory answers every write with an OOM error reply: the heartbeat crashes, is restarted until
     Redis takes writes again, and then beats again; the fronts count its restarts in /metrics."""
@@ -359,6 +370,7 @@ async def cloned_names(front) -> set[str]:
 DEMO_KEY = "exposure-demo-full-key"
 
 
+@pytest.mark.stack
 async def test_demo_clone_accepts_its_own_page_only(aiohttp_client, aiohttp_server, redis_url, tmp_path):
     front = await aiohttp_server(create_app(make_settings(redis_url, tmp_path, api_key=DEMO_KEY)))
     front_client = await aiohttp_client(front)
@@ -383,6 +395,7 @@ async def test_demo_clone_accepts_its_own_page_only(aiohttp_client, aiohttp_serv
     assert await cloned_names(front_client) == {"from the page"}
 
 
+@pytest.mark.stack
 async def test_an_open_server_with_any_origin_refuses_cross_site_writes_and_warns(
     aiohttp_client, redis_url, tmp_path, caplog
 ):
@@ -420,6 +433,7 @@ async def test_an_open_server_with_any_origin_refuses_cross_site_writes_and_warn
 AVATAR_KEY = "exposure-avatar-key"
 
 
+@pytest.mark.stack
 async def test_one_session_token_cannot_take_every_avatar_slot(
     aiohttp_client, private_redis_url, data_dir, keys_table, loopback_ice
 ):
@@ -471,6 +485,7 @@ async def speak_burst(client, count: int) -> list[dict]:
     return answers
 
 
+@pytest.mark.stack
 async def test_speak_commands_are_rate_limited_and_their_queue_is_bounded(
     aiohttp_client, private_redis_url, data_dir, loopback_ice
 ):
@@ -489,6 +504,7 @@ async def test_speak_commands_are_rate_limited_and_their_queue_is_bounded(
     assert [(a["type"], a["code"]) for a in answers[4:]] == [("error", "speak_queue_full")] * 3
 
 
+@pytest.mark.stack
 async def test_readyz_is_false_while_a_vital_task_is_down_and_restarts_are_in_metrics(client):
     """A task crashing once under the front's supervisor (the one that runs its reply listener): /readyz names it
     until its restart has run a second, and /metrics counts the restart."""
@@ -515,6 +531,7 @@ async def test_readyz_is_false_while_a_vital_task_is_down_and_restarts_are_in_me
     assert resp.status == 200 and "tasks_down" not in await resp.json()
 
 
+@pytest.mark.stack
 async def test_an_open_avatar_server_refuses_cross_site_writes(aiohttp_client, private_redis_url, data_dir):
     client = await aiohttp_client(create_avatar_app(make_settings(private_redis_url, data_dir)))
     evil = {"Origin": EVIL}

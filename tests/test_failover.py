@@ -47,7 +47,7 @@ from .helpers import WorkerProcess, decode_audio, front_process
 from .s3_helpers import PREFIX, create_bucket
 from .sentinels import DOWN_AFTER_MS, SentinelSet
 
-pytestmark = pytest.mark.timeout(300)  # the module's scenario runs in the first test's setup
+pytestmark = [pytest.mark.heavy, pytest.mark.timeout(300)]  # the module's scenario runs in the first test's setup
 
 # Shorter than the defaults (30 s, 15 s), long enough for what waits in the queue through a promotion on a busy
 # two-core box (a yielded stream's remainder waits behind every unstarted job): a deadline is no failover loss.

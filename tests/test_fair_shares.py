@@ -20,6 +20,8 @@ from zsynth.speech.app import create_app
 
 from .helpers import make_settings, redis_text
 
+pytestmark = pytest.mark.stack
+
 
 @pytest.fixture
 async def queue(private_redis_url: str, tmp_path: Path) -> AsyncIterator[tuple[Dispatcher, Redis]]:

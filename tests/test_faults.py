@@ -27,6 +27,7 @@ async def job_record(redis_url: str, job_id: str) -> dict[str, str]:
     return {redis_text(k): redis_text(v) for k, v in raw.items()}
 
 
+@pytest.mark.heavy
 async def test_unstarted_job_of_a_dead_worker_is_run_by_a_survivor(aiohttp_client, private_redis_url, tmp_path):
     doomed = WorkerProcess(private_redis_url, "doomed", tmp_path).wait_ready()
     os.kill(doomed.proc.pid, signal.SIGSTOP)  # frozen inside BLMOVE: Redis still hands it the next job
@@ -53,6 +54,7 @@ async def test_unstarted_job_of_a_dead_worker_is_run_by_a_survivor(aiohttp_clien
         survivor.stop()
 
 
+@pytest.mark.heavy
 async def test_started_job_of_a_dead_worker_fails_fast_and_is_not_repeated(aiohttp_client, private_redis_url, tmp_path):
     victim = WorkerProcess(private_redis_url, "victim", tmp_path).wait_ready()
     survivor = WorkerProcess(private_redis_url, "survivor2", tmp_path).wait_ready()
@@ -86,6 +88,7 @@ async def test_started_job_of_a_dead_worker_fails_fast_and_is_not_repeated(aioht
         survivor.stop()
 
 
+@pytest.mark.stack
 async def test_full_queue_answers_429_with_retry_after(aiohttp_client, private_redis_url, tmp_path):
     settings = make_settings(private_redis_url, tmp_path, max_queue=2, first_chunk_timeout_s=2)
     client = await aiohttp_client(create_app(settings))
@@ -107,6 +110,7 @@ async def test_full_queue_answers_429_with_retry_after(aiohttp_client, private_r
         assert done.status == 503  # nobody served them within the deadline
 
 
+@pytest.mark.heavy
 async def test_job_past_its_deadline_is_dropped_unrun(aiohttp_client, private_redis_url, tmp_path):
     client = await aiohttp_client(create_app(make_settings(private_redis_url, tmp_path, first_chunk_timeout_s=1)))
     resp = await client.post("/v1/text-to-speech/v", json={"text": "Nobody hears this in time."})
@@ -141,6 +145,7 @@ async def job_record_ids(redis_url: str) -> list[str]:
         await client.aclose()
 
 
+@pytest.mark.heavy
 async def test_redis_outage_fails_fast_and_heals(aiohttp_client, tmp_path):
     server = RedisServer().start()
     worker = WorkerProcess(server.url, "outage", tmp_path).wait_ready()
@@ -171,6 +176,7 @@ async def test_redis_outage_fails_fast_and_heals(aiohttp_client, tmp_path):
         server.stop()
 
 
+@pytest.mark.heavy
 async def test_a_dropped_reply_subscription_fails_only_the_streams_that_lost_audio(aiohttp_client, tmp_path, caplog):
     """The reply listener once failed every open stream after each read that failed while it reconnected, so a job
     that had lost nothing (queued, or submitted after the drop) was cut short too, and logged only as "cancelled by

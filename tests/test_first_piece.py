@@ -34,6 +34,7 @@ def _cut(text: str) -> tuple[str, str] | None:
 # ----- the cutting function -------------------------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_a_long_sentence_is_cut_at_its_first_clause_mark() -> None:
     assert _cut(LONG) == (
         "The weather today is sunny,",
@@ -50,6 +51,7 @@ def test_a_long_sentence_is_cut_at_its_first_clause_mark() -> None:
     )
 
 
+@pytest.mark.unit
 def test_short_sentences_and_disabled_cuts_are_spoken_whole() -> None:
     assert _cut("Turning on the kitchen lights.") is None
     assert _cut("Yes, of course.") is None
@@ -57,16 +59,19 @@ def test_short_sentences_and_disabled_cuts_are_spoken_whole() -> None:
     assert len("Turning on the kitchen lights.") < FIRST_PIECE_CLAUSE_CHARS
 
 
+@pytest.mark.unit
 def test_without_a_clause_mark_a_long_sentence_is_cut_before_a_phrase() -> None:
     text = "Please remember to bring your umbrella because it will rain later this afternoon."
     assert _cut(text) == ("Please remember to bring your umbrella", "because it will rain later this afternoon.")
 
 
+@pytest.mark.unit
 def test_only_the_first_sentence_is_cut() -> None:
     text = "Okay. Then the weather today is sunny, with a high of seventy degrees."
     assert _cut(text) is None  # the first sentence is "Okay."
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "text",
     [
@@ -94,6 +99,7 @@ def test_hostile_first_sentences_are_never_cut_inside_a_number_an_abbreviation_o
     assert head.count(marks.OPEN) == head.count(marks.CLOSE)
 
 
+@pytest.mark.unit
 @given(st.text(alphabet=st.sampled_from(list("ab1 ,;:.!?$%\ue000\ue001-'")), max_size=120))
 def test_any_cut_is_at_white_space_between_words_and_splits_no_marker(text: str) -> None:
     cut = first_piece_cut(text)
@@ -111,6 +117,7 @@ def _speech(ms: float, lead_ms: float, trail_ms: float) -> np.ndarray:
     return np.concatenate([silence[0], tone, silence[1]])
 
 
+@pytest.mark.unit
 def test_a_word_seam_keeps_a_gap_between_words_and_the_timing_still_sums() -> None:
     head = EngineChunk(_speech(300, 50, 150), "Please remember", [("^", 1102), ("p", 6615), ("$", 3308)])
     rest = EngineChunk(_speech(300, 60, 40), "to bring it.", [("^", 1323), ("t", 6615), ("$", 882)])
@@ -128,6 +135,7 @@ def test_a_word_seam_keeps_a_gap_between_words_and_the_timing_still_sums() -> No
     assert abs(float(joined[seam]) - float(joined[seam - 1])) < SEAM_SILENCE
 
 
+@pytest.mark.unit
 def test_a_clause_seam_keeps_the_pause_it_had() -> None:
     head, kept = seam_head(EngineChunk(_speech(300, 50, 200), "Well,"), 350.0, RATE)
     rest = seam_rest(EngineChunk(_speech(300, 50, 40), "then."), round(RATE * 0.35) - kept, RATE)
@@ -154,6 +162,7 @@ def _pcm(line: dict) -> np.ndarray:
     return samples
 
 
+@pytest.mark.stack
 async def test_a_long_first_sentence_comes_as_two_chunks_that_join_without_a_click(client) -> None:
     lines = await _lines(client, LONG)
     audio = [_pcm(line) for line in lines]
@@ -183,6 +192,7 @@ async def test_a_long_first_sentence_comes_as_two_chunks_that_join_without_a_cli
     assert abs(rest_start - seam / RATE) < 0.35  # the rest's first letter is placed right after the first piece
 
 
+@pytest.mark.heavy
 async def test_the_setting_turns_the_first_piece_off(aiohttp_client, private_redis_url, tmp_path: Path) -> None:
     worker = WorkerProcess(private_redis_url, "first-piece-off", tmp_path, ZSYNTH_FIRST_PIECE="false").wait_ready()
     try:

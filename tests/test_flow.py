@@ -27,6 +27,7 @@ from .helpers import LONG_TEXT, WorkerProcess, assert_speech, decode_audio, fron
 # ----- the front's ledger (pure) --------------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_a_window_is_ten_seconds_of_audio_and_at_most_the_cap() -> None:
     assert window_bytes(96_000, 1 << 20, 10.0) == 960_000  # pcm_48000
     assert window_bytes(16_000, 1 << 20, 10.0) == 160_000  # mp3 at 128 kb/s
@@ -34,6 +35,7 @@ def test_a_window_is_ten_seconds_of_audio_and_at_most_the_cap() -> None:
     assert window_bytes(96_000, 0, 10.0) == 0  # off
 
 
+@pytest.mark.unit
 def test_jobs_past_the_budget_start_with_no_credit_and_get_it_back_as_others_end() -> None:
     ledger = Ledger(budget=1000)
     first, second, third = ledger.open(600), ledger.open(600), ledger.open(600)
@@ -46,6 +48,7 @@ def test_jobs_past_the_budget_start_with_no_credit_and_get_it_back_as_others_end
     assert ledger.outstanding == 400 + 600
 
 
+@pytest.mark.unit
 def test_a_grant_goes_out_when_the_buffer_drains_or_half_a_window_was_taken() -> None:
     ledger = Ledger(budget=10_000)
     credit = ledger.open(1000)
@@ -55,6 +58,7 @@ def test_a_grant_goes_out_when_the_buffer_drains_or_half_a_window_was_taken() ->
     assert ledger.take(credit, 0, drained=True) is None  # nothing new to say
 
 
+@pytest.mark.stack
 @settings(max_examples=200, deadline=None)
 @given(
     budget=st.integers(1, 5000),
@@ -87,6 +91,7 @@ def _gate(redis_url: str, window: int = 1000, wait_s: float = 5.0) -> tuple[Cred
     return CreditGate(client, job, wait_s, abort), abort
 
 
+@pytest.mark.stack
 def test_the_gate_waits_for_a_grant_and_always_lets_one_chunk_through_once_all_was_taken(redis_url) -> None:
     gate, _ = _gate(redis_url)
     listener = gate.redis.pubsub()
@@ -112,6 +117,7 @@ def test_the_gate_waits_for_a_grant_and_always_lets_one_chunk_through_once_all_w
         gate.redis.delete(gate.key)
 
 
+@pytest.mark.stack
 def test_the_gate_stops_a_job_whose_front_is_gone_or_cancelled_it(redis_url) -> None:
     gate, _ = _gate(redis_url)
     gate.sent_chunk(1000)  # the window is used up and nobody listens on the reply channel
@@ -126,6 +132,7 @@ def test_the_gate_stops_a_job_whose_front_is_gone_or_cancelled_it(redis_url) -> 
     assert not gate.admit(10) and abort.is_set() and not gate.stalled
 
 
+@pytest.mark.stack
 def test_the_gate_gives_up_when_a_live_front_grants_nothing_for_the_wait(redis_url) -> None:
     gate, _ = _gate(redis_url, wait_s=1.0)
     listener = gate.redis.pubsub()
@@ -165,6 +172,7 @@ async def _request_without_reading(port: int, path: str, body: bytes) -> socket.
     return sock
 
 
+@pytest.mark.stack
 @pytest.mark.timeout(300)
 async def test_a_client_that_reads_nothing_holds_one_window_and_is_cut_at_the_write_deadline(
     aiohttp_client, redis_url, data_dir, shared_workers
@@ -201,6 +209,7 @@ async def test_a_client_that_reads_nothing_holds_one_window_and_is_cut_at_the_wr
     assert_speech(*decode_audio(await resp.read(), "pcm_16000"), "The slot is free again.")
 
 
+@pytest.mark.stack
 async def test_a_slow_reader_still_gets_every_byte_across_many_windows(
     aiohttp_client, redis_url, data_dir, shared_workers
 ):
@@ -217,6 +226,7 @@ async def test_a_slow_reader_still_gets_every_byte_across_many_windows(
     assert len(audio) > 5 * 200_000, f"only {duration:.1f} s of audio: too short to need several windows"
 
 
+@pytest.mark.heavy
 async def test_a_worker_stops_soon_after_its_front_is_killed_mid_stream(private_redis_url, tmp_path):
     """The regression: a SIGKILLed front's job used to run on for 20-25 s; its worker now stops within seconds."""
     worker = WorkerProcess(private_redis_url, "orphaned", tmp_path).wait_ready()
@@ -251,6 +261,7 @@ async def test_a_worker_stops_soon_after_its_front_is_killed_mid_stream(private_
 # ----- output bounds per request -----------------------------------------------------------------------------------
 
 
+@pytest.mark.stack
 async def test_break_tags_past_the_pause_bound_are_refused_before_any_job(client):
     """F2's request: pages of 3 s breaks are a 400 naming the bound, not minutes of silence."""
     text = "Wait. " + '<break time="3s"/> ' * 40 + "Done."
@@ -266,6 +277,7 @@ async def test_break_tags_past_the_pause_bound_are_refused_before_any_job(client
     assert len(samples) / rate > 3.0
 
 
+@pytest.mark.stack
 async def test_ten_thousand_digits_read_one_by_one_are_refused_at_once(client):
     """F11: normalization makes 10,000 digits about an hour of audio; the request is refused before any job."""
     started = time.monotonic()
@@ -278,6 +290,7 @@ async def test_ten_thousand_digits_read_one_by_one_are_refused_at_once(client):
     assert time.monotonic() - started < 10
 
 
+@pytest.mark.stack
 @pytest.mark.parametrize("route", ["stream-input", "multi-stream-input"])
 async def test_a_socket_segment_past_the_pause_bound_gets_an_error_frame(client, route):
     async with client.ws_connect(f"/v1/text-to-speech/v/{route}?output_format=pcm_16000") as ws:
@@ -297,6 +310,7 @@ async def test_a_socket_segment_past_the_pause_bound_gets_an_error_frame(client,
         assert not any(frame.get("audio") for frame in frames)
 
 
+@pytest.mark.stack
 @pytest.mark.timeout(400)
 async def test_normal_streams_come_whole_beside_clients_that_do_not_read_and_pause_heavy_requests(
     aiohttp_client, redis_url, data_dir, shared_workers

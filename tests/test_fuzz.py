@@ -22,6 +22,8 @@ from zsynth.documents import build_document
 from .helpers import front_process
 from .openapi_helpers import JSON_LINES  # one JSON object per line: their per-line schema check lives there
 
+pytestmark = pytest.mark.heavy
+
 KEY = "fuzz-key-0123456789"
 # Examples per operation: 20 operations, so the run stays around a minute on two busy cores.
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "12"))

@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import ipaddress
 
+import pytest
+
 from zsynth.services.keys import SETTINGS
 from zsynth.speech.app import create_app
 
 from .helpers import make_settings
 
 
+@pytest.mark.stack
 async def test_healthz(client):
     resp = await client.get("/healthz")
     assert resp.status == 200
     assert (await resp.json()) == {"status": "ok"}
 
 
+@pytest.mark.stack
 async def test_readyz_with_workers(client):
     resp = await client.get("/readyz")
     body = await resp.json()
@@ -26,6 +30,7 @@ async def test_readyz_with_workers(client):
     assert (body["redis_mode"], body["redis_master"], body["redis_promotions"]) == ("direct", f"127.0.0.1:{port}", 0)
 
 
+@pytest.mark.stack
 async def test_readyz_names_the_redis_master_to_callers_on_the_box_only(aiohttp_client, redis_url, data_dir):
     """Issue 36 F9: behind nginx on the same box, every client's request came from loopback, so /readyz showed
     anyone the Redis master. The caller is now the client a trusted proxy names, as for every per-address limit."""
@@ -46,6 +51,7 @@ async def test_readyz_names_the_redis_master_to_callers_on_the_box_only(aiohttp_
     assert await shown(plain)
 
 
+@pytest.mark.stack
 async def test_readyz_without_workers(aiohttp_client, private_redis_url, tmp_path):
     client = await aiohttp_client(create_app(make_settings(private_redis_url, tmp_path)))
     resp = await client.get("/readyz")
@@ -62,6 +68,7 @@ def metric(text: str, name: str, labels: str = "") -> float:
     return 0.0
 
 
+@pytest.mark.stack
 async def test_metrics_move_after_a_request(client):
     before = await (await client.get("/metrics")).text()
     text = "Metrics count this sentence."
@@ -82,6 +89,7 @@ async def test_metrics_move_after_a_request(client):
     assert metric(after, "zsynth_workers_live") >= 2
 
 
+@pytest.mark.unit
 def test_json_logs_carry_ids(capsys):
     import logging
 

@@ -51,6 +51,7 @@ def open_front(redis_url: str, data_dir: Path, shared_workers: list[WorkerProces
         yield base
 
 
+@pytest.mark.heavy
 async def test_an_open_front_refuses_a_rebinding_host(open_front) -> None:
     async with aiohttp.ClientSession(timeout=TIMEOUT) as http:
         # The write a rebinding page would send: Origin == Host, so the cross-site write guard alone lets it through.
@@ -76,6 +77,7 @@ async def test_an_open_front_refuses_a_rebinding_host(open_front) -> None:
             assert resp.status == 200 and len(await resp.read()) > 1000
 
 
+@pytest.mark.heavy
 async def test_an_open_front_refuses_websockets_from_other_sites(open_front) -> None:
     url = f"{open_front}/v1/text-to-speech/joe/stream-input"
     async with aiohttp.ClientSession(timeout=TIMEOUT) as http:
@@ -92,6 +94,7 @@ async def test_an_open_front_refuses_websockets_from_other_sites(open_front) -> 
                 assert not ws.closed
 
 
+@pytest.mark.heavy
 async def test_allowed_hosts_adds_names_and_keys_are_not_affected(redis_url, data_dir, shared_workers) -> None:
     async with aiohttp.ClientSession(timeout=TIMEOUT) as http:
         named = {"ZSYNTH_ALLOWED_HOSTS": "speech.example", "ZSYNTH_LOG_LEVEL": "WARNING"}
@@ -107,6 +110,7 @@ async def test_allowed_hosts_adds_names_and_keys_are_not_affected(redis_url, dat
                 assert resp.status == 200
 
 
+@pytest.mark.heavy
 async def test_an_open_avatar_server_refuses_rebinding_and_foreign_sockets(redis_url, data_dir) -> None:
     port = free_port()
     env = {"ZSYNTH_REDIS_URL": redis_url, "ZSYNTH_DATA_DIR": str(data_dir), "ZSYNTH_AVATAR_PORT": str(port)}
@@ -143,6 +147,7 @@ def demo_stack(redis_url: str, data_dir: Path, shared_workers: list[WorkerProces
         yield url
 
 
+@pytest.mark.heavy
 async def test_the_demo_refuses_a_rebinding_host(demo_stack) -> None:
     async with aiohttp.ClientSession(timeout=TIMEOUT) as http:
         # What the rebinding page is after: tokens minted with the demo's key, and clones made with it.
@@ -161,6 +166,7 @@ async def test_the_demo_refuses_a_rebinding_host(demo_stack) -> None:
             assert resp.status == 200 and body["speech"]["token"].startswith("zsk_temp_")
 
 
+@pytest.mark.heavy
 async def test_the_demo_page_sends_a_content_security_policy_and_refuses_framing(demo_stack) -> None:
     async with aiohttp.ClientSession(timeout=TIMEOUT) as http:
         async with http.get(f"{demo_stack}/demo/session") as resp:
@@ -180,6 +186,7 @@ async def test_the_demo_page_sends_a_content_security_policy_and_refuses_framing
         assert connect == {"'self'", api, avatar, *ws}
 
 
+@pytest.mark.heavy
 async def test_the_avatar_offers_token_minting_to_no_page(demo_stack) -> None:
     async with aiohttp.ClientSession(timeout=TIMEOUT) as http:
         async with http.get(f"{demo_stack}/demo/session") as resp:
@@ -199,6 +206,7 @@ async def test_the_avatar_offers_token_minting_to_no_page(demo_stack) -> None:
             assert resp.status == 200 and resp.headers["Access-Control-Allow-Origin"] == "*"
 
 
+@pytest.mark.stack
 def test_the_allowed_names_come_from_the_settings() -> None:
     settings = Settings(
         host="192.0.2.10",

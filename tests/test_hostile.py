@@ -18,6 +18,8 @@ from zsynth.speech.app import create_app
 from .helpers import assert_speech, decode_audio, make_settings
 from .voice_clips import reference_file
 
+pytestmark = pytest.mark.stack
+
 # Generous for a busy 2-core box, but a hang still fails the test instead of blocking the run.
 TIMEOUT = aiohttp.ClientTimeout(total=60)
 SMALL_BODY = 64 * 1024

@@ -22,6 +22,8 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from .helpers import WorkerProcess, assert_speech, decode_audio, front_process
 from .hostile_text import HealthProbe, HostileRequest, HostileRun, hostile_requests, rss_bytes
 
+pytestmark = pytest.mark.heavy
+
 EXAMPLES = int(os.environ.get("FUZZ_HOSTILE_EXAMPLES", "30"))
 MAX_CHARS = 300
 # Generous bounds for a busy 2-core CI box: a hang, a stall or a leak still fails. The benchmark

@@ -7,7 +7,11 @@ import io
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from scripts.unpin_wheel import record_hash, unpin
+
+pytestmark = pytest.mark.unit
 
 METADATA = (
     "Metadata-Version: 2.1\nName: pinned\nVersion: 1.0\nRequires-Dist: torch==2.6.0\n"

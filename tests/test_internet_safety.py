@@ -35,6 +35,7 @@ STATIC_KEY = "sk-internet-safety"
 # ----- 1: the realtime buffer ------------------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_text_without_white_space_is_released_at_the_word_bound():
     buffer = TextBuffer()  # ZSYNTH_WS_MAX_WORD_CHARS' default: 1000
     out: list[str] = []
@@ -44,6 +45,7 @@ def test_text_without_white_space_is_released_at_the_word_bound():
     assert len(buffer) == 500
 
 
+@pytest.mark.unit
 def test_segments_never_exceed_the_job_limit_and_are_cut_at_white_space():
     buffer = TextBuffer(max_word_chars=1000, max_segment_chars=300)
     segments = buffer.add("word " * 200, flush=True)
@@ -52,6 +54,7 @@ def test_segments_never_exceed_the_job_limit_and_are_cut_at_white_space():
     assert all(not s.endswith("wor") for s in segments)  # never inside a word when white space is near
 
 
+@pytest.mark.unit
 def test_work_per_message_does_not_grow_with_what_was_sent_before():
     # 10 MB with no white space in 10,000-character messages: each message is released as it comes.
     buffer = TextBuffer()
@@ -78,6 +81,7 @@ async def flood_client(aiohttp_client, private_redis_url, data_dir):
     return await aiohttp_client(create_app(settings))
 
 
+@pytest.mark.stack
 async def test_a_10_mb_flood_without_white_space_never_stalls_the_event_loop(flood_client):
     stalls: list[float] = []
     stop = asyncio.Event()
@@ -110,6 +114,7 @@ async def test_a_10_mb_flood_without_white_space_never_stalls_the_event_loop(flo
     assert worst_ms < 100
 
 
+@pytest.mark.stack
 async def test_text_queued_faster_than_it_is_spoken_ends_the_socket(aiohttp_client, private_redis_url, data_dir):
     settings = make_settings(
         private_redis_url, data_dir, api_key=STATIC_KEY, ws_max_queued_chars=5000, ws_max_messages_per_s=1000.0
@@ -146,6 +151,7 @@ async def _open_socket(client, secret: str) -> aiohttp.ClientWebSocketResponse:
     return ws
 
 
+@pytest.mark.stack
 async def test_a_live_socket_ends_when_its_token_expires(table_front):
     client, auth = table_front
     token, expires_at = await auth.mint_token(3)
@@ -158,6 +164,7 @@ async def test_a_live_socket_ends_when_its_token_expires(table_front):
     assert -0.5 < late < 1.5
 
 
+@pytest.mark.stack
 async def test_a_live_socket_ends_within_the_cache_time_of_a_revocation(table_front):
     client, auth = table_front
     key, record = await auth.create_key("revoked while speaking")
@@ -184,6 +191,7 @@ async def _revoke_only(auth: Authenticator, key_hash: str) -> None:
     )
 
 
+@pytest.mark.stack
 async def test_a_token_is_refused_once_the_key_that_minted_it_is_revoked(table_front):
     client, auth = table_front
     key, _ = await auth.create_key("parent")
@@ -205,6 +213,7 @@ async def test_a_token_is_refused_once_the_key_that_minted_it_is_revoked(table_f
     assert took <= 2.5
 
 
+@pytest.mark.stack
 async def test_minting_refuses_a_revoked_key_still_in_the_cache(aiohttp_client, redis_url, data_dir, keys_table):
     settings = make_settings(redis_url, data_dir, api_keys_table=keys_table, auth_cache_ttl_s=30.0)
     client = await aiohttp_client(create_app(settings))
@@ -229,6 +238,7 @@ async def keyed_front(aiohttp_client, redis_url, data_dir):
     return await aiohttp_client(create_app(settings))
 
 
+@pytest.mark.stack
 async def test_sockets_that_have_not_authenticated_are_capped(keyed_front):
     waiting = [await keyed_front.ws_connect(PATH) for _ in range(2)]
     with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
@@ -249,6 +259,7 @@ async def test_sockets_that_have_not_authenticated_are_capped(keyed_front):
         await ws.close()
 
 
+@pytest.mark.stack
 async def test_a_large_first_message_is_refused_before_the_key_is_checked(keyed_front):
     ws = await keyed_front.ws_connect(PATH)
     await ws.send_json({"text": " ", "xi_api_key": STATIC_KEY, "pad": "p" * 5000})
@@ -257,6 +268,7 @@ async def test_a_large_first_message_is_refused_before_the_key_is_checked(keyed_
     assert [frame["error"] for frame in got.errors] == ["message_too_large"]
 
 
+@pytest.mark.stack
 async def test_made_up_keys_do_not_push_real_ones_out_of_the_cache(keys_table):
     reads = 0
 
@@ -283,6 +295,7 @@ async def test_made_up_keys_do_not_push_real_ones_out_of_the_cache(keys_table):
         await auth.close()
 
 
+@pytest.mark.stack
 async def test_an_address_sending_made_up_keys_is_rate_limited(aiohttp_client, redis_url, data_dir, keys_table):
     settings = make_settings(redis_url, data_dir, api_keys_table=keys_table, auth_max_failures_per_min=5)
     client = await aiohttp_client(create_app(settings))
@@ -300,6 +313,7 @@ async def test_an_address_sending_made_up_keys_is_rate_limited(aiohttp_client, r
 # ----- 11: multipart framing counts against the body limit --------------------------------------------------------
 
 
+@pytest.mark.stack
 async def test_multipart_part_headers_and_empty_parts_count(aiohttp_client, redis_url, data_dir):
     client = await aiohttp_client(create_app(make_settings(redis_url, data_dir, max_body_bytes=8192)))
     boundary = "b0undary"
@@ -317,6 +331,7 @@ async def test_multipart_part_headers_and_empty_parts_count(aiohttp_client, redi
     assert (await resp.json())["detail"]["status"] == "request_too_large"
 
 
+@pytest.mark.stack
 async def test_an_avatar_session_ends_when_its_token_expires(
     aiohttp_client, redis_url, data_dir, keys_table, loopback_ice
 ):
@@ -347,6 +362,7 @@ async def test_an_avatar_session_ends_when_its_token_expires(
 # ----- 11: a credential's share of the queue ----------------------------------------------------------------------
 
 
+@pytest.mark.stack
 async def test_one_key_cannot_fill_the_queue_ahead_of_another(aiohttp_client, private_redis_url, data_dir):
     # No worker on this database: jobs stay queued. Queue of 4, half of it per key.
     settings = make_settings(
@@ -375,6 +391,7 @@ async def test_one_key_cannot_fill_the_queue_ahead_of_another(aiohttp_client, pr
     await redis.aclose()
 
 
+@pytest.mark.stack
 async def test_a_keys_realtime_segments_wait_for_its_own_share(aiohttp_client, private_redis_url, data_dir):
     settings = make_settings(
         private_redis_url, data_dir, api_keys=("key-a", "key-b"), max_queue=4, first_chunk_timeout_s=5.0

@@ -15,6 +15,8 @@ from zsynth.speech.app import create_app
 from .helpers import make_settings
 from .ws_helpers import collect
 
+pytestmark = pytest.mark.stack
+
 KEY = "kit-full-key"
 
 #: Each server, a route it declares GET only, and how to read the code of an error answer in its envelope.

@@ -15,12 +15,14 @@ ROUTES = ("", "/stream", "/with-timestamps", "/stream/with-timestamps")
 BAD = ["de", "fa", "xx", "e", "english", "en;rm -rf", "d" * 300, 12, True, ["en"]]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("code", [None, "", "  ", "en", "EN", "en-US", "en_GB"])
 def test_the_engines_language_passes(code):
     expected = None if code is None or not str(code).strip() else "en"
     assert check_language_code("piper", None, code) == expected
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("code", BAD)
 def test_anything_else_names_the_model_and_the_code(code):
     with pytest.raises(UnsupportedLanguage) as err:
@@ -29,6 +31,7 @@ def test_anything_else_names_the_model_and_the_code(code):
     assert len(err.value.message) < 130  # a hostile code is not echoed whole
 
 
+@pytest.mark.stack
 @pytest.mark.parametrize("route", ROUTES)
 @pytest.mark.parametrize("code", BAD)
 async def test_http_routes_refuse_a_language_the_engine_lacks(client, route, code):
@@ -41,12 +44,14 @@ async def test_http_routes_refuse_a_language_the_engine_lacks(client, route, cod
     assert detail["message"].startswith("Model 'eleven_turbo_v2_5' does not support language_code ")
 
 
+@pytest.mark.stack
 async def test_without_a_model_the_engines_model_is_named(client):
     resp = await client.post("/v1/text-to-speech/joe", json={"text": TEXT, "language_code": "de"})
     assert resp.status == 400
     assert (await resp.json())["detail"]["message"] == "Model 'zsynth_piper' does not support language_code 'de'."
 
 
+@pytest.mark.stack
 @pytest.mark.parametrize("code", ["en", "", None, "en-US"])
 async def test_http_speaks_with_an_accepted_language(client, code):
     body = {"text": TEXT, "language_code": code}
@@ -56,6 +61,7 @@ async def test_http_speaks_with_an_accepted_language(client, code):
     assert_speech(samples, rate, TEXT)
 
 
+@pytest.mark.stack
 @pytest.mark.parametrize("path", ["/v1/text-to-speech/joe/stream-input", "/v1/text-to-speech/joe/multi-stream-input"])
 async def test_sockets_refuse_a_bad_language_before_any_audio(client, path):
     ws = await client.ws_connect(f"{path}?model_id=eleven_flash_v2_5&language_code=de")
@@ -68,6 +74,7 @@ async def test_sockets_refuse_a_bad_language_before_any_audio(client, path):
     assert got.frames[0]["message"] == "Model 'eleven_flash_v2_5' does not support language_code 'de'."
 
 
+@pytest.mark.stack
 async def test_socket_speaks_with_the_engines_language(client):
     ws = await client.ws_connect("/v1/text-to-speech/joe/stream-input?language_code=en&output_format=pcm_16000")
     await ws.send_json({"text": " "})

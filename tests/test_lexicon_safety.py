@@ -69,6 +69,7 @@ async def listed_names(base: str) -> set[str]:
 # ----- PLS: no DTD, the same rule checks as JSON -------------------------------------------------------------------
 
 
+@pytest.mark.heavy
 async def test_self_inflating_lexicons_are_refused_and_the_front_keeps_no_memory(front):
     pid, base, _ = front
     bomb = inflating_pls()
@@ -87,6 +88,7 @@ async def test_self_inflating_lexicons_are_refused_and_the_front_keeps_no_memory
     assert not any(name.startswith("bomb") for name in await listed_names(base))
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize(
     ("doctype", "lexeme"),
     [
@@ -106,6 +108,7 @@ async def test_a_lexicon_with_any_dtd_is_refused(front, doctype, lexeme):
     assert "with a DTD" not in await listed_names(base)
 
 
+@pytest.mark.heavy
 async def test_pls_rules_get_the_checks_json_rules_get(front):
     _, base, _ = front
     at_bound = "x" * MAX_STRING_CHARS
@@ -149,6 +152,7 @@ def write_dictionary(data: Path, dictionary_id: str, version: bytes) -> None:
     (folder / "meta.json").write_text(json.dumps(meta))
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize(
     "version",
     [
@@ -189,6 +193,7 @@ async def test_stored_rules_that_cannot_be_used_are_a_4xx_and_can_be_mended(fron
 # ----- DELETE, on every front --------------------------------------------------------------------------------------
 
 
+@pytest.mark.stack
 async def test_delete_removes_a_dictionary_for_every_front(aiohttp_client, aws_endpoint, redis_url, tmp_path):
     bucket = await create_bucket()
     fronts = [
@@ -223,6 +228,7 @@ async def test_delete_removes_a_dictionary_for_every_front(aiohttp_client, aws_e
     assert not {key for key in await bucket_keys(bucket) if made.id in key}  # its versions went too
 
 
+@pytest.mark.stack
 async def test_delete_needs_a_full_key(aiohttp_client, redis_url, data_dir, keys_table):
     settings = make_settings(redis_url, data_dir, api_key="full-key-delete", api_keys_table=keys_table)
     client = await aiohttp_client(create_app(settings))
@@ -251,6 +257,7 @@ class CountingBackend(DirectoryBackend):
         return await super().get(key, limit)
 
 
+@pytest.mark.unit
 def test_the_byte_budget_cache_drops_the_least_recently_used():
     cache: ByteBudgetCache[str, str] = ByteBudgetCache(100)
     cache.put("a", "A", 40)
@@ -265,6 +272,7 @@ def test_the_byte_budget_cache_drops_the_least_recently_used():
     assert len(cache) == 1 and cache.nbytes == 40
 
 
+@pytest.mark.unit
 async def test_the_version_cache_holds_to_its_byte_budget(tmp_path):
     budget = 200_000
     store = DictionaryStore(DirectoryBackend(tmp_path), cache_bytes=budget)
@@ -280,6 +288,7 @@ async def test_the_version_cache_holds_to_its_byte_budget(tmp_path):
     assert reader._versions.nbytes <= budget and len(reader._versions) < len(made)
 
 
+@pytest.mark.unit
 async def test_unknown_ids_cost_one_read_per_ttl_and_bounded_memory(tmp_path):
     backend = CountingBackend(tmp_path)
     store = DictionaryStore(backend)
@@ -299,6 +308,7 @@ async def test_unknown_ids_cost_one_read_per_ttl_and_bounded_memory(tmp_path):
     assert await store.rules(made.id, made.version_id) == made.rules  # the real one still there
 
 
+@pytest.mark.stack
 async def test_a_version_past_its_largest_legal_size_is_not_downloaded(tmp_path, aws_endpoint):
     oversize = b'{"rules": [' + b" " * MAX_VERSION_BYTES + b"]}"
     bucket = await create_bucket()

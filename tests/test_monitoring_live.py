@@ -23,7 +23,7 @@ from scripts.dashboard import PANELS, render
 
 from .helpers import LONG_TEXT, ROOT, WorkerProcess, assert_speech, decode_audio, free_port, front_process, wait_for
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.heavy, pytest.mark.timeout(300)]
 
 KEY = "monitoring-live-key"
 SCRAPE_S = 1.0  # scrape and rule evaluation interval of the test's Prometheus

@@ -48,6 +48,7 @@ def alerts() -> set[str]:
     return {rule["alert"] for group in groups for rule in group["rules"] if "alert" in rule}
 
 
+@pytest.mark.heavy
 def test_the_rules_and_the_example_config_pass_promtools_checks():
     checked = run("check", "rules", RULES)
     assert checked.returncode == 0, checked.stdout + checked.stderr
@@ -55,11 +56,13 @@ def test_the_rules_and_the_example_config_pass_promtools_checks():
     assert config.returncode == 0, config.stdout + config.stderr
 
 
+@pytest.mark.heavy
 def test_the_rules_unit_tests_pass():
     tested = run("test", "rules", RULE_TESTS)
     assert tested.returncode == 0 and "SUCCESS" in tested.stdout, tested.stdout + tested.stderr
 
 
+@pytest.mark.unit
 def test_every_alert_asked_for_exists_and_has_a_test_where_it_fires_and_one_where_it_is_quiet():
     assert alerts() == ASKED_FOR
     fires: set[str] = set()
@@ -72,6 +75,7 @@ def test_every_alert_asked_for_exists_and_has_a_test_where_it_fires_and_one_wher
     assert quiet == ASKED_FOR, ASKED_FOR - quiet
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("broken", ["ZsynthWorkerDown"])
 def test_a_rule_that_no_longer_fires_fails_the_unit_tests(tmp_path, broken):
     """The unit tests catch a broken rule (here the worker-down alert pointed at a job name nobody scrapes)."""

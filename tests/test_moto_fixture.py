@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import aioboto3
+import pytest
+
+pytestmark = pytest.mark.stack
 
 
 async def test_moto_server_answers_aioboto3(aws_endpoint):

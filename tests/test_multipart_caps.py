@@ -62,6 +62,7 @@ async def cloned_voice(base: str) -> str:
         return str((await r.json())["voice_id"])
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("path", ["/v1/voices/add", "/voices", "/v1/pronunciation-dictionaries/add-from-file", "edit"])
 async def test_100000_empty_parts_are_refused_at_once_and_healthz_keeps_answering(front, path):
     if path == "edit":  # editing reads its upload only for a voice that exists
@@ -73,6 +74,7 @@ async def test_100000_empty_parts_are_refused_at_once_and_healthz_keeps_answerin
     assert worst < STALL_BOUND_S, f"/healthz stalled for {worst * 1e3:.0f} ms during the flood on {path}"
 
 
+@pytest.mark.stack
 async def test_the_demo_refuses_a_flood_before_forwarding_it(aiohttp_client, redis_url, tmp_path):
     # The speech API behind the demo is not even there: forwarding would answer 502 upstream_unavailable.
     nowhere = f"http://127.0.0.1:{free_port()}"
@@ -99,6 +101,7 @@ async def test_the_demo_refuses_a_flood_before_forwarding_it(aiohttp_client, red
     assert resp.status == 413 and body["detail"]["code"] == "request_too_large", body
 
 
+@pytest.mark.stack
 async def test_the_part_cap_is_a_setting(aiohttp_client, redis_url, data_dir):
     client = await aiohttp_client(create_app(make_settings(redis_url, data_dir, max_multipart_parts=5)))
 
@@ -118,6 +121,7 @@ async def test_the_part_cap_is_a_setting(aiohttp_client, redis_url, data_dir):
     assert resp.status == 422 and body["detail"]["param"] == "files", body
 
 
+@pytest.mark.stack
 async def test_a_lexicon_upload_counts_boundaries_and_part_headers(aiohttp_client, redis_url, data_dir):
     client = await aiohttp_client(create_app(make_settings(redis_url, data_dir)))
     pls = (

@@ -12,6 +12,8 @@ import soundfile as sf
 from zsynth.core.audio import parse_output_format
 from zsynth.speech.openai_audio import RATE, RESPONSE_FORMATS
 
+pytestmark = pytest.mark.unit
+
 
 def tone_chunks(seconds: float = 2.0, chunk_s: float = 0.5) -> list[bytes]:
     """A 220 Hz tone in worker-sized pcm_24000 chunks (s16le)."""

@@ -10,6 +10,8 @@ import pytest
 from .helpers import assert_speech, decode_audio, front_process
 from .voice_clips import reference_file
 
+pytestmark = pytest.mark.heavy
+
 KEY = "pickers-static-key"
 TEXT = "The pickers found this voice, and it speaks."
 

@@ -53,6 +53,7 @@ def sdk(front) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{front}/v1", api_key=KEY, max_retries=0)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("response_format", ["mp3", "opus", "aac", "flac", "wav", "pcm"])
 def test_every_response_format_is_speech(sdk, response_format):
     answer = sdk.audio.speech.with_raw_response.create(
@@ -69,6 +70,7 @@ def test_every_response_format_is_speech(sdk, response_format):
     assert_speech(samples, rate, TEXT)
 
 
+@pytest.mark.heavy
 def test_streaming_response_to_a_file(sdk, tmp_path: Path):
     target = tmp_path / "speech.mp3"
     with sdk.audio.speech.with_streaming_response.create(model="gpt-4o-mini-tts", voice="alloy", input=TEXT) as resp:
@@ -77,6 +79,7 @@ def test_streaming_response_to_a_file(sdk, tmp_path: Path):
     assert_speech(samples, rate, TEXT)
 
 
+@pytest.mark.heavy
 def test_sse_deltas_then_done(sdk):
     body = sdk.audio.speech.create(
         model="gpt-4o-mini-tts", voice="alloy", input=TEXT, response_format="pcm", stream_format="sse"
@@ -89,6 +92,7 @@ def test_sse_deltas_then_done(sdk):
     assert_speech(np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768.0, 24000, TEXT)
 
 
+@pytest.mark.heavy
 def test_unmapped_name_gets_the_swap_out_voice_and_speed_changes_the_length(sdk):
     lengths = {}
     for speed in (0.25, 1.0, 4.0):
@@ -101,6 +105,7 @@ def test_unmapped_name_gets_the_swap_out_voice_and_speed_changes_the_length(sdk)
     assert lengths[4.0] < lengths[1.0] * 0.97 < lengths[0.25] * 0.97 * 0.9
 
 
+@pytest.mark.heavy
 def test_cloned_voice_by_id(front, sdk):
     clip = reference_file("wav")
     resp = httpx.post(
@@ -131,6 +136,7 @@ def test_cloned_voice_by_id(front, sdk):
     assert_speech(*decode(plain.content, "pcm"), "Hello.")
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize(
     ("kwargs", "error", "param"),
     [
@@ -149,6 +155,7 @@ def test_bad_requests_raise_the_sdk_error_types(sdk, kwargs, error, param):
     assert info.value.message
 
 
+@pytest.mark.heavy
 def test_wrong_key_is_authentication_error(front):
     bad = openai.OpenAI(base_url=f"{front}/v1", api_key="wrong", max_retries=0)
     with pytest.raises(openai.AuthenticationError) as info:
@@ -157,6 +164,7 @@ def test_wrong_key_is_authentication_error(front):
     assert info.value.type == "authentication_error"
 
 
+@pytest.mark.heavy
 def test_ephemeral_token_as_api_key(front):
     minted = httpx.post(f"{front}/v1/tokens/ephemeral", json={"ttl_seconds": 60}, headers={"xi-api-key": KEY})
     assert minted.status_code == 200, minted.text
@@ -166,6 +174,7 @@ def test_ephemeral_token_as_api_key(front):
     assert_speech(*decode(audio, "wav"), TEXT)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("speed", "engine"), [(0.25, 0.7), (0.5, 0.85), (1.0, 1.0), (2.0, 1.1), (4.0, 1.2), (1.5, 1.0585)]
 )
@@ -173,6 +182,7 @@ def test_speed_mapping(speed, engine):
     assert engine_speed(speed) == pytest.approx(engine, abs=1e-3)
 
 
+@pytest.mark.heavy
 def test_full_queue_and_no_worker_raise_the_sdk_types(private_redis_url, data_dir):
     """No worker on this Redis database: the queued job times out (503), and a full queue refuses at once (429)."""
     env = {"ZSYNTH_MAX_QUEUE": "1", "ZSYNTH_FIRST_CHUNK_TIMEOUT": "4"}
@@ -192,6 +202,7 @@ def test_full_queue_and_no_worker_raise_the_sdk_types(private_redis_url, data_di
         queue.close()
 
 
+@pytest.mark.unit
 def test_voice_map_setting_is_parsed_and_checked():
     parsed = Settings.from_env({"ZSYNTH_OPENAI_VOICES": " alloy=joe , nova=custom-abc "})
     assert parsed.openai_voices == (("alloy", "joe"), ("nova", "custom-abc"))

@@ -19,6 +19,7 @@ from .openapi_helpers import DOC, Checker, documented, registered
 from .voice_clips import reference_file
 
 
+@pytest.mark.unit
 def test_document_is_valid_openapi_31():
     assert DOC["openapi"].startswith("3.1")
     validate(DOC)
@@ -28,16 +29,19 @@ def test_document_is_valid_openapi_31():
         build_document("nope")  # type: ignore[arg-type]  # an unknown server name is refused
 
 
+@pytest.mark.unit
 def test_every_schema_is_a_valid_json_schema():
     for schema in DOC["components"]["schemas"].values():
         Draft202012Validator.check_schema(schema)  # raises, naming the fault
 
 
+@pytest.mark.stack
 def test_document_lists_exactly_the_registered_routes(settings):
     app = create_app(settings)
     assert registered(app) == documented()
 
 
+@pytest.mark.unit
 def test_operations_document_their_security_and_media_types():
     # The pickers are public (Open WebUI asks without a key); a credential only adds the clones.
     public = {"/healthz", "/readyz", "/openapi.json", "/v1/audio/voices", "/v1/audio/models"}
@@ -55,6 +59,7 @@ def test_operations_document_their_security_and_media_types():
     assert set(DOC["components"]["securitySchemes"]) == {"ApiKeyHeader", "BearerAuth"}
 
 
+@pytest.mark.stack
 async def test_document_is_served_without_a_key(aiohttp_client, redis_url, data_dir, shared_workers):
     settings = make_settings(redis_url, data_dir, api_key="secret-key", max_text_chars=321)
     client = await aiohttp_client(create_app(settings))
@@ -76,6 +81,7 @@ def clone_form(name: str | None, clip: bytes | None) -> aiohttp.FormData:
     return form
 
 
+@pytest.mark.stack
 async def test_real_answers_match_the_document(client):
     """A sample of successful and failing calls on every route, each checked against the document."""
     c = Checker()
@@ -231,6 +237,7 @@ async def test_real_answers_match_the_document(client):
     assert c.seen == documented(), f"not exercised: {documented() - c.seen}"
 
 
+@pytest.mark.stack
 async def test_auth_failures_match_the_document(aiohttp_client, redis_url, data_dir, shared_workers):
     client = await aiohttp_client(create_app(make_settings(redis_url, data_dir, api_key="secret-key")))
     c = Checker()

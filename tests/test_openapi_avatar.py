@@ -27,6 +27,7 @@ SHAPED_OFFER = "v=0\r\nm=audio 9 UDP/TLS/RTP/SAVPF 111\r\nm=video 9 UDP/TLS/RTP/
 pytestmark = pytest.mark.usefixtures("loopback_ice")
 
 
+@pytest.mark.unit
 def test_avatar_document_is_valid_openapi_31():
     assert DOC["openapi"].startswith("3.1")
     validate(DOC)
@@ -39,6 +40,7 @@ def test_avatar_document_is_valid_openapi_31():
     assert schemes["SessionTokenQuery"] == {**schemes["SessionTokenQuery"], "in": "query", "name": "session_token"}
 
 
+@pytest.mark.unit
 def test_avatar_operations_document_their_security():
     for path, item in DOC["paths"].items():
         for method, op in item.items():
@@ -52,11 +54,13 @@ def test_avatar_operations_document_their_security():
                 assert "401" in op["responses"]
 
 
+@pytest.mark.unit
 def test_avatar_document_lists_exactly_the_registered_routes():
     # Building the app starts nothing: no Redis or workers needed to list its routes.
     assert registered(create_avatar_app(Settings()), WEBSOCKET_SUFFIXES) == documented(DOC)
 
 
+@pytest.mark.stack
 async def test_avatar_document_is_served_without_a_key(aiohttp_client, redis_url, data_dir):
     settings = make_settings(redis_url, data_dir, api_keys=(KEY,))
     client = await aiohttp_client(create_avatar_app(settings))
@@ -69,6 +73,7 @@ async def test_avatar_document_is_served_without_a_key(aiohttp_client, redis_url
     assert status == 401 and body["code"] == "missing_api_key"
 
 
+@pytest.mark.stack
 async def test_real_avatar_answers_match_the_document(aiohttp_client, redis_url, data_dir, keys_table):
     """A sample of successful and failing calls on every avatar route, each checked against the document."""
     settings = make_settings(redis_url, data_dir, api_keys=(KEY,), api_keys_table=keys_table)

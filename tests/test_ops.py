@@ -14,6 +14,7 @@ from pathlib import Path
 
 import aiohttp
 import numpy as np
+import pytest
 
 from workers.cores import CoreShare
 from zsynth.core.config import Settings, default_engine_threads, default_workers, usable_cores
@@ -21,6 +22,7 @@ from zsynth.core.config import Settings, default_engine_threads, default_workers
 from .helpers import ROOT, WorkerProcess, assert_speech, front_process
 
 
+@pytest.mark.heavy
 def test_systemd_units_verify(tmp_path):
     analyze = shutil.which("systemd-analyze")
     assert analyze, "systemd-analyze is missing: scripts/install --test installs it"
@@ -40,6 +42,7 @@ def test_systemd_units_verify(tmp_path):
     assert f"ExecStart={sys.prefix}/bin/zsynth worker" in worker_unit
 
 
+@pytest.mark.heavy
 def test_install_systemd_dry_run_changes_nothing():
     result = subprocess.run(
         [str(ROOT / "scripts" / "install-systemd"), "--dry-run", "--gpus", "2", "--prefix", "/nonexistent/zsynth"],
@@ -53,6 +56,7 @@ def test_install_systemd_dry_run_changes_nothing():
     assert not Path("/nonexistent/zsynth").exists()
 
 
+@pytest.mark.heavy
 def test_install_systemd_enables_a_worker_per_core_for_piper():
     result = subprocess.run(
         [str(ROOT / "scripts" / "install-systemd"), "--dry-run", "--prefix", "/nonexistent/zsynth"],
@@ -66,6 +70,7 @@ def test_install_systemd_enables_a_worker_per_core_for_piper():
     assert f"zsynth installed: {cores} worker(s)" in result.stderr
 
 
+@pytest.mark.heavy
 def test_install_systemd_refuses_a_worker_count_that_is_not_a_count():
     # Bash arithmetic would take "abc" as 0 workers and "1e9" as a loop without end: both are refused up front.
     for count in ("abc", "0", "1e9", "-1", "3;reboot"):
@@ -92,6 +97,7 @@ def test_install_systemd_refuses_a_worker_count_that_is_not_a_count():
     assert "zsynth-worker@2.service" in three.stdout and "zsynth-worker@3.service" not in three.stdout
 
 
+@pytest.mark.unit
 def test_cpu_defaults_follow_the_cores():
     # Piper: a worker per core, each job on two threads where there are two; other engines one of each.
     assert [default_workers("piper", n) for n in (1, 2, 8)] == [1, 2, 8]
@@ -103,6 +109,7 @@ def test_cpu_defaults_follow_the_cores():
     assert (chosen.worker_count, chosen.engine_thread_count) == (3, 4)
 
 
+@pytest.mark.heavy
 def test_worker_sends_ready_after_warm_up(private_redis_url, tmp_path):
     path = tmp_path / "notify.sock"
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
@@ -119,6 +126,7 @@ def test_worker_sends_ready_after_warm_up(private_redis_url, tmp_path):
         assert worker.proc.returncode == 0
 
 
+@pytest.mark.heavy
 def test_worker_check_command(shared_workers, redis_url):
     env = dict(os.environ, ZSYNTH_REDIS_URL=redis_url, ZSYNTH_HEARTBEAT_TTL="3")
     ok = subprocess.run(
@@ -129,6 +137,7 @@ def test_worker_check_command(shared_workers, redis_url):
     assert missing.returncode == 1
 
 
+@pytest.mark.heavy
 async def test_sigterm_drains_running_stream(redis_url, data_dir, shared_workers):
     text = " ".join(
         f"Sentence {n} of a text that is still being spoken when the front is told to stop." for n in range(6)
@@ -151,6 +160,7 @@ async def test_sigterm_drains_running_stream(redis_url, data_dir, shared_workers
     assert_speech(samples, 22050, text)
 
 
+@pytest.mark.heavy
 def test_core_share_sees_the_other_workers_of_the_box(tmp_path):
     first, second = CoreShare(tmp_path, "w1"), CoreShare(tmp_path, "w2")
     try:
@@ -180,6 +190,7 @@ os._exit(0)
 """
 
 
+@pytest.mark.heavy
 async def test_two_thread_workers_share_the_box(private_redis_url, tmp_path):
     # The CPU default: two workers of two threads each; both speak at once, each marking itself busy in the box's
     # cores directory (the other then speaks on one thread), and every answer is whole speech.

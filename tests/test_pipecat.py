@@ -29,7 +29,7 @@ KEY = "sk-pipecat-agent"
 VOICE = "any-voice"
 IDLE_S = 12.0  # past the services' 10 s keep-alive: the socket must stay open and usable through it
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.heavy, pytest.mark.timeout(240)]
 
 
 @pytest.fixture

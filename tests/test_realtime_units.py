@@ -15,6 +15,8 @@ from zsynth.speech.ws.connection import WsError, ws_error
 from zsynth.speech.ws.query import RealtimeQuery
 from zsynth.speech.ws.speaker import MAX_FRAME_AUDIO_BYTES, _frames, audio_frame
 
+pytestmark = pytest.mark.unit
+
 
 def test_schedule_thresholds_advance_and_repeat():
     buffer = TextBuffer((50, 60))

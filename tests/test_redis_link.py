@@ -14,6 +14,7 @@ from zsynth.core.config import Settings, SettingsError
 from zsynth.core.redis_link import DEFAULT_SENTINEL_PORT, check_url, is_sentinel_url, parse_sentinel_url
 
 
+@pytest.mark.unit
 def test_several_sentinels_a_service_and_a_database():
     target = parse_sentinel_url("redis+sentinel://10.0.0.1:26380,sentinel-b:26381,sentinel-c/zsynth/3")
     assert target.sentinels == (("10.0.0.1", 26380), ("sentinel-b", 26381), ("sentinel-c", DEFAULT_SENTINEL_PORT))
@@ -22,17 +23,20 @@ def test_several_sentinels_a_service_and_a_database():
     assert target.data_kwargs() == {"db": 3, "username": None, "password": None}
 
 
+@pytest.mark.unit
 def test_the_database_defaults_to_0_and_a_trailing_slash_is_allowed():
     assert parse_sentinel_url("redis+sentinel://h:1/svc").db == 0
     assert parse_sentinel_url("redis+sentinel://h:1/svc/").db == 0
     assert parse_sentinel_url("redis+sentinel://h:1/svc/12/").db == 12
 
 
+@pytest.mark.unit
 def test_ipv6_sentinels_in_brackets_with_and_without_a_port():
     target = parse_sentinel_url("redis+sentinel://[::1]:26390,[fe80::2]/svc")
     assert target.sentinels == (("::1", 26390), ("fe80::2", DEFAULT_SENTINEL_PORT))
 
 
+@pytest.mark.unit
 def test_credentials_are_the_data_nodes_and_are_unquoted_and_kept_out_of_repr():
     target = parse_sentinel_url("redis+sentinel://app:p%40ss%3Aword@h:1/svc")
     assert (target.username, target.password) == ("app", "p@ss:word")
@@ -42,6 +46,7 @@ def test_credentials_are_the_data_nodes_and_are_unquoted_and_kept_out_of_repr():
     assert only_password.sentinel_kwargs()["password"] is None  # the sentinels have none of their own here
 
 
+@pytest.mark.unit
 def test_sentinel_credentials_come_from_the_query():
     target = parse_sentinel_url("redis+sentinel://h:1/svc?sentinel_password=s3cret&sentinel_username=watch")
     assert (target.sentinel_username, target.sentinel_password) == ("watch", "s3cret")
@@ -50,6 +55,7 @@ def test_sentinel_credentials_come_from_the_query():
     assert parse_sentinel_url("redis+sentinel://h:1/svc?sentinel_password=").sentinel_password is None
 
 
+@pytest.mark.unit
 def test_the_tls_scheme_asks_for_tls_to_sentinels_and_data_nodes():
     target = parse_sentinel_url("rediss+sentinel://h:1/svc")
     assert target.tls
@@ -57,6 +63,7 @@ def test_the_tls_scheme_asks_for_tls_to_sentinels_and_data_nodes():
     assert "ssl" not in parse_sentinel_url("redis+sentinel://h:1/svc").data_kwargs()
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("url", "says"),
     [
@@ -89,6 +96,7 @@ def test_bad_urls_are_refused_with_the_reason(url: str, says: str):
             check_url(url)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "url",
     ["redis://127.0.0.1:6379/0", "rediss://u:p@h:6380/2", "unix:///run/redis.sock", "redis+sentinel://a,b,c/svc/1"],
@@ -97,12 +105,14 @@ def test_check_url_returns_a_usable_url_unchanged(url: str):
     assert check_url(url) == url
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("url", ["", "http://h/", "h:6379", "REDIS://h", "sentinel://h:1/svc"])
 def test_check_url_refuses_other_schemes(url: str):
     with pytest.raises(ValueError, match="expected a redis://"):
         check_url(url)
 
 
+@pytest.mark.unit
 def test_is_sentinel_url_looks_at_the_scheme_only():
     assert is_sentinel_url("redis+sentinel://whatever") and is_sentinel_url("rediss+sentinel://")
     assert not is_sentinel_url("redis://h") and not is_sentinel_url("redis+sentinel:h")
@@ -111,6 +121,7 @@ def test_is_sentinel_url_looks_at_the_scheme_only():
 _URL_ALPHABET = st.sampled_from(list("redis+sentinl:/@[],?&=%.0123456789-_x\x00 \u00b2\u0661\ufffd"))
 
 
+@pytest.mark.stack
 @settings(max_examples=300, deadline=None)
 @given(
     st.one_of(
@@ -128,6 +139,7 @@ def test_check_url_raises_nothing_but_value_error(url: str):
         pass
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize(
     "url",
     [
@@ -158,6 +170,7 @@ def test_a_mistyped_url_is_refused_without_its_password(url: str):
     assert "s3cret" not in done.stderr + done.stdout and "cr:et" not in done.stderr
 
 
+@pytest.mark.unit
 def test_redaction_keeps_what_a_url_says_but_its_secrets():
     from zsynth.core.config import redacted  # here: the test above runs (and fails) on code that predates it
 

@@ -10,6 +10,8 @@ import pytest
 
 from .helpers import assert_speech, decode_audio
 
+pytestmark = pytest.mark.stack
+
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 MINTED = re.compile(r"[0-9a-f]{32}")

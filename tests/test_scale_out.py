@@ -7,8 +7,11 @@ import contextlib
 
 import aiohttp
 import numpy as np
+import pytest
 
 from .helpers import WorkerProcess, decode_audio, front_process
+
+pytestmark = pytest.mark.heavy
 
 SHORT = "five words are said here"  # 2 s at the simulated engine's 2.5 words a second
 LONG = " ".join(["twenty words of speech"] * 5)  # 20 words: 8 s

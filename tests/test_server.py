@@ -35,6 +35,7 @@ def _box_announcements(redis_url: str) -> list[bytes | str]:
         client.close()
 
 
+@pytest.mark.heavy
 def test_second_signal_during_drain_exits_at_once(private_redis_url, data_dir, tmp_path):
     port = free_port()
     log = tmp_path / "front.log"
@@ -88,6 +89,7 @@ def test_second_signal_during_drain_exits_at_once(private_redis_url, data_dir, t
             proc.wait(10)
 
 
+@pytest.mark.stack
 async def test_a_second_signal_cancels_the_requests_then_runs_the_cleanup_contexts_in_order(tmp_path, caplog):
     """The forced end still closes what the app opened, newest first and after the requests are gone: left to the
     event loop's shutdown, the cleanup contexts' generators would be finalized all at once, in no order."""

@@ -17,6 +17,8 @@ from zsynth.core.protocol import SINGLE_USE_TOKEN_PREFIX
 from .helpers import assert_speech, decode_audio, front_process
 from .ws_helpers import Received, collect
 
+pytestmark = pytest.mark.heavy
+
 KEY = "single-use-static-key"
 TEXT = "This socket was opened with a single use token."
 LIMIT = 2  # sockets per key on each front (its tokens' sockets included)

@@ -40,6 +40,7 @@ async def _started_jobs(redis_url: str, workers: list[WorkerProcess]) -> int:
         await redis.aclose()
 
 
+@pytest.mark.heavy
 async def test_a_dead_worker_is_the_same_classified_error_on_every_transport(
     aiohttp_client, private_redis_url, tmp_path, loopback_ice, caplog
 ) -> None:
@@ -155,6 +156,7 @@ BAD_SETTINGS = [
 ]
 
 
+@pytest.mark.stack
 @pytest.mark.parametrize(("settings", "param", "message"), BAD_SETTINGS, ids=["string", "huge", "boost", "not-object"])
 async def test_bad_voice_settings_are_refused_alike_on_http_and_both_sockets(
     aiohttp_client, private_redis_url, tmp_path, settings, param, message
@@ -187,6 +189,7 @@ async def test_bad_voice_settings_are_refused_alike_on_http_and_both_sockets(
         await redis.aclose()
 
 
+@pytest.mark.stack
 async def test_a_full_queue_is_system_busy_on_http_and_the_socket(aiohttp_client, private_redis_url, tmp_path) -> None:
     """No worker, a queue of one: a waiting job fills it, then HTTP answers 429 and the socket an error frame."""
     settings = make_settings(private_redis_url, tmp_path, max_queue=1, first_chunk_timeout_s=3)

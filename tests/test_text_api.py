@@ -33,6 +33,8 @@ from .livekit_helpers import speak as livekit_speak
 from .s3_helpers import create_bucket
 from .ws_helpers import collect
 
+pytestmark = pytest.mark.stack
+
 KEY = "sk-text-api-test"
 FMT = "pcm_22050"
 STEADY = {"stability": 1.0}  # the least random delivery: runs of one request differ by little

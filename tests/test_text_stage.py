@@ -85,6 +85,7 @@ def _longest_word(text: str) -> int:
 # ----- the bound ---------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_each_engine_has_a_bound_and_the_setting_overrides_it() -> None:
     assert word_bound("piper") == PIPER.word_chars == 100
     assert word_bound("turbo") == 300
@@ -93,6 +94,7 @@ def test_each_engine_has_a_bound_and_the_setting_overrides_it() -> None:
     assert Settings.from_env({}).max_word_chars is None
 
 
+@pytest.mark.unit
 def test_a_long_word_is_cut_at_soft_places_and_never_inside_a_marker() -> None:
     assert bound_words("1st2nd3rd4th" * 3, 16) == "1st2nd3rd4th1st 2nd3rd4th1st2nd 3rd4th"
     assert bound_words("a/b/c/d/e/f/g/h", 5) == "a/b/ c/d/ e/f/ g/h"
@@ -108,6 +110,7 @@ def test_a_long_word_is_cut_at_soft_places_and_never_inside_a_marker() -> None:
     assert bound_words(sentence, 10) == sentence and word_cuts(sentence, 10) == []
 
 
+@pytest.mark.unit
 @PROPERTY
 @given(ANY_TEXT, BOUNDS)
 def test_no_word_is_longer_than_the_bound_and_only_spaces_are_added(text: str, bound: int) -> None:
@@ -117,6 +120,7 @@ def test_no_word_is_longer_than_the_bound_and_only_spaces_are_added(text: str, b
     assert "".join(cut.split()) == "".join(text.split())
 
 
+@pytest.mark.unit
 @PROPERTY
 @given(ANY_TEXT, st.integers(20, 300), st.one_of(st.none(), st.integers(1, 300)))
 def test_split_sentences_never_hands_an_engine_a_longer_word(text: str, max_chars: int, max_word: int | None) -> None:
@@ -127,6 +131,7 @@ def test_split_sentences_never_hands_an_engine_a_longer_word(text: str, max_char
     assert "".join("".join(pieces).split()) == "".join(text.split())
 
 
+@pytest.mark.unit
 @PROPERTY
 @given(ANY_TEXT, BOUNDS)
 def test_a_cut_keeps_every_callers_character_with_its_own_time(text: str, bound: int) -> None:
@@ -143,6 +148,7 @@ def test_a_cut_keeps_every_callers_character_with_its_own_time(text: str, bound:
     assert starts == sorted(starts) and all(a <= b for a, b in zip(starts, ends, strict=True))
 
 
+@pytest.mark.unit
 def test_characters_on_either_side_of_a_cut_keep_their_own_times() -> None:
     text = "Say " + "ab" * 30 + " now"
     spoken = Spoken(text)
@@ -158,6 +164,7 @@ def test_characters_on_either_side_of_a_cut_keep_their_own_times() -> None:
     assert starts[4] == 4.0 and starts[29] == 30.0 and starts[54] == 56.0 and starts[-1] == len(chars) - 1
 
 
+@pytest.mark.unit
 async def test_normal_sentences_come_through_the_stage_unchanged() -> None:
     for text in ("The quick brown fox jumps over the lazy dog.", "Hello there, how are you today?"):
         for options in (None, TextOptions(normalization="off"), TextOptions()):
@@ -165,6 +172,7 @@ async def test_normal_sentences_come_through_the_stage_unchanged() -> None:
             assert not spoken.changed and spoken.text == text
 
 
+@pytest.mark.unit
 @PROPERTY
 @given(st.lists(st.text(alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJ',", min_size=1, max_size=30), max_size=60))
 def test_ordinary_words_are_never_cut(words: list[str]) -> None:
@@ -174,6 +182,7 @@ def test_ordinary_words_are_never_cut(words: list[str]) -> None:
     assert not spoken.changed
 
 
+@pytest.mark.stack
 async def test_every_transport_builds_its_job_with_bounded_words() -> None:
     """SynthesisService.build is the one place jobs are built (HTTP, OpenAI, sockets, avatar): with options or not."""
     settings = Settings()
@@ -196,6 +205,7 @@ async def test_every_transport_builds_its_job_with_bounded_words() -> None:
 # ----- normalization -------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_numbers_past_fifteen_digits_are_read_digit_by_digit() -> None:
     assert cardinal("9" * MAX_NUMBER_DIGITS).startswith("nine hundred and ninety-nine trillion")
     long = cardinal("9" * 4301)  # past Python's int() limit: it used to raise ValueError
@@ -216,6 +226,7 @@ class _Records(logging.Handler):
         self.records.append(record)
 
 
+@pytest.mark.unit
 @PROPERTY
 @given(ANY_TEXT)
 def test_normalization_never_raises_and_no_rule_fails(text: str) -> None:
@@ -229,6 +240,7 @@ def test_normalization_never_raises_and_no_rule_fails(text: str) -> None:
     assert not records.records, records.records[0].getMessage()  # the guard is a last line, not a crutch
 
 
+@pytest.mark.unit
 def test_a_rule_that_fails_leaves_its_text_as_written(monkeypatch, caplog) -> None:
     def broken(raw: str) -> str:
         raise OverflowError("a defect")
@@ -248,6 +260,7 @@ def _cpu_s(text: str) -> float:
     return best
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("unit", ["9", "1,", "1.", "$1", "12:", "#1", "1st", ",000", "a.", "1%1", "1st2nd$3.4%#5 6:7,"])
 def test_normalization_time_grows_linearly_with_hostile_text(unit: str) -> None:
     ten, forty = ((unit * (n // len(unit) + 1))[:n] for n in (10_000, 40_000))
@@ -283,6 +296,7 @@ def _assert_sound(samples: np.ndarray, rate: int, seconds: float) -> None:
     assert voiced > 0.3, f"only {voiced:.0%} of 20 ms frames carry sound"
 
 
+@pytest.mark.stack
 async def test_a_two_thousand_character_word_streams_speech_at_once(client) -> None:
     """Before the text stage Piper got the word whole: 20 s and 2.8 GB before any audio, then the front gave up."""
     started = time.monotonic()
@@ -302,6 +316,7 @@ async def test_a_two_thousand_character_word_streams_speech_at_once(client) -> N
     assert elapsed < 25.0, f"first two seconds of audio after {elapsed:.1f} s"
 
 
+@pytest.mark.stack
 async def test_ten_thousand_digits_with_normalization_never_get_a_500_nor_stall_the_front(client) -> None:
     """Before: the number patterns rescanned the run from every digit (seconds of a blocked loop), then num2words
     raised on 10,000 digits and the answer was 500; later, a 200 whose job read an hour of digits. Now the text is
@@ -341,6 +356,7 @@ async def test_ten_thousand_digits_with_normalization_never_get_a_500_nor_stall_
     assert max(gaps) - 0.005 < STALL_LIMIT_S, f"the event loop stalled for {max(gaps):.3f} s"
 
 
+@pytest.mark.stack
 async def test_alignment_of_a_cut_word_stays_on_the_callers_characters(
     aiohttp_client, redis_url, data_dir, shared_workers
 ):

@@ -17,6 +17,8 @@ from zsynth.core.text.prepare import TextOptionError, TextOptions, parse_locator
 from zsynth.core.text.sentences import split_sentences
 from zsynth.core.text.spoken import AlignmentMapper, Spoken
 
+pytestmark = pytest.mark.unit
+
 TABLE = [
     # cardinals, ordinals, decimals, negatives
     ("I have 3 cats.", "I have three cats."),

@@ -32,6 +32,7 @@ def _check_alignment(alignment: dict, text: str, duration_s: float) -> None:
     assert abs(ends[-1] - duration_s) < 0.1, (ends[-1], duration_s)
 
 
+@pytest.mark.stack
 @pytest.mark.parametrize("output_format", ["pcm_16000", "mp3_44100_128", "ulaw_8000"])
 async def test_with_timestamps(client, output_format):
     resp = await client.post(
@@ -47,6 +48,7 @@ async def test_with_timestamps(client, output_format):
     assert body["normalized_alignment"] == body["alignment"]
 
 
+@pytest.mark.stack
 async def test_stream_with_timestamps_lines(client):
     resp = await client.post(
         "/v1/text-to-speech/any-voice/stream/with-timestamps?output_format=pcm_22050", json={"text": TEXT}
@@ -70,12 +72,14 @@ async def test_stream_with_timestamps_lines(client):
     _check_alignment(merged, TEXT, duration)
 
 
+@pytest.mark.unit
 def test_the_audio_headers_are_named_once() -> None:
     """The OpenAPI document describes, and CORS exposes, the headers the routes write."""
     assert tuple(AUDIO_HEADERS) == AUDIO_HEADER_NAMES
     assert set(AUDIO_HEADER_NAMES) <= set(CORS_EXPOSE_HEADERS)
 
 
+@pytest.mark.stack
 @pytest.mark.parametrize("route", ["with-timestamps", "stream/with-timestamps"])
 async def test_with_timestamps_answers_carry_every_documented_audio_header(client, route):
     """Like every TTS answer, with x-model-id when the request named a model (the OpenAPI document used to leave it
@@ -92,6 +96,7 @@ async def test_with_timestamps_answers_carry_every_documented_audio_header(clien
     assert resp.headers["x-model-id"] == "eleven_x"
 
 
+@pytest.mark.stack
 async def test_with_timestamps_errors_use_the_envelope(client):
     resp = await client.post("/v1/text-to-speech/v/stream/with-timestamps?output_format=wav_22050", json={"text": "x"})
     assert resp.status == 400

@@ -31,6 +31,8 @@ from websockets.sync.client import connect as ws_connect
 from .helpers import assert_speech, decode_audio, free_port, front_process, wait_for, zsynth_process
 from .tls_certs import CertAuthority
 
+pytestmark = pytest.mark.heavy
+
 KEY = "tls-static-key"
 TLS_EXPIRY = "zsynth_tls_certificate_expiry_timestamp_seconds"
 TEXT = "Every byte of this sentence travelled through an encrypted connection."

@@ -25,6 +25,7 @@ SOCKET = "GET /v1/text-to-speech/{voice_id}/stream-input"
 TEXT = "The first sentence of a traced request. And the second one, spoken after it."
 
 
+@pytest.mark.heavy
 def test_one_request_is_one_trace_across_the_front_and_the_worker(private_redis_url, tmp_path):
     pytest.importorskip("opentelemetry.sdk")
     env = {"ZSYNTH_OTLP_ENDPOINT": "", "OTEL_BSP_SCHEDULE_DELAY": "200"}  # export within 0.2 s of a span's end
@@ -143,6 +144,7 @@ sys.exit(1 if ours else 0)
 """
 
 
+@pytest.mark.heavy
 def test_without_an_endpoint_zsynth_imports_nothing_of_opentelemetry(tmp_path):
     """The app, the worker's hooks and the tracing module never import OpenTelemetry without the endpoint (redis-py 8
     loads it by itself where it is installed: only zsynth's own imports are counted)."""
@@ -154,6 +156,7 @@ def test_without_an_endpoint_zsynth_imports_nothing_of_opentelemetry(tmp_path):
     assert "zsynth's imports of opentelemetry: []" in done.stdout
 
 
+@pytest.mark.stack
 def test_an_endpoint_without_the_extra_logs_and_runs_without_traces(tmp_path, monkeypatch, caplog):
     from zsynth.core.config import Settings
     from zsynth.core.tracing import Tracing

@@ -10,6 +10,8 @@ import pytest
 
 from .helpers import assert_speech, decode_audio
 
+pytestmark = pytest.mark.stack
+
 TEXT = "The quick brown fox jumps over the lazy dog. Then it runs back home before the rain starts."
 
 

@@ -35,6 +35,7 @@ except ImportError as err:  # pragma: no cover - a clear message instead of a ba
 from workers.engines.base import VoiceSpec
 
 pytestmark = [
+    pytest.mark.heavy,
     pytest.mark.timeout(1200),
     # Library chatter at run time (diffusers deprecations, librosa/torch user warnings) is not under test here.
     pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning"),

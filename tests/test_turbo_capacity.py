@@ -20,6 +20,8 @@ from scripts.gpu_capacity import (
     summary_lines,
 )
 
+pytestmark = pytest.mark.heavy
+
 
 def test_chunks_in_time_play_without_a_gap():
     # 0.5 s chunks arriving every 0.4 s: each lands before the previous one has finished playing.

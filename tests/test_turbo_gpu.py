@@ -27,7 +27,11 @@ from zsynth.services.dispatch import Dispatcher  # noqa: E402
 
 from .helpers import WorkerProcess, make_settings  # noqa: E402
 
-pytestmark = [pytest.mark.timeout(900), pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")]
+pytestmark = [
+    pytest.mark.heavy,
+    pytest.mark.timeout(900),
+    pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning"),
+]
 
 MAX_TOKENS = 100  # 4 s of audio per piece
 SHORT = "Hello there, this is a short request."

@@ -27,7 +27,11 @@ from torch._dynamo.utils import counters  # noqa: E402
 from workers.engines.turbo_compat import apply_workarounds  # noqa: E402
 from workers.engines.turbo_flow import BucketedFlow, choose_bucket  # noqa: E402
 
-pytestmark = [pytest.mark.timeout(600), pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")]
+pytestmark = [
+    pytest.mark.heavy,
+    pytest.mark.timeout(600),
+    pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning"),
+]
 
 VOCAB = 128  # token ids of the tiny flow (the real one has 6561)
 PROMPT = 30  # prompt tokens of the test voice (a real 10 s reference has 250)

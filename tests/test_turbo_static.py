@@ -30,7 +30,7 @@ try:
 except ImportError as err:  # pragma: no cover - a clear message instead of a bare collection error
     raise ImportError(f"the turbo tests need torch and chatterbox-tts: run ./scripts/install --test ({err})") from err
 
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
+pytestmark = [pytest.mark.heavy, pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")]
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,8 @@ import pytest
 
 from .helpers import assert_speech, front_process
 
+pytestmark = pytest.mark.heavy
+
 KEY = "vapi-static-key"
 TEXT = "Hello, this is your assistant speaking through a custom voice."
 

@@ -9,10 +9,13 @@ import random
 import signal
 
 import aiohttp
+import pytest
 import soundfile as sf
 
 from .helpers import front_process
 from .voice_clips import reference_file
+
+pytestmark = pytest.mark.heavy
 
 
 async def test_kill_during_clone_leaves_whole_voices_or_none(redis_url, tmp_path):

@@ -205,6 +205,7 @@ async def run_jobs(
 # ----- the tests -----------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.heavy
 async def test_clone_on_a_is_listed_and_spoken_by_b_with_its_own_pitch_within_5_s(boxes):
     box_a, box_b = boxes
     voice_id = await clone(box_a.url, "made on A")
@@ -223,6 +224,7 @@ async def _has(url: str, voice_id: str) -> bool:
     return voice_id in await listed(url)
 
 
+@pytest.mark.heavy
 async def test_b_speaks_a_clone_at_once_even_before_the_announcement(boxes, shared):
     box_a, box_b = boxes
     voice_id = await clone(box_a.url, "asked for at once")
@@ -234,6 +236,7 @@ async def test_b_speaks_a_clone_at_once_even_before_the_announcement(boxes, shar
     await delete(box_a.url, voice_id)
 
 
+@pytest.mark.heavy
 async def test_delete_on_a_is_a_404_on_b_within_5_s_and_every_worker_refuses_it(boxes, shared, tmp_path):
     box_a, box_b = boxes
     voice_id = await clone(box_a.url, "short-lived")
@@ -260,6 +263,7 @@ async def test_delete_on_a_is_a_404_on_b_within_5_s_and_every_worker_refuses_it(
     assert refused_by == {box_a.worker_id, box_b.worker_id}
 
 
+@pytest.mark.heavy
 async def test_b_restarted_with_a_stale_copy_keeps_the_deleted_voice_gone_everywhere(boxes):
     box_a, box_b = boxes
     voice_id = await clone(box_a.url, "deleted while B holds a copy")
@@ -285,6 +289,7 @@ def _bucket(box: Box) -> str:
     return box.env["ZSYNTH_VOICES_BUCKET"]
 
 
+@pytest.mark.heavy
 async def test_b_that_was_down_during_a_clone_and_a_delete_catches_up(boxes, shared):
     box_a, box_b = boxes
     doomed = await clone(box_a.url, "cloned and removed while B was down")
@@ -312,6 +317,7 @@ async def test_b_that_was_down_during_a_clone_and_a_delete_catches_up(boxes, sha
     await delete(box_a.url, added)
 
 
+@pytest.mark.heavy
 async def test_sdk_update_and_settings_update_on_a_are_what_b_lists_and_speaks(boxes):
     box_a, box_b = boxes
     voice_id = await clone(box_a.url, "before the edit")
@@ -363,6 +369,7 @@ def _pitched(semitones: float) -> Any:
     return pitch_shift(piper_speech(), RATE, semitones)
 
 
+@pytest.mark.heavy
 async def test_builtin_voice_settings_are_saved_everywhere_but_it_cannot_be_renamed_or_deleted(boxes):
     box_a, box_b = boxes
     api = AsyncElevenLabs(base_url=box_a.url, api_key="unused-when-open")
@@ -388,6 +395,7 @@ async def test_builtin_voice_settings_are_saved_everywhere_but_it_cannot_be_rena
         await api.voices.settings.update("joe", request=VoiceSettings(speed=1.0))
 
 
+@pytest.mark.heavy
 async def test_unknown_clone_id_is_404_and_unknown_other_ids_keep_the_swap_out_voice(boxes):
     _, box_b = boxes
     status, body = await speak(box_b.url, "custom-NeverClonedAnywhere")
@@ -399,6 +407,7 @@ async def test_unknown_clone_id_is_404_and_unknown_other_ids_keep_the_swap_out_v
         assert resp.status == 200 and resp.headers["x-voice-id"] == "joe"
 
 
+@pytest.mark.heavy
 async def test_bucket_down_at_start_and_at_clone_time(boxes, shared, tmp_path):
     box_a, _ = boxes
     dead = f"http://127.0.0.1:{free_port()}"
@@ -457,6 +466,7 @@ async def run_lone_worker(
         await redis.aclose()
 
 
+@pytest.mark.heavy
 async def test_a_worker_that_cannot_fetch_a_voice_fails_the_job(boxes, shared, tmp_path, monkeypatch):
     box_a, _ = boxes
     voice_id = await clone(box_a.url, "in the bucket, out of this worker's reach")
@@ -473,6 +483,7 @@ async def test_a_worker_that_cannot_fetch_a_voice_fails_the_job(boxes, shared, t
         await delete(box_a.url, voice_id)
 
 
+@pytest.mark.heavy
 async def test_a_worker_only_box_has_the_clone_for_its_job(boxes, shared, tmp_path):
     box_a, _ = boxes
     voice_id = await clone(box_a.url, "for a box with no front")
@@ -486,6 +497,7 @@ async def test_a_worker_only_box_has_the_clone_for_its_job(boxes, shared, tmp_pa
         await delete(box_a.url, voice_id)
 
 
+@pytest.mark.stack
 async def test_second_box_without_a_bucket_warns_and_readyz_says_why(aiohttp_client, private_redis_url, tmp_path):
     first = await aiohttp_client(create_app(make_settings(private_redis_url, tmp_path / "one")))
     await clone(str(first.make_url("")).rstrip("/"), "only on the first box")
@@ -502,6 +514,7 @@ async def test_second_box_without_a_bucket_warns_and_readyz_says_why(aiohttp_cli
     assert alone.app[VOICE_LIBRARY].warning is None and "voice_library" not in await (await alone.get("/readyz")).json()
 
 
+@pytest.mark.unit
 def test_resolve_never_swaps_a_clone_id_or_a_builtin_id(tmp_path):
     from zsynth.core.voices import VoiceStore
     from zsynth.services.voices import VoiceCatalog
@@ -512,6 +525,7 @@ def test_resolve_never_swaps_a_clone_id_or_a_builtin_id(tmp_path):
     assert catalog.resolve("21m00Tcm4TlvDq8ikWAM") == "joe"  # a stock id: the swap-out voice
 
 
+@pytest.mark.unit
 def test_saved_settings_are_defaults_under_the_request_s_own(tmp_path):
     from workers.engines.base import VoiceSpec, job_settings
     from zsynth.core.voices import VoiceStore

@@ -19,6 +19,7 @@ from typing import Any
 
 import aioboto3
 import aiohttp
+import pytest
 from redis.asyncio import Redis
 
 from zsynth.core import protocol
@@ -78,6 +79,7 @@ def _cursor(data: Path) -> str:
     return ""
 
 
+@pytest.mark.heavy
 async def test_a_forged_delete_on_redis_leaves_the_voice_served_and_a_real_delete_still_removes_it(
     aws_endpoint, private_redis_url, tmp_path
 ):
@@ -133,6 +135,7 @@ async def test_a_forged_delete_on_redis_leaves_the_voice_served_and_a_real_delet
         await redis.aclose()
 
 
+@pytest.mark.stack
 async def test_a_start_up_uploads_a_tombstone_only_for_a_removal_made_through_its_own_api(
     aiohttp_client, aws_endpoint, private_redis_url, tmp_path
 ):
@@ -171,6 +174,7 @@ async def test_a_start_up_uploads_a_tombstone_only_for_a_removal_made_through_it
         await redis.aclose()
 
 
+@pytest.mark.stack
 async def test_without_a_bucket_a_delete_announcement_never_removes_a_voice_from_disk(
     aiohttp_client, private_redis_url, tmp_path
 ):

@@ -26,15 +26,18 @@ def harmonic(f0: float, seconds: float = 3.0) -> np.ndarray:
     return (0.2 * np.sum([np.sin(k * phase) / k for k in range(1, 6)], axis=0)).astype(np.float32)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("f0", [80.0, 120.0, 210.0, 330.0])
 def test_estimator_finds_the_fundamental(f0):
     assert median_f0(harmonic(f0), RATE) == pytest.approx(f0, rel=0.02)
 
 
+@pytest.mark.unit
 def test_estimator_ignores_silence():
     assert median_f0(np.zeros(RATE * 2, np.float32), RATE) is None
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("semitones", [-5.0, 3.0, 7.0])
 def test_shift_moves_pitch_and_keeps_duration(semitones):
     pcm = harmonic(140.0)
@@ -43,6 +46,7 @@ def test_shift_moves_pitch_and_keeps_duration(semitones):
     assert median_f0(shifted, RATE) == pytest.approx(140.0 * 2 ** (semitones / 12), rel=0.03)
 
 
+@pytest.mark.heavy
 def test_store_writes_atomically_and_hides_unfinished_voices(tmp_path):
     store = VoiceStore(tmp_path / "voices")
     store.ensure()
@@ -72,6 +76,7 @@ def test_store_writes_atomically_and_hides_unfinished_voices(tmp_path):
     assert store.all() == {}
 
 
+@pytest.mark.unit
 def test_catalog_resolution(tmp_path):
     store = VoiceStore(tmp_path)
     voice = store.install(new_clone_meta("n", None, {}, [], 10.0), b"x")
@@ -81,6 +86,7 @@ def test_catalog_resolution(tmp_path):
     assert VoiceCatalog(store, "turbo").resolve("nope") == "default"
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("value", "expected"),
     [(0.9, 0.9), ("0.3", 0.3), (5, 1.0), (-2, 0.0), (None, 0.5), ("x", 0.5), (10**400, 0.5), (float("nan"), 0.5)],
@@ -89,6 +95,7 @@ def test_voice_settings_are_clamped_or_defaulted(value, expected):
     assert clamp_setting(value, 0.0, 1.0, 0.5) == expected
 
 
+@pytest.mark.unit
 def test_saved_settings_take_only_whole_voice_ids(tmp_path):
     # "^...$" let a trailing newline through ($ matches before it): the settings file name would carry it.
     store = VoiceStore(tmp_path)

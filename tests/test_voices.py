@@ -13,6 +13,8 @@ from elevenlabs.client import AsyncElevenLabs
 from .helpers import assert_speech, decode_audio
 from .voice_clips import RATE, encode, piper_speech, pitch_of, reference_file, reference_pcm
 
+pytestmark = pytest.mark.stack
+
 # Every field the issue and the SDK's Voice model name; clients read them without defaults.
 VOICE_FIELDS = {
     "voice_id",

@@ -6,6 +6,7 @@ import asyncio
 import uuid
 
 import aiohttp
+import pytest
 from redis.asyncio import Redis
 
 from zsynth.core import protocol
@@ -29,12 +30,14 @@ async def clone(front, name: str) -> str:
     return str((await resp.json())["voice_id"])
 
 
+@pytest.mark.unit
 def test_prefix_setting_is_normalised():
     assert Settings.from_env({"ZSYNTH_VOICES_PREFIX": "/a/b"}).voices_prefix == "a/b/"
     assert Settings.from_env({"ZSYNTH_VOICES_PREFIX": ""}).voices_prefix == ""
     assert Settings.from_env({}).voices_prefix == "voices/" and Settings.from_env({}).voices_bucket is None
 
 
+@pytest.mark.stack
 async def test_clone_is_in_the_bucket_before_200_restored_on_an_empty_disk_and_removed_for_good(
     aiohttp_client, aws_endpoint, private_redis_url, tmp_path
 ):
@@ -69,6 +72,7 @@ async def test_clone_is_in_the_bucket_before_200_restored_on_an_empty_disk_and_r
     assert await bucket_keys(bucket) == {f"{PREFIX}{voice_id}/tombstone.json"}
 
 
+@pytest.mark.stack
 async def test_unreachable_bucket_refuses_changes_with_503_and_keeps_nothing(
     aiohttp_client, aws_endpoint, private_redis_url, tmp_path
 ):
@@ -90,6 +94,7 @@ async def test_unreachable_bucket_refuses_changes_with_503_and_keeps_nothing(
     await box.close()
 
 
+@pytest.mark.stack
 async def test_voices_cloned_before_the_bucket_was_set_are_uploaded_at_start(
     aiohttp_client, aws_endpoint, private_redis_url, tmp_path
 ):
@@ -103,6 +108,7 @@ async def test_voices_cloned_before_the_bucket_was_set_are_uploaded_at_start(
     assert library.catch_up_report is not None and library.catch_up_report.uploaded == 1
 
 
+@pytest.mark.stack
 async def test_a_removal_whose_announcement_was_lost_is_settled_by_the_periodic_comparison(
     aiohttp_client, aws_endpoint, private_redis_url, tmp_path
 ):
@@ -124,6 +130,7 @@ async def test_a_removal_whose_announcement_was_lost_is_settled_by_the_periodic_
     assert not (tmp_path / "voices" / voice_id).exists()
 
 
+@pytest.mark.stack
 async def test_an_unauthenticated_socket_never_makes_the_front_fetch_a_voice(
     aiohttp_client, aws_endpoint, private_redis_url, tmp_path
 ):
@@ -158,6 +165,7 @@ async def test_an_unauthenticated_socket_never_makes_the_front_fetch_a_voice(
     assert missing in library.missing
 
 
+@pytest.mark.stack
 async def test_a_bucket_that_is_down_is_named_in_the_log_never_in_an_answer(
     aiohttp_client, private_redis_url, tmp_path, monkeypatch, caplog
 ):

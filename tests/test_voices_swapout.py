@@ -37,6 +37,7 @@ async def speak(front, voice_id: str) -> tuple[str, float]:
     return resp.headers["x-voice-id"], assert_speech(samples, rate, TEXT)
 
 
+@pytest.mark.stack
 async def test_unknown_voice_is_spoken_by_the_first_builtin_voice(client):
     used, _ = await speak(client, STOCK_ID)
     assert used == "joe"
@@ -46,6 +47,7 @@ async def test_unknown_voice_is_spoken_by_the_first_builtin_voice(client):
     assert (await client.get(f"/v1/voices/{STOCK_ID}")).status == 404
 
 
+@pytest.mark.stack
 async def test_pinned_swapout_voice_serves_unknown_ids(aiohttp_client, client, redis_url, data_dir):
     voice_id = await clone(client, "swap-out target")
     try:
@@ -66,11 +68,13 @@ async def test_pinned_swapout_voice_serves_unknown_ids(aiohttp_client, client, r
         assert (await client.delete(f"/voices/{voice_id}")).status == 200
 
 
+@pytest.mark.stack
 async def test_pinned_builtin_is_accepted(aiohttp_client, redis_url, data_dir, shared_workers):
     front = await aiohttp_client(create_app(make_settings(redis_url, data_dir, swapout_default_voice="joe")))
     assert (await speak(front, "no-such-voice"))[0] == "joe"
 
 
+@pytest.mark.stack
 async def test_pinned_voice_that_does_not_exist_stops_startup(redis_url, tmp_path):
     # A bare TestServer, not the aiohttp_client fixture: that one leaves its client session open when startup fails.
     server = TestServer(create_app(make_settings(redis_url, tmp_path, swapout_default_voice="custom-gone")))
@@ -81,6 +85,7 @@ async def test_pinned_voice_that_does_not_exist_stops_startup(redis_url, tmp_pat
         await server.close()
 
 
+@pytest.mark.heavy
 def test_serve_exits_with_a_clear_message_when_the_pin_is_missing(redis_url, tmp_path):
     env = dict(
         os.environ,
@@ -97,6 +102,7 @@ def test_serve_exits_with_a_clear_message_when_the_pin_is_missing(redis_url, tmp
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.heavy
 async def test_cloned_voice_survives_a_restart_of_every_process(aiohttp_client, private_redis_url, tmp_path):
     worker = WorkerProcess(private_redis_url, "restart-1", tmp_path).wait_ready()
     try:

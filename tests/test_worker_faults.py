@@ -15,6 +15,7 @@ from zsynth.speech.app import create_app
 from .helpers import LONG_TEXT, assert_speech, decode_audio, make_settings
 
 
+@pytest.mark.heavy
 async def test_killed_worker_mid_stream_ends_the_response(aiohttp_client, private_redis_url, private_worker, tmp_path):
     settings = make_settings(private_redis_url, tmp_path, chunk_timeout_s=3.0)
     client = await aiohttp_client(create_app(settings))
@@ -30,6 +31,7 @@ async def test_killed_worker_mid_stream_ends_the_response(aiohttp_client, privat
     assert time.monotonic() - started < 3.0 + 3.0
 
 
+@pytest.mark.heavy
 async def test_killed_worker_before_first_byte_gets_503(aiohttp_client, private_redis_url, private_worker, tmp_path):
     settings = make_settings(private_redis_url, tmp_path, first_chunk_timeout_s=3.0)
     client = await aiohttp_client(create_app(settings))
@@ -43,6 +45,7 @@ async def test_killed_worker_before_first_byte_gets_503(aiohttp_client, private_
     assert time.monotonic() - started < 3.0 + 3.0
 
 
+@pytest.mark.heavy
 async def test_client_disconnect_frees_the_worker(aiohttp_client, private_redis_url, private_worker, tmp_path):
     client = await aiohttp_client(create_app(make_settings(private_redis_url, tmp_path)))
     resp = await client.post("/v1/text-to-speech/v/stream?output_format=pcm_22050", json={"text": LONG_TEXT})
@@ -86,6 +89,7 @@ class _BreaksAfterOneChunk:
         raise FileNotFoundError("reference clip is gone")
 
 
+@pytest.mark.stack
 async def test_engine_failure_mid_job_reaches_the_client_as_an_error(private_redis_url, tmp_path):
     """An engine error after audio started ends the job with synthesis_failed (not a hang, not a Redis outage)."""
     import redis as sync_redis
@@ -116,6 +120,7 @@ async def test_engine_failure_mid_job_reaches_the_client_as_an_error(private_red
         await redis.aclose()
 
 
+@pytest.mark.stack
 async def test_a_job_pushed_twice_is_spoken_once(private_redis_url, tmp_path, caplog):
     """A push Redis ran twice (a retried command whose reply a failover cut) leaves two copies of one job in the
     queue: the first copy claimed owns the job and the second is dropped without a word, so the client hears the

@@ -9,6 +9,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
 import redis as sync_redis
 from redis.asyncio import Redis
 
@@ -117,6 +118,7 @@ def _reaped(caplog: Any) -> list[str]:
     return [r.getMessage() for r in caplog.records if "reaped dead worker" in r.getMessage()]
 
 
+@pytest.mark.stack
 async def test_a_worker_whose_redis_connection_stops_answering_is_not_reaped(private_redis_url, tmp_path, caplog):
     """The issue's regression: a worker's connection stopped answering (after a Redis fault) while it ran a job
     longer than its heartbeat TTL. Its heartbeat, on that connection, went silent and another worker reaped it while
@@ -165,6 +167,7 @@ def _sync(settings: Settings) -> sync_redis.Redis:
     return sync_redis.Redis.from_url(settings.redis_url, socket_timeout=10)
 
 
+@pytest.mark.heavy
 async def test_a_redis_restart_then_a_long_job_reaps_no_worker(tmp_path, caplog):
     """Redis restarts (every worker's connections drop and their heartbeats fail once), then each of two real
     workers runs a job longer than the heartbeat TTL: both finish, and neither is reaped."""
@@ -207,6 +210,7 @@ async def test_a_redis_restart_then_a_long_job_reaps_no_worker(tmp_path, caplog)
         server.stop()
 
 
+@pytest.mark.stack
 async def test_one_missed_read_of_a_heartbeat_reaps_nobody(private_redis_url, tmp_path):
     """A heartbeat missing at one look (a key read just as it expired, a beat a moment late) is not a death: the
     reaper needs it missing for longer than its TTL across two looks."""

@@ -36,6 +36,7 @@ MB = 10**6
 # ----- Piper: bounded calls ------------------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_phoneme_runs_are_bounded_and_cut_at_word_breaks():
     from workers.engines.piper import WORD_BREAK, phoneme_runs
 
@@ -77,6 +78,7 @@ def piper():
     return engine
 
 
+@pytest.mark.unit
 def test_a_long_sentence_reaches_onnx_in_bounded_calls(piper):
     """A 300-character sentence (the longest a worker speaks whole, about 330 phonemes): several bounded calls, one
     chunk of speech whose timing covers it; before, one call took every phoneme of a sentence, and a
@@ -96,6 +98,7 @@ def test_a_long_sentence_reaches_onnx_in_bounded_calls(piper):
     assert chunks[0].timing is not None and sum(n for _, n in chunks[0].timing) == len(pcm)
 
 
+@pytest.mark.unit
 def test_cancellation_is_honoured_between_bounded_calls(piper):
     piper._voice.session.calls.clear()
     asked = []
@@ -111,6 +114,7 @@ def test_cancellation_is_honoured_between_bounded_calls(piper):
 # ----- the ceiling: settings and the watch ---------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_max_rss_setting_takes_bytes_and_units():
     assert Settings.from_env({"ZSYNTH_WORKER_MAX_RSS": "2GiB"}).worker_max_rss == 2 * 1024**3
     assert Settings.from_env({"ZSYNTH_WORKER_MAX_RSS": "1500MB"}).worker_max_rss == 1500 * MB
@@ -120,6 +124,7 @@ def test_max_rss_setting_takes_bytes_and_units():
         Settings.from_env({"ZSYNTH_WORKER_MAX_RSS": "lots"})
 
 
+@pytest.mark.unit
 def test_memory_watch_acts_once_then_gives_up_after_the_grace():
     over: list[int] = []
     stuck: list[int] = []
@@ -165,6 +170,7 @@ def _idle_rss(url: str, data_dir: Path) -> int:
         worker.stop()
 
 
+@pytest.mark.heavy
 async def test_job_over_the_ceiling_gets_400_and_the_worker_serves_on(aiohttp_client, private_redis_url, tmp_path):
     """A worker whose ceiling is 100 MB over its idle RSS. The 2,000-character word, queued straight on Redis (no
     front cuts it), ends with input_too_complex within one bounded call; so does a request of dense 12-character
@@ -255,6 +261,7 @@ _STUCK_WORKER = textwrap.dedent(
 )
 
 
+@pytest.mark.heavy
 def test_job_that_will_not_stop_restarts_the_worker_cleanly(private_redis_url, tmp_path):
     """The engine ignores the stop: the worker publishes input_too_complex, frees its slot, and exits non-zero at
     once (the RSS passed the hard limit), so systemd starts a fresh one; the job is marked so nobody runs it again."""
@@ -318,6 +325,7 @@ class _Idle:
         return iter(())
 
 
+@pytest.mark.stack
 async def test_memory_killed_job_is_never_requeued(private_redis_url, tmp_path):
     """A dead worker's unstarted job goes back to the queue once, unless it passed the memory ceiling: that one
     ends with input_too_complex for its client, never on a second worker."""
@@ -363,6 +371,7 @@ async def test_memory_killed_job_is_never_requeued(private_redis_url, tmp_path):
 # ----- Turbo: bounded text tokens ------------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_turbo_text_tokens_are_cut_to_the_cap(tmp_path):
     """The tokenizer of the random-weight checkpoint (the published file set): a 10,000-character word gives T3 at
     most TEXT_MAX_TOKENS, which fit the static cache's prefill; an ordinary piece is untouched."""

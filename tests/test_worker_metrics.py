@@ -16,6 +16,7 @@ from zsynth.core.config import Settings
 from .helpers import LONG_TEXT, assert_speech, decode_audio, free_port, sample_sum, scrape, wait_for
 
 
+@pytest.mark.stack
 async def test_the_workers_export_their_jobs_engine_time_rtf_waits_and_memory(client, shared_workers):
     before = [scrape(worker.metrics_url) for worker in shared_workers]
     texts = ["The first request of the metrics test.", "And a second one, streamed this time."]
@@ -60,12 +61,14 @@ async def test_the_workers_export_their_jobs_engine_time_rtf_waits_and_memory(cl
     )
 
 
+@pytest.mark.stack
 def test_the_port_is_the_base_plus_the_worker_index_on_loopback():
     settings = Settings.from_env({"ZSYNTH_WORKER_METRICS_PORT": "9300", "ZSYNTH_WORKER_INDEX": "3"})
     assert (settings.worker_metrics_port + settings.worker_index, settings.worker_metrics_host) == (9303, "127.0.0.1")
     assert Settings.from_env({}).worker_metrics_port == 0  # off unless set (the systemd units set it)
 
 
+@pytest.mark.stack
 def test_a_port_taken_is_logged_and_the_worker_serves_without_it(tmp_path, caplog):
     from workers.engines.simulated import SimulatedEngine
     from workers.metrics import WorkerMetrics
@@ -91,6 +94,7 @@ def test_a_port_taken_is_logged_and_the_worker_serves_without_it(tmp_path, caplo
         metrics.close()
 
 
+@pytest.mark.unit
 def test_no_gpu_collector_for_a_cpu_engine_nor_without_nvml(monkeypatch):
     assert gpu_collector(Settings(engine="piper")) is None
     assert gpu_collector(Settings(engine="turbo", turbo_device="cpu")) is None
@@ -98,6 +102,7 @@ def test_no_gpu_collector_for_a_cpu_engine_nor_without_nvml(monkeypatch):
     assert NvmlCollector.open("0") is None
 
 
+@pytest.mark.unit
 def test_nvml_without_a_driver_turns_the_gpu_figures_off():
     pytest.importorskip("pynvml")
     import pynvml

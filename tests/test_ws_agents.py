@@ -96,6 +96,7 @@ async def _speak_messages(client, messages: list[str], query: str) -> tuple[Rece
     return got, assert_speech(samples, rate, " ".join(messages))
 
 
+@pytest.mark.stack
 async def test_auto_mode_keeps_messages_without_trailing_space_apart(client):
     """Sentences sent without trailing white space are spoken one by one, as they would be with it."""
     bare, bare_s = await _speak_messages(client, SENTENCES, "auto_mode=true")
@@ -114,6 +115,7 @@ async def test_auto_mode_keeps_messages_without_trailing_space_apart(client):
     assert bare_s <= spaced_s * 1.03 + 0.05, (bare_s, spaced_s)
 
 
+@pytest.mark.stack
 async def test_without_auto_mode_a_sentence_boundary_counts_as_a_space(client):
     bare, bare_s = await _speak_messages(client, SENTENCES, "")
     assert bare.chars() == " ".join(SENTENCES)
@@ -124,6 +126,7 @@ async def test_without_auto_mode_a_sentence_boundary_counts_as_a_space(client):
 # ----- timeouts ----------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.stack
 async def test_header_authenticated_socket_may_stay_quiet_past_the_first_message_bound(keyed):
     """The short first-message bound is only for sockets that still have to authenticate."""
     ws = await keyed.ws_connect(f"{MULTI}?output_format=pcm_16000&inactivity_timeout=5", headers={"xi-api-key": KEY})
@@ -136,6 +139,7 @@ async def test_header_authenticated_socket_may_stay_quiet_past_the_first_message
     await close_socket(ws)
 
 
+@pytest.mark.stack
 async def test_quiet_authenticated_socket_ends_at_its_inactivity_timeout(keyed):
     ws = await keyed.ws_connect(MULTI, headers={"xi-api-key": KEY})
     started = time.monotonic()
@@ -144,6 +148,7 @@ async def test_quiet_authenticated_socket_ends_at_its_inactivity_timeout(keyed):
     assert 1.8 <= time.monotonic() - started <= 8.0
 
 
+@pytest.mark.stack
 async def test_keep_alives_on_the_socket_and_on_a_context(quick):
     """``{"text": ""}`` keeps the socket alive; with a context id it keeps that context alive and closes nothing."""
     ws = await quick.ws_connect(f"{MULTI}?output_format=pcm_16000")
@@ -165,6 +170,7 @@ async def test_keep_alives_on_the_socket_and_on_a_context(quick):
     await close_socket(ws)
 
 
+@pytest.mark.stack
 async def test_idle_contexts_expire_and_free_their_places(quick):
     """Contexts are timed out one by one: four idle ones expire while a fifth is kept alive."""
     ws = await quick.ws_connect(f"{MULTI}?output_format=pcm_16000")
@@ -181,6 +187,7 @@ async def test_idle_contexts_expire_and_free_their_places(quick):
     await close_socket(ws)
 
 
+@pytest.mark.stack
 async def test_query_inactivity_timeout_overrides_the_default(quick):
     ws = await quick.ws_connect(f"{MULTI}?output_format=pcm_16000&inactivity_timeout=5")
     await ws.send_json({"text": " ", "context_id": "slow"})
@@ -191,6 +198,7 @@ async def test_query_inactivity_timeout_overrides_the_default(quick):
     await close_socket(ws)
 
 
+@pytest.mark.stack
 async def test_multi_stream_inactivity_timeout_out_of_range(client):
     ws = await client.ws_connect(f"{MULTI}?inactivity_timeout=200")
     got = await collect(ws, timeout=10)
@@ -202,6 +210,7 @@ async def test_multi_stream_inactivity_timeout_out_of_range(client):
 # ----- context lifecycle -------------------------------------------------------------------------------------------
 
 
+@pytest.mark.stack
 async def test_context_id_reused_after_close_is_a_new_context(client):
     ws = await client.ws_connect(f"{MULTI}?output_format=pcm_16000&sync_alignment=true&auto_mode=true")
     for text in ("The first use of this id.", "The same id, a new context."):
@@ -219,6 +228,7 @@ async def test_context_id_reused_after_close_is_a_new_context(client):
     await close_socket(ws)
 
 
+@pytest.mark.stack
 async def test_hundreds_of_turns_on_one_socket(aiohttp_client, redis_url, data_dir, shared_workers):
     """A context per turn, 300 turns on one socket; every 50th speaks, every one ends with its own isFinal."""
     # Turns here come faster than any conversation's: lift the per-socket message rate limit, not under test.
@@ -248,6 +258,7 @@ async def test_hundreds_of_turns_on_one_socket(aiohttp_client, redis_url, data_d
     assert got.close_code == 1000 and got.errors == []
 
 
+@pytest.mark.stack
 async def test_close_socket_lets_flushing_contexts_finish(client):
     ws = await client.ws_connect(f"{MULTI}?output_format=pcm_16000")
     done = "This context was flushed and finishes before the socket closes."
@@ -265,6 +276,7 @@ async def test_close_socket_lets_flushing_contexts_finish(client):
     assert got.frames[-1]["isFinal"], "the socket closes after the last isFinal"
 
 
+@pytest.mark.stack
 async def test_alignment_is_one_timeline_per_context_with_sync_alignment(client):
     """With sync_alignment, times count from the context's first audio: monotone over frames and messages, and
     ending where the context's audio ends."""
@@ -302,6 +314,7 @@ async def _cancelled_jobs(redis_url: str) -> int:
         await redis.aclose()
 
 
+@pytest.mark.heavy
 async def test_barge_in_stops_the_audio_and_frees_the_worker(
     aiohttp_client, private_redis_url, private_worker, tmp_path
 ):

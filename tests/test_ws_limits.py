@@ -7,11 +7,14 @@ import ipaddress
 import time
 
 import aiohttp
+import pytest
 
 from zsynth.speech.app import create_app
 
 from .helpers import assert_speech, decode_audio, make_settings
 from .ws_helpers import collect
+
+pytestmark = pytest.mark.stack
 
 KEY = "sk-limits"
 PATH = "/v1/text-to-speech/any-voice/stream-input"

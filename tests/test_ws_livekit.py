@@ -21,6 +21,8 @@ from zsynth.speech.app import create_app
 from .helpers import assert_speech, make_settings, socket_log_after_close
 from .livekit_helpers import CONN, Turn, speak
 
+pytestmark = pytest.mark.stack
+
 KEY = "sk-livekit-agent"
 IDLE_S = 21.0  # longer than the server's default inactivity timeout (20 s) and its first-message bound (10 s)
 TURN_ONE = "Hello! I am the assistant of this test. How can I help you today?"

@@ -9,6 +9,8 @@ from zsynth.speech.ws.buffer import DEFAULT_SCHEDULE
 from zsynth.speech.ws.connection import WsError
 from zsynth.speech.ws.messages import ContextMessage, ContextOpening, TextMessage, read
 
+pytestmark = pytest.mark.unit
+
 
 def refused(model, message, max_chars=None) -> tuple[str, str]:
     with pytest.raises(WsError) as err:

@@ -5,8 +5,12 @@ from __future__ import annotations
 import base64
 import json
 
+import pytest
+
 from .helpers import assert_speech, decode_audio
 from .ws_helpers import collect
+
+pytestmark = pytest.mark.stack
 
 PATH = "/v1/text-to-speech/any-voice/multi-stream-input?output_format=pcm_16000"
 

@@ -42,6 +42,7 @@ async def _job_records(redis_url: str) -> list[dict[str, str]]:
         await redis.aclose()
 
 
+@pytest.mark.heavy
 async def test_disconnect_mid_speech_frees_the_worker(aiohttp_client, private_redis_url, private_worker, tmp_path):
     client = await aiohttp_client(create_app(make_settings(private_redis_url, tmp_path)))
     ws = await client.ws_connect(PATH)
@@ -62,6 +63,7 @@ async def test_disconnect_mid_speech_frees_the_worker(aiohttp_client, private_re
     assert "cancelled" in codes
 
 
+@pytest.mark.heavy
 async def test_realtime_segment_goes_ahead_of_waiting_batch_jobs(
     aiohttp_client, private_redis_url, whole_job_worker, tmp_path
 ):
@@ -89,6 +91,7 @@ async def test_realtime_segment_goes_ahead_of_waiting_batch_jobs(
     assert float(realtime["started_at"]) < float(batch["started_at"]), "the realtime segment should run first"
 
 
+@pytest.mark.stack
 async def test_shutdown_closes_sockets_with_going_away(private_redis_url, tmp_path):
     client = TestClient(TestServer(create_app(make_settings(private_redis_url, tmp_path))))
     await client.start_server()
@@ -108,6 +111,7 @@ async def test_shutdown_closes_sockets_with_going_away(private_redis_url, tmp_pa
     await client.close()
 
 
+@pytest.mark.stack
 async def test_synthesis_failure_ends_the_socket_with_1008(aiohttp_client, private_redis_url, tmp_path):
     """No worker answers within the first-chunk deadline: an error frame, then close 1008."""
     app = create_app(make_settings(private_redis_url, tmp_path, first_chunk_timeout_s=1.0))
@@ -122,6 +126,7 @@ async def test_synthesis_failure_ends_the_socket_with_1008(aiohttp_client, priva
     assert frames[-1]["code"] == 1008
 
 
+@pytest.mark.stack
 async def test_realtime_jobs_are_claimed_first_come_first_served(private_redis_url, tmp_path):
     """Realtime jobs go ahead of batch jobs, and among themselves keep their order (the claim side is BLMOVE RIGHT)."""
     from zsynth.core.config import Settings
@@ -150,6 +155,7 @@ async def test_realtime_jobs_are_claimed_first_come_first_served(private_redis_u
         await redis.aclose()
 
 
+@pytest.mark.stack
 async def test_realtime_order_holds_while_workers_claim_between_pushes(private_redis_url, tmp_path):
     """Pushes and claims interleaved: a realtime job still queues behind the realtime jobs left, and once they are all
     claimed, the next one goes straight to the front of the batch jobs."""

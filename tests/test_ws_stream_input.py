@@ -15,6 +15,8 @@ from zsynth.speech.app import create_app
 from .helpers import assert_speech, decode_audio, make_settings
 from .ws_helpers import collect, squash
 
+pytestmark = pytest.mark.stack
+
 KEY = "sk-realtime-test-key"
 TEXT = "Hello there, my friend. This is a realtime test of the socket, and it should speak every word we send."
 PATH = "/v1/text-to-speech/any-voice/stream-input"

@@ -12,6 +12,8 @@ from .fronts import clocked_app
 from .helpers import assert_speech, decode_audio, make_settings
 from .ws_helpers import Received, collect, squash
 
+pytestmark = pytest.mark.stack
+
 FULL_KEY = "sk-ws-token-test"
 TEXT = "A browser holds only a short lived token, never the full key."
 

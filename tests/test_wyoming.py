@@ -97,6 +97,7 @@ async def _nothing_more(client: AsyncTcpClient, wait_s: float = 1.5) -> None:
 # ----- the contract ------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.stack
 async def test_describe_lists_one_streaming_program_with_the_builtin_voice(port):
     async with _client(port) as client:
         await client.write_event(Describe().event())
@@ -110,6 +111,7 @@ async def test_describe_lists_one_streaming_program_with_the_builtin_voice(port)
     assert joe.installed and joe.languages == ["en"] and joe.description == "Joe"
 
 
+@pytest.mark.stack
 async def test_plain_synthesize_is_one_audio_cycle_of_speech(port):
     async with _client(port) as client:
         await client.write_event(Synthesize(PLAIN).event())
@@ -123,6 +125,7 @@ async def test_plain_synthesize_is_one_audio_cycle_of_speech(port):
     assert_speech(samples, rate, PLAIN)
 
 
+@pytest.mark.stack
 async def test_streaming_mid_word_pieces_with_the_legacy_synthesize(port):
     # Pieces as an LLM streams them: cut inside words and sentences, spaces leading the next piece.
     pieces = [
@@ -150,6 +153,7 @@ async def test_streaming_mid_word_pieces_with_the_legacy_synthesize(port):
     assert duration < 9.0, f"{duration:.1f}s: the legacy synthesize was spoken as well"
 
 
+@pytest.mark.stack
 async def test_named_and_unknown_voices_are_spoken(port):
     for voice in ("joe", "a-voice-this-box-lacks"):
         async with _client(port) as client:
@@ -159,6 +163,7 @@ async def test_named_and_unknown_voices_are_spoken(port):
         assert_speech(samples, rate, "Hello from Home Assistant.")
 
 
+@pytest.mark.stack
 async def test_empty_text_is_an_empty_audio_cycle(port):
     async with _client(port) as client:
         await client.write_event(Synthesize("   ").event())
@@ -182,6 +187,7 @@ async def _error_then_close(reader: asyncio.StreamReader) -> dict:
     return data
 
 
+@pytest.mark.stack
 @pytest.mark.parametrize(
     ("frame", "code"),
     [
@@ -203,6 +209,7 @@ async def test_broken_frames_get_an_error_and_a_close(port, frame, code):
     writer.close()
 
 
+@pytest.mark.stack
 async def test_an_endless_header_line_is_cut_at_its_bound(port):
     reader, writer = await _raw(port)
     writer.write(b'{"type": "synthesize", "data": {"text": "' + b"a" * (MAX_HEADER_BYTES + 10))
@@ -211,6 +218,7 @@ async def test_an_endless_header_line_is_cut_at_its_bound(port):
     writer.close()
 
 
+@pytest.mark.stack
 @pytest.mark.parametrize(
     ("events", "code"),
     [
@@ -235,6 +243,7 @@ async def test_wrong_events_get_an_error_and_the_connection_goes_on(port, events
         assert info is not None and Info.is_type(info.type)
 
 
+@pytest.mark.stack
 async def test_a_stream_past_the_text_bound_errors_and_still_stops(port):
     async with _client(port) as client:
         await client.write_event(SynthesizeStart().event())
@@ -253,6 +262,7 @@ async def test_a_stream_past_the_text_bound_errors_and_still_stops(port):
     assert kinds.count("error") == 1
 
 
+@pytest.mark.stack
 async def test_unknown_events_are_dropped(port):
     async with _client(port) as client:
         await client.write_event(Event("select-program", {"name": "zsynth"}))
@@ -266,6 +276,7 @@ async def test_unknown_events_are_dropped(port):
 # ----- access ------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.stack
 async def test_idle_connection_is_closed(aiohttp_client, redis_url, data_dir, shared_workers):
     settings = make_settings(redis_url, data_dir, wyoming_uri=("127.0.0.1", free_port()), wyoming_idle_timeout_s=0.5)
     reader, writer = await _raw(await _front(aiohttp_client, settings))
@@ -275,6 +286,7 @@ async def test_idle_connection_is_closed(aiohttp_client, redis_url, data_dir, sh
     writer.close()
 
 
+@pytest.mark.stack
 async def test_connections_per_address_are_capped(aiohttp_client, redis_url, data_dir, shared_workers):
     settings = make_settings(
         redis_url, data_dir, wyoming_uri=("127.0.0.1", free_port()), wyoming_max_connections_per_address=2
@@ -290,6 +302,7 @@ async def test_connections_per_address_are_capped(aiohttp_client, redis_url, dat
     writer.close()
 
 
+@pytest.mark.stack
 async def test_addresses_outside_the_allow_list_are_closed_at_once(aiohttp_client, redis_url, data_dir):
     settings = Settings.from_env(
         {"ZSYNTH_WYOMING_URI": f"tcp://127.0.0.1:{free_port()}", "ZSYNTH_WYOMING_ALLOW": "10.0.0.0/8, 192.168.1.0/24"},
@@ -305,6 +318,7 @@ async def test_addresses_outside_the_allow_list_are_closed_at_once(aiohttp_clien
     writer.close()
 
 
+@pytest.mark.unit
 def test_settings_parse_the_listener_address():
     assert Settings.from_env({}).wyoming_uri is None
     assert Settings.from_env({"ZSYNTH_WYOMING_URI": "tcp://0.0.0.0:10200"}).wyoming_uri == ("0.0.0.0", 10200)
@@ -314,6 +328,7 @@ def test_settings_parse_the_listener_address():
             Settings.from_env({"ZSYNTH_WYOMING_URI": bad})
 
 
+@pytest.mark.stack
 def test_zeroconf_record_names_the_service_without_sending_anything():
     info = service_info("kitchen-zsynth", "192.0.2.10", 10200)
     assert info.type == SERVICE_TYPE == "_wyoming._tcp.local."
@@ -321,6 +336,7 @@ def test_zeroconf_record_names_the_service_without_sending_anything():
     assert info.port == 10200 and info.parsed_addresses() == ["192.0.2.10"]
 
 
+@pytest.mark.unit
 def test_sentences_come_out_as_they_complete():
     stream = SentenceStream()
     out = [s for piece in ["Hel", "lo the", "re. How a", "re you? Dr. Smi", "th costs 3.", "14 now. Bye"] for s in
@@ -334,6 +350,7 @@ def test_sentences_come_out_as_they_complete():
 # ----- a client that leaves ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.heavy
 @pytest.mark.timeout(300)
 async def test_client_gone_mid_answer_cancels_its_job_and_frees_the_slot(
     aiohttp_client, private_redis_url, private_worker, tmp_path
@@ -364,6 +381,7 @@ async def test_client_gone_mid_answer_cancels_its_job_and_frees_the_slot(
 # ----- wyoming-bench -----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.heavy
 @pytest.mark.timeout(600)
 async def test_wyoming_bench_runs_clean(port):
     bench = Path(sys.executable).with_name("wyoming-bench")
@@ -392,6 +410,7 @@ async def test_wyoming_bench_runs_clean(port):
     assert "[non_streaming] ok=2 fail=0" in text and "[streaming] ok=2 fail=0" in text, text
 
 
+@pytest.mark.heavy
 @pytest.mark.timeout(900)
 def test_side_by_side_with_wyoming_piper(tmp_path):
     """scripts/bench_wyoming.py, reduced: both servers answer every row, wyoming-bench runs clean over both, and both

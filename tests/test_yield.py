@@ -138,6 +138,7 @@ def _slot_waits(app, part: str) -> float:
     )
 
 
+@pytest.mark.heavy
 async def test_realtime_and_new_requests_get_a_slot_from_long_jobs_which_stay_whole(aiohttp_client, pool):
     url, data, workers = pool
     app = _front(url, data)
@@ -181,6 +182,7 @@ async def _busy_workers_all(url: str, count: int) -> bool:
     return await _busy_workers(url) == count
 
 
+@pytest.mark.heavy
 async def test_short_request_behind_long_one_starts_within_a_piece(aiohttp_client, pool):
     url, data, workers = pool
     client = await aiohttp_client(_front(url, data))
@@ -199,6 +201,7 @@ async def test_short_request_behind_long_one_starts_within_a_piece(aiohttp_clien
         assert_speech(samples, rate, LONG)
 
 
+@pytest.mark.heavy
 async def test_cancelling_split_jobs_frees_every_worker(aiohttp_client, pool):
     url, data, workers = pool
     client = await aiohttp_client(_front(url, data))
@@ -235,6 +238,7 @@ async def _idle(url: str, workers: list[WorkerProcess]) -> bool:
     return queued == 0 and in_flight == 0 and await _busy_workers(url) == 0
 
 
+@pytest.mark.heavy
 async def test_more_concurrent_requests_than_the_redis_pool_holds(aiohttp_client, pool):
     url, data, _ = pool
     # Three connections: one is the dispatcher's subscription, so two carry every command of 24 requests.
@@ -253,6 +257,7 @@ async def test_more_concurrent_requests_than_the_redis_pool_holds(aiohttp_client
     assert "zsynth_redis_pool_size 3.0" in metrics
 
 
+@pytest.mark.heavy
 def test_queue_order_realtime_then_new_batch_then_remainders(tmp_path):
     """The push and yield scripts keep three runs in the queue, first come, first served within each."""
     server = RedisServer().start()
@@ -315,6 +320,7 @@ def lone_worker(tmp_path: Path) -> Iterator[tuple[str, WorkerProcess]]:
         server.stop()
 
 
+@pytest.mark.heavy
 async def test_split_jobs_survive_a_worker_killed_between_and_during_pieces(aiohttp_client, lone_worker, tmp_path):
     url, doomed = lone_worker
     client = await aiohttp_client(_front(url, tmp_path))
@@ -367,6 +373,7 @@ async def test_split_jobs_survive_a_worker_killed_between_and_during_pieces(aioh
             rescuer.stop()
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("max_chars", [40, 100, 200, 1_000_000])
 def test_text_pieces_pack_whole_sentences(max_chars):
     text = LONG + " A sentence with a clause, then another clause; and a third one that runs on for a while."
