@@ -10,12 +10,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import random
 from typing import Any
 
 import pytest
 
 from zsynth.core.config import Settings, SettingsError
-from zsynth.speech.wyoming.events import MAX_JSON_DEPTH, FrameError, read_event
+from zsynth.speech.wyoming.events import MAX_JSON_DEPTH, FrameError, nests_deeper_than, read_event
 
 from .helpers import free_port
 from .wyoming_helpers import error_then_close, raw_connection, read_wire_event, until, wyoming_listener
@@ -78,6 +79,25 @@ async def test_a_string_ending_in_an_escaped_backslash_hides_no_nesting():
     raw = json.dumps({"type": "ping", "data": {"t": "a\\", "deep": _nested(MAX_JSON_DEPTH)}}).encode() + b"\n"
     with pytest.raises(FrameError, match="nest"):
         await _read(raw)
+
+
+def _random_value(rng: random.Random, depth: int) -> Any:
+    """A JSON value nesting exactly ``depth`` arrays and objects, its strings full of quotes, brackets and escapes."""
+    if depth == 0:
+        return "".join(rng.choice('"[]{}\\ a\n\u00e9\U0001f600') for _ in range(rng.randrange(8)))
+    inner = [_random_value(rng, rng.randrange(min(depth, 3))) for _ in range(rng.randrange(3))]
+    inner.insert(rng.randrange(len(inner) + 1), _random_value(rng, depth - 1))
+    if rng.random() < 0.5:
+        return inner
+    return {_random_value(rng, 0) + str(n): value for n, value in enumerate(inner)}
+
+
+def test_the_depth_count_is_exact_on_valid_json():
+    rng = random.Random(48)
+    for _ in range(300):
+        depth = rng.randrange(1, 90)
+        raw = json.dumps(_random_value(rng, depth), ensure_ascii=rng.random() < 0.5).encode()
+        assert nests_deeper_than(raw, depth - 1) and not nests_deeper_than(raw, depth), raw[:200]
 
 
 # ----- framing errors on a live listener: an error event, a close and one log line ---------------------------------

@@ -78,9 +78,10 @@ def nests_deeper_than(raw: bytes, bound: int) -> bool:
     if marks.count(b"[") + marks.count(b"{") <= bound:
         return False  # too few openers to go deeper, in strings or not
     codes = np.frombuffer(marks, dtype=np.uint8)
-    outside = np.cumsum(codes == ord('"'), dtype=np.int64) % 2 == 0  # after an even number of quotes: not in a string
-    depth = np.cumsum(np.where(outside, _DEPTH_STEP[codes], 0), dtype=np.int64)
-    return bool(depth.max() > bound)
+    steps = _DEPTH_STEP[codes]  # a copy
+    if b'"' in marks:  # a bracket after an odd number of quotes is inside a string: it does not count
+        steps[(np.cumsum(codes == ord('"'), dtype=np.int32) & 1).astype(bool)] = 0
+    return bool(np.cumsum(steps, dtype=np.int32).max() > bound)
 
 
 def _json_object(raw: bytes, what: str) -> dict[str, Any]:
