@@ -152,7 +152,7 @@ async def _served(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) ->
     assert event is not None and event[0] == "info", event
 
 
-async def test_connections_from_all_addresses_together_are_capped(aiohttp_client, redis_url, data_dir):
+async def test_connections_from_all_addresses_together_are_capped(aiohttp_client, redis_url, data_dir, caplog):
     settings = Settings.from_env(
         {"ZSYNTH_WYOMING_URI": f"tcp://127.0.0.1:{free_port()}", "ZSYNTH_WYOMING_MAX_CONNECTIONS": "3"},
         redis_url=redis_url,
@@ -162,10 +162,15 @@ async def test_connections_from_all_addresses_together_are_capped(aiohttp_client
     held = [await raw_connection(listener.port, f"127.0.0.{n}") for n in (2, 3, 4)]  # one each: under the address cap
     for reader, writer in held:
         await _served(reader, writer)
-    reader, writer = await raw_connection(listener.port, "127.0.0.5")
-    data = await error_then_close(reader)
-    assert data["code"] == "too_many_connections" and "3" in data["text"], data
-    writer.close()
+    caplog.set_level(logging.INFO)
+    caplog.clear()
+    for n in (5, 7, 8):
+        reader, writer = await raw_connection(listener.port, f"127.0.0.{n}")
+        data = await error_then_close(reader)
+        assert data["code"] == "too_many_connections" and "3" in data["text"], data
+        writer.close()
+    refusals = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert len(refusals) == 1 and "ZSYNTH_WYOMING_MAX_CONNECTIONS" in refusals[0], refusals  # one line a minute
     # One leaves: once the listener has let it go, the next address is served again.
     held[0][1].close()
     await until(lambda: listener.open_connections == 2, "the listener let the closed connection go")

@@ -5,7 +5,8 @@ Wyoming carries no credentials, so access is by address: the listener answers on
 ZSYNTH_WYOMING_ALLOW when that list is set, lets one client address (an IPv6 /64) hold at most
 ZSYNTH_WYOMING_MAX_CONNECTIONS_PER_ADDRESS connections and all clients together ZSYNTH_WYOMING_MAX_CONNECTIONS (a
 client may hold many addresses: loopback's /8, an IPv6 block). A connection past either cap gets an ``error`` event
-(``too_many_connections``) and a close; the log says so at most once a minute, so a flood of them cannot flood it.
+(``too_many_connections``) and a close. Refused connections are logged at most once a minute (with how many there
+were), so a flood of them cannot flood the log.
 
 With ZSYNTH_WYOMING_ZEROCONF=name it announces ``<name>._wyoming._tcp.local.`` over mDNS (python-zeroconf, the
 ``wyoming`` extra), as wyoming-piper does, so Home Assistant offers to add it. The announcement names the listener's
@@ -143,8 +144,8 @@ class Listener:
         peer = writer.get_extra_info("peername")
         address = peer[0] if isinstance(peer, tuple) and peer and isinstance(peer[0], str) else ""
         if not self._allowed(address):
-            logger.info("wyoming: %s is not in ZSYNTH_WYOMING_ALLOW; closed", address)
             writer.transport.abort()
+            self._log_refusal(f"{address} is not in ZSYNTH_WYOMING_ALLOW")
             return
         bucket = address_bucket(address) or address
         per_address, total = self.settings.wyoming_max_connections_per_address, self.settings.wyoming_max_connections
@@ -184,9 +185,14 @@ class Listener:
                 self._sessions.discard(task)
 
     def _refuse(self, writer: asyncio.StreamWriter, text: str, why: str) -> None:
-        """Answer a connection past a cap with an ``error`` event and close it; log it at most once a minute."""
+        """Answer a connection past a cap with an ``error`` event and close it."""
         writer.write(encode_event("error", {"text": text, "code": "too_many_connections"}))
         writer.close()
+        self._log_refusal(why)
+
+    def _log_refusal(self, why: str) -> None:
+        """One log line about a refused connection, at most once a minute (anyone who can reach the port can make
+        refusals, as fast as it can connect)."""
         self._refused += 1
         now = time.monotonic()
         if now - self._refusal_logged_at >= _REFUSALS_LOGGED_EVERY_S:
