@@ -30,23 +30,18 @@ from wyoming.tts import (
 
 from zsynth.core import protocol
 from zsynth.core.config import Settings, SettingsError
-from zsynth.speech.app import create_app
 from zsynth.speech.wyoming.events import MAX_HEADER_BYTES
 from zsynth.speech.wyoming.listener import SERVICE_TYPE, service_info
 from zsynth.speech.wyoming.text import SentenceStream
 
 from .helpers import LONG_TEXT, ROOT, assert_speech, free_port, make_settings, redis_text
+from .wyoming_helpers import error_then_close as _error_then_close
+from .wyoming_helpers import raw_connection as _raw
+from .wyoming_helpers import wyoming_front as _front
 
 PLAIN = "Turning on the kitchen lights. The living room stays as it is. Good night."
 STREAMED = "The weather today is sunny with a light breeze. Tomorrow brings rain in the afternoon."
 READ_TIMEOUT = 60.0
-
-
-async def _front(aiohttp_client, settings: Settings) -> int:
-    """Start the speech front with its Wyoming listener; return the listener's port."""
-    assert settings.wyoming_uri is not None
-    await aiohttp_client(create_app(settings))
-    return settings.wyoming_uri[1]
 
 
 @pytest.fixture
@@ -172,19 +167,6 @@ async def test_empty_text_is_an_empty_audio_cycle(port):
 
 
 # ----- bad input ---------------------------------------------------------------------------------------------------
-
-
-async def _raw(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    return await asyncio.open_connection("127.0.0.1", port)
-
-
-async def _error_then_close(reader: asyncio.StreamReader) -> dict:
-    line = await asyncio.wait_for(reader.readline(), 10)
-    header = json.loads(line)
-    assert header["type"] == "error"
-    data = json.loads(await reader.readexactly(header["data_length"]))
-    assert await asyncio.wait_for(reader.read(), 10) == b"", "the connection should close after a framing error"
-    return data
 
 
 @pytest.mark.stack

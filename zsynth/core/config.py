@@ -484,6 +484,9 @@ class Settings:
     wyoming_idle_timeout_s: float = _env("WYOMING_IDLE_TIMEOUT", _positive_float, default=30.0)
     # Wyoming connections one client address (an IPv6 /64) may hold at once; more get an error event and a close.
     wyoming_max_connections_per_address: int = _env("WYOMING_MAX_CONNECTIONS_PER_ADDRESS", _positive_int, default=16)
+    # Wyoming connections all clients together may hold at once (a client can hold many addresses: a /8 of loopback,
+    # an IPv6 block); more get an error event and a close.
+    wyoming_max_connections: int = _env("WYOMING_MAX_CONNECTIONS", _positive_int, default=64)
     # ----- end of the Wyoming listener -----
     log_level: str = _env("LOG_LEVEL", default="INFO")
     log_json: bool = _env("LOG_JSON", _parse_bool, default=False)

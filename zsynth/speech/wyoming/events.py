@@ -9,6 +9,11 @@ Every size is bounded before anything is read into memory: the header line (:dat
 reader's limit), the data block (:data:`MAX_DATA_BYTES`) and the payload (:data:`MAX_PAYLOAD_BYTES`: a TTS client
 sends none). Past a bound, or on a line that is not a JSON object, the byte stream cannot be followed any further:
 :class:`FrameError` ends the connection after an ``error`` event.
+
+The JSON is UTF-8 (as the protocol has it) and nests arrays and objects at most :data:`MAX_JSON_DEPTH` deep. Python's
+parser recurses once per level, so a line of 60,000 ``[`` would end in a ``RecursionError`` (or, where a library has
+raised the interpreter's recursion limit, overflow the C stack): the depth is measured before the parser sees the
+bytes (:func:`nests_deeper_than`).
 """
 
 from __future__ import annotations
@@ -18,9 +23,14 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+import numpy as np
+
 MAX_HEADER_BYTES: Final = 64 * 1024
 MAX_DATA_BYTES: Final = 1024 * 1024
 MAX_PAYLOAD_BYTES: Final = 64 * 1024
+# The deepest an event's JSON (its header line, its data block) may nest arrays and objects, the outer object counting
+# as 1. Home Assistant's events nest at most 5 deep (the info).
+MAX_JSON_DEPTH: Final = 64
 # The version of the ``wyoming`` library whose events this module speaks (sent in every header, as the library does).
 PROTOCOL_VERSION: Final = "1.10.2"
 
@@ -43,10 +53,51 @@ class WireEvent:
     payload: bytes = b""
 
 
+# Every byte but the ones that can open or close a string, an array or an object (deleted before the depth count).
+_NOT_STRUCTURE: Final = bytes(byte for byte in range(256) if byte not in b'"[]{}')
+# What each byte does to the depth: +1 for [ and {, -1 for ] and }, 0 for the rest.
+_DEPTH_STEP: Final = np.zeros(256, dtype=np.int32)
+_DEPTH_STEP[list(b"[{")] = 1
+_DEPTH_STEP[list(b"]}")] = -1
+
+
+def nests_deeper_than(raw: bytes, bound: int) -> bool:
+    """Whether the JSON in ``raw`` (UTF-8) nests arrays and objects more than ``bound`` deep.
+
+    Exact for valid JSON. For invalid JSON the depth it measures is at least as deep as a parser goes before it stops
+    at the first error (up to there the bytes are valid JSON, read the same way), so json.loads on bytes it passes
+    never goes deeper than ``bound``. Linear and in C (bytes methods, numpy): a 1 MiB block costs about what
+    json.loads takes on it, and an event with at most ``bound`` brackets (every event a client sends in practice) only
+    a count.
+    """
+    # In UTF-8 the bytes of " [ ] { } and \ occur only as those characters (a multibyte character's bytes are all
+    # >= 0x80). Escaped backslashes go first, paired left to right as JSON reads them; then each backslash left escapes
+    # the byte after it, and only an escaped quote matters (an escaped bracket is not JSON). Every quote left opens or
+    # closes a string.
+    marks = raw.replace(b"\\\\", b"").replace(b'\\"', b"").translate(None, _NOT_STRUCTURE)
+    if marks.count(b"[") + marks.count(b"{") <= bound:
+        return False  # too few openers to go deeper, in strings or not
+    codes = np.frombuffer(marks, dtype=np.uint8)
+    steps = _DEPTH_STEP[codes]  # a copy
+    if b'"' in marks:  # a bracket after an odd number of quotes is inside a string: it does not count
+        steps[(np.cumsum(codes == ord('"'), dtype=np.int32) & 1).astype(bool)] = 0
+    return bool(np.cumsum(steps, dtype=np.int32).max() > bound)
+
+
 def _json_object(raw: bytes, what: str) -> dict[str, Any]:
     try:
-        value = json.loads(raw)
-    except (UnicodeDecodeError, ValueError) as err:
+        # Decoded here: json.loads would take UTF-16 and UTF-32 bytes too, whose quotes and brackets the depth count
+        # cannot see.
+        text = raw.decode()
+    except UnicodeDecodeError as err:
+        raise FrameError("invalid_json", f"The event's {what} is not UTF-8.") from err
+    if nests_deeper_than(raw, MAX_JSON_DEPTH):
+        raise FrameError(
+            "invalid_json", f"The event's {what} nests arrays and objects more than {MAX_JSON_DEPTH} deep."
+        )
+    try:
+        value = json.loads(text)
+    except ValueError as err:
         raise FrameError("invalid_json", f"The event's {what} is not valid JSON.") from err
     if not isinstance(value, dict):
         raise FrameError("invalid_json", f"The event's {what} must be a JSON object.")

@@ -2,8 +2,11 @@
 
 Wyoming carries no credentials, so access is by address: the listener answers only on the address it is given
 (ZSYNTH_WYOMING_URI, warned about at start when it is not loopback), closes at once a client outside
-ZSYNTH_WYOMING_ALLOW when that list is set, and lets one client address (an IPv6 /64) hold at most
-ZSYNTH_WYOMING_MAX_CONNECTIONS_PER_ADDRESS connections (the next one gets an ``error`` event and a close).
+ZSYNTH_WYOMING_ALLOW when that list is set, lets one client address (an IPv6 /64) hold at most
+ZSYNTH_WYOMING_MAX_CONNECTIONS_PER_ADDRESS connections and all clients together ZSYNTH_WYOMING_MAX_CONNECTIONS (a
+client may hold many addresses: loopback's /8, an IPv6 block). A connection past either cap gets an ``error`` event
+(``too_many_connections``) and a close. Refused connections are logged at most once a minute (with how many there
+were), so a flood of them cannot flood the log.
 
 With ZSYNTH_WYOMING_ZEROCONF=name it announces ``<name>._wyoming._tcp.local.`` over mDNS (python-zeroconf, the
 ``wyoming`` extra), as wyoming-piper does, so Home Assistant offers to add it. The announcement names the listener's
@@ -17,7 +20,9 @@ import collections
 import contextlib
 import ipaddress
 import logging
+import math
 import socket
+import time
 from collections.abc import AsyncIterator
 from typing import Any, Final
 
@@ -33,6 +38,8 @@ logger = logging.getLogger(__name__)
 SERVICE_TYPE: Final = "_wyoming._tcp.local."
 # Where a UDP socket is "connected" to learn which local address reaches the LAN (no packet is sent).
 _MDNS_GROUP: Final = "224.0.0.251"
+# At most one log line per this many seconds about refused connections.
+_REFUSALS_LOGGED_EVERY_S: Final = 60.0
 
 
 def is_loopback(host: str) -> bool:
@@ -74,6 +81,9 @@ class Listener:
         self.settings = app[SETTINGS]
         self._server: asyncio.Server | None = None
         self._counts: collections.Counter[str] = collections.Counter()
+        self._open = 0  # connections admitted and not yet ended, from every address
+        self._refused = 0  # connections refused since the last log line about them
+        self._refusal_logged_at = -math.inf
         self._sessions: set[asyncio.Task[Any]] = set()
         self._zeroconf: Any = None
         self._record: Any = None
@@ -83,6 +93,11 @@ class Listener:
         """The port it listens on (the one asked for, or the one the system chose for port 0)."""
         assert self._server is not None
         return int(self._server.sockets[0].getsockname()[1])
+
+    @property
+    def open_connections(self) -> int:
+        """The connections it serves now (admitted and not yet ended), from every address."""
+        return self._open
 
     async def start(self) -> None:
         """Listen; announce over zeroconf when asked to."""
@@ -129,18 +144,27 @@ class Listener:
         peer = writer.get_extra_info("peername")
         address = peer[0] if isinstance(peer, tuple) and peer and isinstance(peer[0], str) else ""
         if not self._allowed(address):
-            logger.info("wyoming: %s is not in ZSYNTH_WYOMING_ALLOW; closed", address)
             writer.transport.abort()
+            self._log_refusal(f"{address} is not in ZSYNTH_WYOMING_ALLOW")
             return
         bucket = address_bucket(address) or address
-        cap = self.settings.wyoming_max_connections_per_address
-        if self._counts[bucket] >= cap:
-            logger.info("wyoming: %s already holds %d connections; refused", bucket, cap)
-            message = f"Too many open connections from this address (at most {cap}); close some and try again."
-            writer.write(encode_event("error", {"text": message, "code": "too_many_connections"}))
-            writer.close()
+        per_address, total = self.settings.wyoming_max_connections_per_address, self.settings.wyoming_max_connections
+        if self._counts[bucket] >= per_address:
+            self._refuse(
+                writer,
+                f"Too many open connections from this address (at most {per_address}); close some and try again.",
+                f"{bucket} already holds {per_address} (ZSYNTH_WYOMING_MAX_CONNECTIONS_PER_ADDRESS)",
+            )
+            return
+        if self._open >= total:
+            self._refuse(
+                writer,
+                f"The server holds as many connections as it takes (at most {total}); try again later.",
+                f"{total} are open (ZSYNTH_WYOMING_MAX_CONNECTIONS); this one from {bucket}",
+            )
             return
         self._counts[bucket] += 1
+        self._open += 1
         task = asyncio.current_task()
         if task is not None:
             self._sessions.add(task)
@@ -153,11 +177,28 @@ class Listener:
             logger.exception("wyoming: connection from %s failed", address)
             writer.transport.abort()
         finally:
+            self._open -= 1
             self._counts[bucket] -= 1
             if self._counts[bucket] <= 0:
                 del self._counts[bucket]
             if task is not None:
                 self._sessions.discard(task)
+
+    def _refuse(self, writer: asyncio.StreamWriter, text: str, why: str) -> None:
+        """Answer a connection past a cap with an ``error`` event and close it."""
+        writer.write(encode_event("error", {"text": text, "code": "too_many_connections"}))
+        writer.close()
+        self._log_refusal(why)
+
+    def _log_refusal(self, why: str) -> None:
+        """One log line about a refused connection, at most once a minute (anyone who can reach the port can make
+        refusals, as fast as it can connect)."""
+        self._refused += 1
+        now = time.monotonic()
+        if now - self._refusal_logged_at >= _REFUSALS_LOGGED_EVERY_S:
+            logger.warning("wyoming: connection refused: %s; %d refused since the last such line", why, self._refused)
+            self._refusal_logged_at = now
+            self._refused = 0
 
     def _allowed(self, address: str) -> bool:
         allow = self.settings.wyoming_allow
