@@ -77,24 +77,25 @@ async def mint(
     holds ``max_unspent`` unspent ones (:class:`TooManyUnspent`); AuthError 503 when Redis does not take it."""
     token = TOKEN_PREFIX + secrets.token_urlsafe(24)  # 192 random bits
     now = clock()
+    parent = minter.owner if minter.kind != "open" else None
     record = {
         "type": token_type,
-        "parent": minter.owner if minter.kind != "open" else None,
+        "parent": parent,
         "parent_hash": minter.key_hash if minter.kind == "full" else minter.parent_hash,
         "created_at": int(now),
     }
     token_hash = secret_hash(token)
-    keys = [single_use_token_key(token_hash), single_use_unspent_key(_owner(record["parent"]))]
-    args = [json.dumps(record), TTL_S, now, now + TTL_S, max_unspent, token_hash]
+    keys = [single_use_token_key(token_hash), single_use_unspent_key(_owner(parent))]
+    args: list[str | int | float] = [json.dumps(record), TTL_S, now, now + TTL_S, max_unspent, token_hash]
     try:
         retry_after_s = int(await redis.register_script(SINGLE_USE_MINT_LUA)(keys=keys, args=args))
     except RedisError as err:
         logger.warning("minting a single-use token failed: %r", err)
         raise _unavailable() from err
     if retry_after_s:
-        logger.info("single-use token refused: key %s holds %d unspent", record["parent"] or "-", max_unspent)
+        logger.info("single-use token refused: key %s holds %d unspent", parent or "-", max_unspent)
         raise TooManyUnspent(max_unspent, min(retry_after_s, TTL_S))
-    logger.info("minted single-use token %s (%s) by key %s", fingerprint(token), token_type, record["parent"] or "-")
+    logger.info("minted single-use token %s (%s) by key %s", fingerprint(token), token_type, parent or "-")
     return token
 
 
