@@ -14,7 +14,8 @@ import pytest
 
 from zsynth.avatar.app import create_avatar_app
 from zsynth.avatar.sessions import AVATAR_SESSIONS
-from zsynth.services.auth import Authenticator, AuthError
+from zsynth.services.auth import Authenticator, AuthError, fingerprint, secret_hash
+from zsynth.services.keystore import KeyRecord
 from zsynth.speech.app import create_app
 
 from .avatar_peer import Viewer
@@ -61,7 +62,8 @@ async def test_create_token_takes_a_full_key_in_either_header(server) -> None:
     resp = await server.post("/v1/streaming.create_token", headers={"X-Api-Key": KEY})
     assert resp.status == 200
     data = (await resp.json())["data"]
-    assert data["token"].startswith("zsk_temp_") and data["scope"] == "avatar"
+    # A8: the avatar spec fixes data.scope to tts (it answered "avatar").
+    assert data["token"].startswith("zsk_temp_") and data["scope"] == "tts"
     assert abs(data["expires_at"] - (time.time() + 300)) < 5
     resp = await server.post(
         "/v1/streaming.create_token", json={"ttl_seconds": 5}, headers={"Authorization": f"Bearer {KEY}"}
@@ -141,9 +143,12 @@ async def test_session_tokens_and_speech_tokens_each_work_on_their_own_server_on
     aiohttp_client, server, table_settings, shared_workers
 ) -> None:
     """F7: both servers minted the scope ``tts`` into one table, so a page holding only an avatar session token got
-    200 on the speech API's text-to-speech, and a speech token passed auth on the avatar's /connect."""
+    200 on the speech API's text-to-speech, and a speech token passed auth on the avatar's /connect. Both answer the
+    scope ``tts`` again (A8, as the specs say): what keeps them apart is the server each token's record names."""
     speech = await aiohttp_client(create_app(table_settings))
-    session_token = (await mint(server))["token"]
+    minted = await mint(server)
+    session_token = minted["token"]
+    assert minted["scope"] == "tts"
     resp = await speech.post(
         "/v1/text-to-speech/joe", json={"text": "A page with an avatar token."}, headers={"xi-api-key": session_token}
     )
@@ -155,7 +160,9 @@ async def test_session_tokens_and_speech_tokens_each_work_on_their_own_server_on
     assert [frame["error"] for frame in got.errors] == ["insufficient_scope"] and got.close_code == 1008
 
     resp = await speech.post("/v1/tokens/ephemeral", json={}, headers={"xi-api-key": KEY})
-    speech_token = (await resp.json())["token"]
+    answer = await resp.json()
+    speech_token = answer["token"]
+    assert answer["scope"] == "tts"
     await assert_auth_error(
         await server.post(f"/connect?session_token={speech_token}", json=await Viewer().offer()), "insufficient_scope"
     )
@@ -177,6 +184,32 @@ async def test_session_tokens_and_speech_tokens_each_work_on_their_own_server_on
         await server.delete(f"/v1/sessions/{(await resp.json())['session_id']}", headers={"X-Api-Key": KEY})
     ).status == 200
     await viewer.close()
+
+
+async def test_tokens_minted_before_their_record_named_a_server_keep_their_side(
+    aiohttp_client, server, table_settings, tokens
+) -> None:
+    """Rows written before the record named its server: an avatar session token (scope ``avatar`` then) still opens a
+    session here and nothing on the speech API; a speech token (scope ``tts``, no server) is still refused here."""
+    speech = await aiohttp_client(create_app(table_settings))
+    legacy = {}
+    for scope in ("avatar", "tts"):
+        token = f"zsk_temp_legacy-{scope}-token-0123456789"
+        now = int(time.time())
+        record = KeyRecord(fingerprint(token), "ephemeral", scope, now, now + 300, parent=fingerprint(KEY))
+        await tokens.store.put(secret_hash(token), record)
+        legacy[scope] = token
+    viewer = Viewer()
+    resp = await server.post(f"/connect?session_token={legacy['avatar']}", json=await viewer.offer())
+    assert resp.status == 200, await resp.text()
+    assert (
+        await server.delete(f"/v1/sessions/{(await resp.json())['session_id']}", headers={"X-Api-Key": KEY})
+    ).status == 200
+    await viewer.close()
+    await assert_auth_error(await server.get(f"/control/abc?session_token={legacy['tts']}"), "insufficient_scope")
+    resp = await speech.get("/v1/voices", headers={"xi-api-key": legacy["avatar"]})
+    assert resp.status == 401 and (await resp.json())["detail"]["status"] == "insufficient_scope"
+    assert (await speech.get("/v1/voices", headers={"xi-api-key": legacy["tts"]})).status == 200
 
 
 async def test_connect_and_control_refuse_bad_credentials(server, tokens) -> None:

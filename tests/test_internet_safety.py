@@ -19,7 +19,7 @@ from redis.asyncio import Redis
 from zsynth.avatar.app import create_avatar_app
 from zsynth.avatar.sessions import AVATAR_SESSIONS
 from zsynth.core.protocol import QUEUE
-from zsynth.services.auth import AUTHENTICATOR, AVATAR_SCOPE, Authenticator, AuthError, secret_hash
+from zsynth.services.auth import AUTHENTICATOR, AVATAR_SERVER, Authenticator, AuthError, secret_hash
 from zsynth.services.keystore import HASH_ATTR
 from zsynth.speech.app import create_app
 from zsynth.speech.ws.buffer import TextBuffer
@@ -338,7 +338,7 @@ async def test_an_avatar_session_ends_when_its_token_expires(
     settings = make_settings(redis_url, data_dir, api_keys=("avatar-key",), api_keys_table=keys_table)
     tokens = Authenticator.from_settings(settings, cache_ttl_s=2.0)
     server = await aiohttp_client(create_avatar_app(settings, tokens))
-    token, expires_at = await tokens.mint_token(4, scope=AVATAR_SCOPE)
+    token, expires_at = await tokens.mint_token(4, server=AVATAR_SERVER)
     viewer = Viewer()
     resp = await server.post(f"/connect?session_token={token}", json=await viewer.offer())
     assert resp.status == 200, await resp.text()

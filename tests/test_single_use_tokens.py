@@ -9,12 +9,16 @@ import aiohttp
 import httpx
 import pytest
 import redis
+import redis.asyncio as aioredis
 from elevenlabs import ElevenLabs
 from elevenlabs.core.api_error import ApiError
 
 from zsynth.core.protocol import SINGLE_USE_TOKEN_PREFIX
+from zsynth.services import single_use
+from zsynth.services.auth import Credential, fingerprint
+from zsynth.speech.app import create_app
 
-from .helpers import assert_speech, decode_audio, front_process
+from .helpers import FakeClock, assert_speech, decode_audio, front_process, make_settings
 from .ws_helpers import Received, collect
 
 pytestmark = pytest.mark.heavy
@@ -136,3 +140,63 @@ async def test_a_tokens_socket_counts_against_its_minting_key(sdk, fronts):
         for ws in held:
             await ws.close()
     assert got.close_code == 1008 and got.errors[0]["error"] == "too_many_concurrent_requests"
+
+
+CAPPED_KEY = "single-use-capped-key"
+CAP = 3
+
+
+async def mint_over_http(client, key: str = CAPPED_KEY):
+    resp = await client.post("/v1/single-use-token/tts_websocket", headers={"xi-api-key": key})
+    return resp, await resp.json()
+
+
+async def test_a_key_holds_at_most_its_cap_of_unspent_tokens(aiohttp_client, redis_url, data_dir, shared_workers):
+    """A6: a full key minted 1,000 tokens in 10.6 s, each a live record for 15 minutes. Past
+    ZSYNTH_SINGLE_USE_MAX_UNSPENT unspent ones it gets 429 in ElevenLabs' envelope; spending one frees a place."""
+    other_key = "single-use-other-key"
+    settings = make_settings(redis_url, data_dir, api_keys=(CAPPED_KEY, other_key), single_use_max_unspent=CAP)
+    client = await aiohttp_client(create_app(settings))
+    held = []
+    for _ in range(CAP):
+        resp, body = await mint_over_http(client)
+        assert resp.status == 200, body
+        held.append(body["token"])
+    resp, body = await mint_over_http(client)
+    assert resp.status == 429, body
+    assert body["detail"]["status"] == body["detail"]["code"] == "rate_limit_exceeded"
+    assert f"{CAP} unspent" in body["detail"]["message"]
+    assert 890 <= int(resp.headers["Retry-After"]) <= 900  # when the oldest expires
+    other, _ = await mint_over_http(client, other_key)  # another key's places are its own
+    assert other.status == 200
+
+    base = str(client.make_url("")).rstrip("/")
+    got = await speak_once(base, held.pop())
+    assert got.close_code == 1000 and got.audio(), got.frames
+    resp, body = await mint_over_http(client)
+    assert resp.status == 200, body  # the spent token's place
+    assert (await mint_over_http(client))[0].status == 429
+
+
+async def test_an_expired_token_frees_its_place(redis_url):
+    """The places are counted in Redis, for every front at once; a token past its 15 minutes holds none."""
+    client = aioredis.Redis.from_url(redis_url)
+    clock = FakeClock()
+    minter = Credential("full", fingerprint("single-use-expiring-key"), key_hash=None)
+    try:
+        first = await single_use.mint(client, "tts_websocket", minter, max_unspent=2, clock=clock)
+        clock.advance(60)
+        await single_use.mint(client, "tts_websocket", minter, max_unspent=2, clock=clock)
+        with pytest.raises(single_use.TooManyUnspent) as refused:
+            await single_use.mint(client, "tts_websocket", minter, max_unspent=2, clock=clock)
+        assert refused.value.http_status == 429 and refused.value.retry_after_s == single_use.TTL_S - 60
+        clock.advance(single_use.TTL_S - 60)  # the first one's life is over
+        await single_use.mint(client, "tts_websocket", minter, max_unspent=2, clock=clock)
+        with pytest.raises(single_use.TooManyUnspent):
+            await single_use.mint(client, "tts_websocket", minter, max_unspent=2, clock=clock)
+        # Spending one, even one whose place was already trimmed, leaves the count right.
+        assert (await single_use.redeem(client, first, "tts_websocket")).owner == minter.fingerprint
+        with pytest.raises(single_use.TooManyUnspent):
+            await single_use.mint(client, "tts_websocket", minter, max_unspent=2, clock=clock)
+    finally:
+        await client.aclose()

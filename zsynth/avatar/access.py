@@ -1,7 +1,8 @@
 """Who may call which avatar route: each route declares it (:class:`zsynth.kit.endpoints.Access`), the kit's access
 middleware (:mod:`zsynth.kit.gate`) enforces it with this server's words (:data:`GATE`). Full keys pass everywhere,
-session tokens (scope ``avatar``) only on the routes declared ``Access.TOKEN`` (the stream routes, the control socket
-included); the speech API's tokens (scope ``tts``) on none.
+session tokens (minted here: their keys-table record names this server) only on the routes declared ``Access.TOKEN``
+(the stream routes, the control socket included); the speech API's tokens on none. Both kinds carry the scope
+``tts`` (each server's spec says so), so the record, not the scope, keeps them apart.
 
 Full keys come in a header (``X-Api-Key`` or ``Authorization: Bearer``). Browsers cannot set headers on a
 WebSocket, so a session token may also come as the ``session_token`` query parameter; a full key never does,
@@ -21,7 +22,7 @@ from zsynth.kit.errors import Handler
 from zsynth.kit.gate import Gate, access_middleware
 from zsynth.services.auth import (
     AUTHENTICATOR,
-    AVATAR_SCOPE,
+    AVATAR_SERVER,
     AuthError,
     Credential,
     read_credential,
@@ -52,7 +53,7 @@ def watch_session(request: web.Request, credential: Credential, session: AvatarS
 GATE: Final = Gate(
     query="session_token",
     insufficient_scope="A session token cannot call this route; use a full API key.",
-    token_scope=AVATAR_SCOPE,
+    server=AVATAR_SERVER,
     foreign_token="This token is not an avatar session token (a speech API token?): mint one with "
     "POST /v1/streaming.create_token.",
     full_key_in_query="Query parameter 'session_token' takes a session token; send full keys in a header.",

@@ -410,6 +410,9 @@ class Settings:
     ws_max_unauthenticated_per_address: int = _env("WS_MAX_UNAUTHENTICATED_PER_ADDRESS", _positive_int, default=16)
     # Largest first message of a socket that authenticates in it (read before the credential is known).
     ws_first_message_max_bytes: int = _env("WS_FIRST_MESSAGE_MAX_BYTES", _positive_int, default=16 * 1024)
+    # Unspent single-use tokens (sutkn_, 15 minutes each) one key may hold, across every front; more are refused with
+    # 429 until one is spent or expires. ElevenLabs states no limit: this bounds the records a minting loop leaves.
+    single_use_max_unspent: int = _env("SINGLE_USE_MAX_UNSPENT", _positive_int, default=1000)
     # Failed look-ups (zsk_ secrets the keys table does not hold) one client address may make per minute; its next
     # ones get 429. A key or token that is found always passes.
     auth_max_failures_per_min: int = _env("AUTH_MAX_FAILURES_PER_MIN", _positive_int, default=60)

@@ -107,6 +107,34 @@ def single_use_token_key(token_hash: str) -> str:
     return SINGLE_USE_TOKEN_PREFIX + token_hash
 
 
+SINGLE_USE_UNSPENT_PREFIX: Final = PREFIX + "single_use_unspent:"  # + the minting key's fingerprint: a sorted set
+
+
+def single_use_unspent_key(owner: str) -> str:
+    """The unspent single-use tokens of one key (``owner``, its fingerprint): a sorted set of token hashes scored by
+    their expiry (unix seconds). :data:`SINGLE_USE_MINT_LUA` trims and counts it; a redemption removes its token."""
+    return SINGLE_USE_UNSPENT_PREFIX + owner
+
+
+# Mint a single-use token unless its key already holds ARGV[5] unspent ones: trim the key's set of the expired, count
+# what is left, and store the record and its place in one atomic step, so fronts minting for one key at once never
+# pass the cap together. KEYS: the token's record (single_use_token_key), the key's set (single_use_unspent_key).
+# ARGV: the record JSON, its TTL (s), now, the token's expiry (unix s), the cap, the token's hash. Returns 0 when
+# minted, else the seconds until the key's oldest unspent token expires (at least 1). The set lives as long as its
+# newest token.
+SINGLE_USE_MINT_LUA: Final = """
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[3])
+if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[5]) then
+    local oldest = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+    return math.max(1, math.ceil(tonumber(oldest[2]) - tonumber(ARGV[3])))
+end
+redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2], 'NX')
+redis.call('ZADD', KEYS[2], ARGV[4], ARGV[6])
+redis.call('EXPIRE', KEYS[2], ARGV[2])
+return 0
+"""
+
+
 def credit_key(job_id: str) -> str:
     """A job's flow-control credits: a list the front RPUSHes grants on and the job's worker BLPOPs.
 

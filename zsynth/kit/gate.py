@@ -21,10 +21,12 @@ from zsynth.kit.envelope import Refusal
 from zsynth.services.auth import (
     AUTHENTICATOR,
     CREDENTIAL,
+    SPEECH_SCOPE,
     AuthError,
     Credential,
     Presented,
     QueryParameter,
+    TokenServer,
     fingerprint,
     read_credential,
 )
@@ -42,9 +44,8 @@ class Gate:
     query: QueryParameter | None
     #: The message of ``insufficient_scope``: a token on a route it may not call.
     insufficient_scope: str
-    #: The scope of this server's short-lived tokens (:data:`~zsynth.services.auth.SPEECH_SCOPE` or
-    #: :data:`~zsynth.services.auth.AVATAR_SCOPE`): only they may call its routes declared TOKEN or IN_BAND.
-    token_scope: str
+    #: This server: only tokens it minted (their record says so) may call its routes declared TOKEN or IN_BAND.
+    server: TokenServer
     #: The message of ``insufficient_scope`` for a token minted for another server.
     foreign_token: str
     #: The message of ``invalid_api_key`` for a full key in the URL.
@@ -55,12 +56,13 @@ class Gate:
     challenge: bool = False
 
 
-def may_call(credential: Credential, access: Access, token_scope: str) -> bool:
-    """Whether ``credential`` may call a route declared ``access``: a full key (or an open server) anything, a token
-    of the server's ``token_scope`` the routes declared TOKEN or IN_BAND, a token of another scope nothing."""
+def may_call(credential: Credential, access: Access, server: TokenServer) -> bool:
+    """Whether ``credential`` may call a route of ``server`` declared ``access``: a full key (or an open server)
+    anything; a token of scope ``tts`` that ``server`` minted (as its record says) the routes declared TOKEN or
+    IN_BAND; any other token nothing."""
     if access is Access.PUBLIC or credential.is_full:
         return True
-    return access is not Access.FULL and credential.scope == token_scope
+    return access is not Access.FULL and credential.scope == SPEECH_SCOPE and credential.server == server
 
 
 async def admit(request: web.Request, gate: Gate, access: Access, presented: Presented) -> Credential:
@@ -79,8 +81,8 @@ async def admit(request: web.Request, gate: Gate, access: Access, presented: Pre
         raise
     if presented.in_query and credential.kind == "full":
         raise AuthError("invalid_api_key", gate.full_key_in_query)
-    if not may_call(credential, access, gate.token_scope):
-        foreign = credential.scope != gate.token_scope
+    if not may_call(credential, access, gate.server):
+        foreign = credential.server != gate.server
         raise AuthError("insufficient_scope", gate.foreign_token if foreign else gate.insufficient_scope)
     return credential
 

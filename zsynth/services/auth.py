@@ -45,11 +45,19 @@ logger = logging.getLogger(__name__)
 
 CredentialKind = Literal["open", "full", "ephemeral"]
 
-#: The scopes of short-lived ``zsk_temp_`` tokens, one per server, each checked by its own server: the speech API's
-#: ephemeral tokens (``POST /v1/tokens/ephemeral``) and the avatar server's session tokens
-#: (``POST /v1/streaming.create_token``). A token of one is refused by the other (``insufficient_scope``).
+#: The scope of short-lived tokens: synthesis (the speech API's ephemeral tokens, ``POST /v1/tokens/ephemeral``, and
+#: the avatar server's session tokens, ``POST /v1/streaming.create_token``, both answer ``"scope": "tts"``, as their
+#: specs say). Which server a token works on is not its scope but its record's :data:`TokenServer`.
 SPEECH_SCOPE: Final = "tts"
-AVATAR_SCOPE: Final = "avatar"
+
+#: The server that minted a ``zsk_temp_`` token, kept in its keys-table record: the only server it works on. A token
+#: shown to the other one is refused (``insufficient_scope``), whatever its scope says.
+TokenServer = Literal["speech", "avatar"]
+SPEECH_SERVER: Final = "speech"
+AVATAR_SERVER: Final = "avatar"
+# Avatar session tokens minted before the record named its server carried this scope instead (read for at most their
+# 10 minutes of life after an upgrade).
+_LEGACY_AVATAR_SCOPE: Final = "avatar"
 
 TEMP_PREFIX: Final = "zsk_temp_"
 LIVE_PREFIX: Final = "zsk_live_"
@@ -75,7 +83,7 @@ class AuthError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Credential:
-    """Who is calling: an open server, a full key, or a short-lived token (its scope names the server it is for)."""
+    """Who is calling: an open server, a full key, or a short-lived token (``server``: the one it works on)."""
 
     kind: CredentialKind
     fingerprint: str = ""  # safe to log: a short hash, never the secret
@@ -84,6 +92,7 @@ class Credential:
     key_hash: str | None = field(default=None, repr=False)  # the table row, for keys from the table
     parent_hash: str | None = field(default=None, repr=False)  # a token's minting key's row (table keys only)
     parent: str | None = None  # the fingerprint of the key that minted a token (static or table)
+    server: TokenServer | None = None  # the server that minted a token, from its record (None for keys)
 
     @property
     def is_full(self) -> bool:
@@ -436,15 +445,31 @@ class Authenticator:
         if record.kind == "full" and secret.startswith(LIVE_PREFIX):
             return Credential("full", record.key_id, record.expires_at, record.scope, key_hash)
         if record.kind == "ephemeral" and secret.startswith(TEMP_PREFIX) and record.expires_at is not None:
+            scope, server = record.scope, _minted_by(record)
+            if scope == _LEGACY_AVATAR_SCOPE:
+                scope = SPEECH_SCOPE
             return Credential(
-                "ephemeral", record.key_id, record.expires_at, record.scope, key_hash, record.parent_hash, record.parent
+                "ephemeral",
+                record.key_id,
+                record.expires_at,
+                scope,
+                key_hash,
+                record.parent_hash,
+                record.parent,
+                server,
             )
         return None
 
     async def mint_token(
-        self, ttl_seconds: int, scope: str = SPEECH_SCOPE, *, parent: Credential | None = None
+        self,
+        ttl_seconds: int,
+        scope: str = SPEECH_SCOPE,
+        *,
+        server: TokenServer = SPEECH_SERVER,
+        parent: Credential | None = None,
     ) -> tuple[str, int]:
-        """Mint an ephemeral ``zsk_temp_`` token; returns (token, expires_at). Needs the keys table."""
+        """Mint a ``zsk_temp_`` token for ``server`` (recorded: the only server it works on); returns
+        (token, expires_at). Needs the keys table."""
         if self.store is None:
             raise AuthError(
                 "not_supported", "Ephemeral tokens need a keys table (ZSYNTH_API_KEYS_TABLE).", http_status=501
@@ -469,6 +494,7 @@ class Authenticator:
             expires_at=expires_at,
             parent=parent.fingerprint if parent is not None else None,
             parent_hash=parent.key_hash if parent is not None else None,
+            server=server,
         )
         try:
             await self.store.put(key_hash, record)
@@ -479,7 +505,7 @@ class Authenticator:
         self._remember(
             key_hash, _Cached(self._credential(token, key_hash, record), min(now + self.cache_ttl_s, expires_at), now)
         )
-        logger.info("minted token %s (scope %s, expires %d) by key %s", record.key_id, scope, expires_at, record.parent)
+        logger.info("minted %s token %s (expires %d) by key %s", server, record.key_id, expires_at, record.parent)
         return token, expires_at
 
     async def create_key(self, name: str = "") -> tuple[str, KeyRecord]:
@@ -490,6 +516,17 @@ class Authenticator:
         record = KeyRecord(key_id=fingerprint(key), kind="full", scope="all", created_at=int(self.clock()), name=name)
         await self.store.put(secret_hash(key), record)
         return key, record
+
+
+def _minted_by(record: KeyRecord) -> TokenServer | None:
+    """The server a token's record says minted it (None: a value no server of ours writes, so it works nowhere).
+    Records from before the field was written: the avatar's carried the scope ``avatar``, the rest are the speech
+    API's."""
+    if record.server is None:
+        return AVATAR_SERVER if record.scope == _LEGACY_AVATAR_SCOPE else SPEECH_SERVER
+    if record.server == AVATAR_SERVER:
+        return AVATAR_SERVER
+    return SPEECH_SERVER if record.server == SPEECH_SERVER else None
 
 
 # Shortest interval between re-checks of a live credential (with ZSYNTH_AUTH_CACHE_TTL=0).

@@ -1,10 +1,11 @@
 """The portal keys table: full keys and ephemeral tokens in DynamoDB, reached with aioboto3.
 
 Only a SHA-256 hash of each secret is stored (the partition key ``key_hash``), never the secret itself, with the
-record's kind, scope, creation time and expiry. The endpoint, region and credentials come from the standard AWS
-variables (``AWS_ENDPOINT_URL``, ``AWS_DEFAULT_REGION``, ``AWS_ACCESS_KEY_ID``, ...), so a DynamoDB-compatible server
-on loopback works unchanged. Secrets carry at least 128 random bits, so a fast hash is enough: nobody can guess a
-preimage, and a slow hash would cost milliseconds per cold look-up.
+record's kind, scope, creation time and expiry, and for a token the server that minted it. The endpoint, region and
+credentials come from the standard AWS variables (``AWS_ENDPOINT_URL``, ``AWS_DEFAULT_REGION``,
+``AWS_ACCESS_KEY_ID``, ...), so a DynamoDB-compatible server on loopback works unchanged. Secrets carry at least 128
+random bits, so a fast hash is enough: nobody can guess a preimage, and a slow hash would cost milliseconds per cold
+look-up.
 """
 
 from __future__ import annotations
@@ -38,13 +39,14 @@ class KeyRecord:
 
     key_id: str  # a short public id derived from the hash; shown by `zsynth keys list`, used to revoke
     kind: str  # "full" or "ephemeral"
-    scope: str  # "all" or "tts"
+    scope: str  # "all" (full keys) or "tts" (tokens)
     created_at: int
     expires_at: int | None = None
     revoked_at: int | None = None
     name: str = ""
     parent: str | None = None  # key id of the full key that minted a token
     parent_hash: str | None = None  # its table hash: a token is refused once that row is revoked
+    server: str | None = None  # the server that minted a token ("speech" or "avatar"): the only one it works on
 
     def to_item(self, key_hash: str) -> dict[str, dict[str, Any]]:
         """The DynamoDB item for this record."""
@@ -65,6 +67,8 @@ class KeyRecord:
             item["parent"] = {"S": self.parent}
         if self.parent_hash:
             item["parent_hash"] = {"S": self.parent_hash}
+        if self.server:
+            item["server"] = {"S": self.server}
         return item
 
     @classmethod
@@ -84,6 +88,7 @@ class KeyRecord:
             name=item.get("name", {}).get("S", ""),
             parent=item.get("parent", {}).get("S"),
             parent_hash=item.get("parent_hash", {}).get("S"),
+            server=item.get("server", {}).get("S"),
         )
 
 

@@ -8,6 +8,12 @@ number of fronts presenting one token at once, exactly one gets the record, so a
 The socket's credential is a token of scope ``tts`` (socket synthesis only: no HTTP route reads the parameter, and
 the token is no key anywhere else) whose owner is the minting key, so its jobs and its socket count against that key's
 share, as an ephemeral token's do. Its minting key is checked again when it is redeemed.
+
+A key holds at most ``ZSYNTH_SINGLE_USE_MAX_UNSPENT`` unspent tokens (ElevenLabs states no such limit): each key has a
+sorted set of its tokens' hashes scored by expiry (:func:`~zsynth.core.protocol.single_use_unspent_key`), which a
+mint trims of the expired and counts in the same atomic script that stores the token
+(:data:`~zsynth.core.protocol.SINGLE_USE_MINT_LUA`), and a redemption leaves. Past the cap a mint is refused
+(:class:`TooManyUnspent`, 429) until one is spent or expires.
 """
 
 from __future__ import annotations
@@ -22,8 +28,8 @@ from typing import Final
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from zsynth.core.protocol import single_use_token_key
-from zsynth.services.auth import SPEECH_SCOPE, AuthError, Credential, fingerprint, secret_hash
+from zsynth.core.protocol import SINGLE_USE_MINT_LUA, single_use_token_key, single_use_unspent_key
+from zsynth.services.auth import OPEN, SPEECH_SCOPE, SPEECH_SERVER, AuthError, Credential, fingerprint, secret_hash
 
 logger = logging.getLogger(__name__)
 
@@ -37,26 +43,59 @@ ELEVENLABS_TYPES: Final = ("tts_websocket", "realtime_scribe", "batch_scribe")
 _MAX_TOKEN_CHARS: Final = 128
 
 
+class TooManyUnspent(AuthError):
+    """429 ``rate_limit_exceeded``: the minting key already holds its cap of unspent tokens; ``retry_after_s`` is
+    when its oldest one expires (spending one frees a place sooner)."""
+
+    def __init__(self, cap: int, retry_after_s: int) -> None:
+        super().__init__(
+            "rate_limit_exceeded",
+            f"This key already holds {cap} unspent single-use tokens: use or let expire one before minting another.",
+            429,
+        )
+        self.retry_after_s = retry_after_s
+
+
 def _unavailable() -> AuthError:
     return AuthError("service_unavailable", "Single-use tokens cannot be read or written right now.", 503)
 
 
-async def mint(redis: Redis, token_type: str, minter: Credential, *, clock: Callable[[], float] = time.time) -> str:
-    """A new token of ``token_type`` (one of :data:`TOKEN_TYPES`) owned by ``minter``'s key; AuthError 503 when Redis
-    does not take it."""
+def _owner(parent: str | None) -> str:
+    """Whose unspent tokens a token counts among: its minting key's fingerprint (an open server's are all one's)."""
+    return parent or OPEN.fingerprint
+
+
+async def mint(
+    redis: Redis,
+    token_type: str,
+    minter: Credential,
+    *,
+    max_unspent: int,
+    clock: Callable[[], float] = time.time,
+) -> str:
+    """A new token of ``token_type`` (one of :data:`TOKEN_TYPES`) owned by ``minter``'s key, unless that key already
+    holds ``max_unspent`` unspent ones (:class:`TooManyUnspent`); AuthError 503 when Redis does not take it."""
     token = TOKEN_PREFIX + secrets.token_urlsafe(24)  # 192 random bits
+    now = clock()
+    parent = minter.owner if minter.kind != "open" else None
     record = {
         "type": token_type,
-        "parent": minter.owner if minter.kind != "open" else None,
+        "parent": parent,
         "parent_hash": minter.key_hash if minter.kind == "full" else minter.parent_hash,
-        "created_at": int(clock()),
+        "created_at": int(now),
     }
+    token_hash = secret_hash(token)
+    keys = [single_use_token_key(token_hash), single_use_unspent_key(_owner(parent))]
+    args: list[str | int | float] = [json.dumps(record), TTL_S, now, now + TTL_S, max_unspent, token_hash]
     try:
-        await redis.set(single_use_token_key(secret_hash(token)), json.dumps(record), ex=TTL_S, nx=True)
+        retry_after_s = int(await redis.register_script(SINGLE_USE_MINT_LUA)(keys=keys, args=args))
     except RedisError as err:
         logger.warning("minting a single-use token failed: %r", err)
         raise _unavailable() from err
-    logger.info("minted single-use token %s (%s) by key %s", fingerprint(token), token_type, record["parent"] or "-")
+    if retry_after_s:
+        logger.info("single-use token refused: key %s holds %d unspent", parent or "-", max_unspent)
+        raise TooManyUnspent(max_unspent, min(retry_after_s, TTL_S))
+    logger.info("minted single-use token %s (%s) by key %s", fingerprint(token), token_type, parent or "-")
     return token
 
 
@@ -66,14 +105,21 @@ async def redeem(redis: Redis, token: str, token_type: str) -> Credential:
     refused = AuthError("invalid_api_key", "This single-use token is unknown, expired or already used.")
     if not token.startswith(TOKEN_PREFIX) or len(token) > _MAX_TOKEN_CHARS:
         raise refused
+    token_hash = secret_hash(token)
     try:
-        raw = await redis.getdel(single_use_token_key(secret_hash(token)))
+        raw = await redis.getdel(single_use_token_key(token_hash))
     except RedisError as err:
         logger.warning("redeeming single-use token %s failed: %r", fingerprint(token), err)
         raise _unavailable() from err
     if raw is None:
         raise refused
     record = json.loads(raw)
+    try:
+        # Spent: its key's place is free. Apart from the GETDEL, which alone decides who spends it: should this fail,
+        # the place frees when the token would have expired.
+        await redis.zrem(single_use_unspent_key(_owner(record.get("parent"))), token_hash)
+    except RedisError as err:
+        logger.warning("single-use token %s: freeing its place failed: %r", fingerprint(token), err)
     if record.get("type") != token_type:
         raise AuthError("invalid_api_key", f"This single-use token is not a {token_type} token.")
     logger.info("redeemed single-use token %s (key %s)", fingerprint(token), record.get("parent") or "-")
@@ -83,4 +129,5 @@ async def redeem(redis: Redis, token: str, token_type: str) -> Credential:
         scope=SPEECH_SCOPE,
         parent_hash=record.get("parent_hash"),
         parent=record.get("parent"),
+        server=SPEECH_SERVER,
     )

@@ -18,7 +18,7 @@ from zsynth.kit.access import refuses_open_write
 from zsynth.kit.answer_headers import AUDIO_HEADER_NAMES
 from zsynth.kit.errors import ApiError, Handler
 from zsynth.kit.gate import Gate, access_middleware
-from zsynth.services.auth import CREDENTIAL_HEADERS, SPEECH_SCOPE
+from zsynth.services.auth import CREDENTIAL_HEADERS, SPEECH_SERVER
 from zsynth.services.keys import REQUEST_ID
 
 logger = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ async def open_cors_middleware(request: web.Request, handler: Handler) -> web.St
 HTTP_GATE: Final = Gate(
     query=None,
     insufficient_scope="Ephemeral tokens may only synthesize speech and read voices.",
-    token_scope=SPEECH_SCOPE,
+    server=SPEECH_SERVER,
     foreign_token="This token is not for the speech API (an avatar session token?): mint an ephemeral token with "
     "POST /v1/tokens/ephemeral.",
     challenge=True,
@@ -61,7 +61,7 @@ HTTP_GATE: Final = Gate(
 SOCKET_GATE: Final = Gate(
     query="authorization",
     insufficient_scope=HTTP_GATE.insufficient_scope,
-    token_scope=SPEECH_SCOPE,
+    server=SPEECH_SERVER,
     foreign_token=HTTP_GATE.foreign_token,
     full_key_in_query="Query parameter 'authorization' takes an ephemeral token only; send full keys in the "
     "xi-api-key header or the first message.",

@@ -12,8 +12,9 @@ from zsynth.avatar.bodies import documented
 from zsynth.kit.endpoints import Access, Endpoints, refusal
 from zsynth.services.auth import (
     AUTHENTICATOR,
-    AVATAR_SCOPE,
+    AVATAR_SERVER,
     CREDENTIAL,
+    SPEECH_SCOPE,
     TTL_DEFAULT,
     TTL_SCHEMA,
     AuthError,
@@ -50,7 +51,9 @@ class SessionToken(pydantic.BaseModel):
 
     token: str = pydantic.Field(pattern="^zsk_temp_")
     expires_at: int = pydantic.Field(description="Unix time the token stops working.")
-    scope: Literal["avatar"] = pydantic.Field(description="Session tokens work on this server only.")
+    scope: Literal["tts"] = pydantic.Field(
+        description="Always tts (the spec's value); session tokens still work on this server only."
+    )
 
 
 class SessionTokenData(pydantic.BaseModel):
@@ -73,13 +76,14 @@ class SessionTokenData(pydantic.BaseModel):
     errors=(400, 413, 501),
 )
 async def create_token(request: web.Request, body: SessionTokenRequest) -> web.Response:
-    """Mint a session token (scope ``avatar``: this server's only) living ``ttl_seconds``, clamped to 30-600 s."""
+    """Mint a session token living ``ttl_seconds``, clamped to 30-600 s: scope ``tts`` as the spec says, and its
+    record names this server, the only one it works on."""
     try:
         # The minting key is the token's parent, as on the speech API: audited, and a token cannot mint tokens.
         token, expires_at = await request.app[AUTHENTICATOR].mint_token(
-            body.ttl_seconds, scope=AVATAR_SCOPE, parent=request[CREDENTIAL]
+            body.ttl_seconds, server=AVATAR_SERVER, parent=request[CREDENTIAL]
         )
     except AuthError as err:
         raise auth_error(err) from err
-    answer = SessionTokenData(data=SessionToken(token=token, expires_at=expires_at, scope=AVATAR_SCOPE))
+    answer = SessionTokenData(data=SessionToken(token=token, expires_at=expires_at, scope=SPEECH_SCOPE))
     return web.json_response(answer.model_dump(), headers={"Cache-Control": "no-store"})

@@ -18,7 +18,7 @@ from zsynth.kit.endpoints import Access, Endpoints, refusal
 from zsynth.kit.errors import ApiError
 from zsynth.services import single_use
 from zsynth.services.auth import AUTHENTICATOR, CREDENTIAL, TTL_DEFAULT, TTL_SCHEMA, AuthError, clamp_ttl
-from zsynth.services.keys import REDIS, REQUEST_ID
+from zsynth.services.keys import REDIS, REQUEST_ID, SETTINGS
 from zsynth.speech.schemas.apidoc import json_body
 
 logger = logging.getLogger(__name__)
@@ -105,10 +105,11 @@ class SingleUseToken(BaseModel):
     summary="Mint an ElevenLabs single-use token for one realtime socket (type tts_websocket).",
     path_params={"token_type": "tts_websocket (ElevenLabs' realtime_scribe and batch_scribe are not served: 400)."},
     responses={200: json_body("The new token (Cache-Control: no-store).", SingleUseToken)},
-    errors=(400, 422, 503),
+    errors=(400, 422, 429, 503),
 )
 async def mint_single_use(request: web.Request) -> web.Response:
-    """Mint a token that opens one TTS or dialogue socket within 15 minutes, counted against the minting key."""
+    """Mint a token that opens one TTS or dialogue socket within 15 minutes, counted against the minting key (429
+    ``rate_limit_exceeded`` once the key holds ZSYNTH_SINGLE_USE_MAX_UNSPENT unspent ones)."""
     token_type = request.match_info["token_type"]
     if token_type not in single_use.TOKEN_TYPES:
         if token_type in single_use.ELEVENLABS_TYPES:
@@ -124,7 +125,14 @@ async def mint_single_use(request: web.Request) -> web.Response:
             422, "invalid_parameters", f"Unknown token type '{shown}': use 'tts_websocket'.", param="token_type"
         )
     try:
-        token = await single_use.mint(request.app[REDIS], token_type, request[CREDENTIAL])
+        token = await single_use.mint(
+            request.app[REDIS],
+            token_type,
+            request[CREDENTIAL],
+            max_unspent=request.app[SETTINGS].single_use_max_unspent,
+        )
+    except single_use.TooManyUnspent as err:
+        raise ApiError(429, err.status, err.message, headers={"Retry-After": str(err.retry_after_s)}) from err
     except AuthError as err:
         raise ApiError(err.http_status, err.status, err.message) from err
     logger.info("request %s: minted a single-use %s token", request[REQUEST_ID], token_type)

@@ -325,7 +325,7 @@ class Connection:
         app = self.request.app
         credential = await single_use.redeem(app[REDIS], token, "tts_websocket")
         await app[AUTHENTICATOR].check_minter(credential)
-        if not may_call(credential, access, SOCKET_GATE.token_scope):
+        if not may_call(credential, access, SOCKET_GATE.server):
             raise AuthError("insufficient_scope", SOCKET_GATE.insufficient_scope)
         return credential
 
