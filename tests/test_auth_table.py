@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from zsynth.avatar.app import create_avatar_app
 from zsynth.avatar.routes import TABLES as AVATAR_TABLES
 from zsynth.documents import credentials_table, main, with_credentials_table
@@ -33,6 +35,7 @@ def routes_in(cell: str) -> set[str]:
     return set(re.findall(r"`([A-Z]+ /[^`]*)`", cell))
 
 
+@pytest.mark.unit
 def test_the_doc_holds_the_table_the_declarations_make():
     text = DOC.read_text(encoding="utf-8")
     assert with_credentials_table(text, credentials_table()) == text, (
@@ -41,6 +44,7 @@ def test_the_doc_holds_the_table_the_declarations_make():
     )
 
 
+@pytest.mark.unit
 def test_the_table_names_the_routes_the_audit_found_unlisted():
     table = rows()
     assert {"GET /v1/audio/voices", "GET /v1/audio/models"} <= routes_in(table["none"][0])
@@ -57,6 +61,7 @@ def test_the_table_names_the_routes_the_audit_found_unlisted():
     assert table["avatar session"] == ["none", "`POST /connect`<br>WebSocket `/control/{session_id}`"]
 
 
+@pytest.mark.unit
 def test_the_command_rewrites_a_stale_table(tmp_path, capsys):
     doc = tmp_path / "auth.md"
     doc.write_text(with_credentials_table(DOC.read_text(encoding="utf-8"), "| stale | table |"), encoding="utf-8")
@@ -72,6 +77,7 @@ async def call(client, method: str, path: str, token: str):
     return await client.request(method, re.sub(r"\{[^}]+\}", "x", path), json={}, headers={"X-Api-Key": token})
 
 
+@pytest.mark.stack
 async def test_each_token_reaches_exactly_the_http_routes_its_row_names(
     aiohttp_client, redis_url, data_dir, keys_table
 ):
