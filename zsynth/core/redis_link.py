@@ -274,7 +274,7 @@ class _CheckedPool(ConnectionPool):
             if await _unfit(connection):
                 logger.debug("redis: a pooled connection was closed by the server; opening it again before use")
                 await connection.disconnect()
-                await connection.connect()
+                await connection.connect()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
         except RedisConnectionError as err:
             if type(err) is not RedisConnectionError:  # its subclasses (authentication, loading...) stay as they are
                 raise
@@ -283,11 +283,12 @@ class _CheckedPool(ConnectionPool):
     async def get_connection(self, *args: Any, **kwargs: Any) -> AbstractConnection:
         """A checked connection; CommandNotSent when it could not be opened, NoFreeConnection when none was free."""
         try:
-            return await super().get_connection(*args, **kwargs)
+            connection = await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
         except RedisConnectionError as err:
             if type(err) is not RedisConnectionError:
                 raise
             raise NoFreeConnection(*err.args) from err  # BlockingConnectionPool's "No connection available."
+        return cast(AbstractConnection, connection)
 
 
 class _BlockingPool(_CheckedPool, BlockingConnectionPool):
@@ -321,13 +322,13 @@ class Client(AsyncRedis):
     async def execute_command(self, *args: Any, **options: Any) -> Any:
         """Run one command; repeat it once on a fresh connection when that cannot run it twice."""
         try:
-            return await super().execute_command(*args, **options)
+            return await super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
         except RedisConnectionError as err:
             if not may_repeat(args, err):
                 raise
             # redis-py closed the failed connection before giving it back: the repeat connects afresh.
             logger.debug("redis: %s repeated once on a fresh connection after %r", _command_name(args), err)
-            return await super().execute_command(*args, **options)
+            return await super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
 
 
 class _SyncPool(redis.ConnectionPool):
@@ -354,12 +355,12 @@ class SyncClient(redis.Redis):
     def execute_command(self, *args: Any, **options: Any) -> Any:
         """Run one command; repeat it once on a fresh connection when that cannot run it twice."""
         try:
-            return super().execute_command(*args, **options)
+            return super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
         except RedisConnectionError as err:
             if not may_repeat(args, err):
                 raise
             logger.debug("redis: %s repeated once on a fresh connection after %r", _command_name(args), err)
-            return super().execute_command(*args, **options)
+            return super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
 
 
 def _async_sentinel(target: SentinelTarget) -> AsyncSentinel:
