@@ -17,6 +17,29 @@ even while idle: it counts them and says which master it uses (``/readyz``, and 
 callback). Reconnecting needs no callback: a promotion drops every connection to the old master, and each
 reconnects through the sentinels (the front's reply listener then audits its open jobs, a voice-library follower
 compares with its bucket).
+
+**Reconnects that lose no command.** Every client built here (the fronts' pool, the workers' clients, each voice
+library's) behaves the same way when Redis restarts or fails over:
+
+* *A pooled connection is checked when it is taken.* One the server closed while it sat idle in the pool (its
+  socket shows the peer's FIN or reset, or holds bytes nobody asked for) is opened afresh before anything is
+  written to it, so the command goes out on a live connection. redis-py 8 skips its own such check when the pool's
+  maintenance notifications are on ``auto``, its default; that sent the first command after a restart through a
+  dead socket (issue 48, A1: the first job after a restart answered 503). The check is a ``poll`` of the socket
+  plus a look at what the event loop already read, so it needs no round trip.
+* *A command whose connection could not be opened* (refused, or reset during the handshake) was not sent, so it
+  is sent once more on a fresh connection, whatever it is. A connect that timed out is not repeated: a front must
+  answer 503 quickly while Redis is unreachable.
+* *A read-only command that lost its connection after it was sent* (:data:`SAFE_TO_REPEAT`) is sent once more on a
+  fresh connection: repeating it changes nothing.
+* *A write that lost its connection after it was sent is never repeated*, here or by redis-py (its clients here
+  keep redis-py's default of no retries): Redis may have run it before the connection dropped, and a job pushed
+  twice would be spoken twice. The caller sees the error (a front answers 503 ``system_busy`` with Retry-After).
+  redis-py's own ``Retry`` cannot make this distinction: it repeats any command that failed with a connection
+  error, whether or not the write reached the server. Pipelines and transactions are not repeated either; they
+  get the check on take like every command.
+* Blocking reads (``XREAD BLOCK``, ``BLMOVE``) are not repeated: a blocked command that loses its connection is
+  how its loop learns Redis went away, and each loop has its own backoff and catch-up.
 """
 
 from __future__ import annotations
@@ -24,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import select
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -32,10 +56,12 @@ from urllib.parse import parse_qs, unquote
 
 import redis
 import redis.sentinel
-from redis.asyncio import BlockingConnectionPool
+from redis.asyncio import BlockingConnectionPool, ConnectionPool
 from redis.asyncio import Redis as AsyncRedis
+from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 from redis.asyncio.sentinel import SentinelConnectionPool
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 logger = logging.getLogger(__name__)
@@ -172,8 +198,169 @@ def check_url(url: str) -> str:
     return url
 
 
-class _BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):
-    """A Sentinel pool that waits for a free connection (BlockingConnectionPool) instead of raising."""
+#: Read-only commands that are sent once more on a fresh connection when theirs was lost after they were sent:
+#: running one twice changes nothing. Writes are never in this set (a write may have run before the connection
+#: dropped), nor are blocking reads (their loops treat a lost connection as news, see the module's docstring).
+SAFE_TO_REPEAT: frozenset[str] = frozenset(
+    {
+        "PING", "ECHO", "TIME", "INFO", "DBSIZE", "TYPE", "EXISTS", "TTL", "PTTL", "SCAN", "KEYS",
+        "GET", "MGET", "STRLEN", "GETRANGE",
+        "HGET", "HMGET", "HGETALL", "HEXISTS", "HLEN", "HKEYS", "HVALS", "HSCAN",
+        "LLEN", "LRANGE", "LINDEX", "LPOS",
+        "SMEMBERS", "SISMEMBER", "SMISMEMBER", "SCARD", "SSCAN",
+        "ZCARD", "ZSCORE", "ZMSCORE", "ZRANGE", "ZRANGEBYSCORE", "ZREVRANGE", "ZRANK", "ZCOUNT", "ZSCAN",
+        "XLEN", "XRANGE", "XREVRANGE",
+    }
+)  # fmt: skip
+
+
+class CommandNotSent(RedisConnectionError):
+    """The connection for a command could not be opened (refused, or reset during the handshake): nothing of the
+    command reached Redis, so sending it again cannot run it twice."""
+
+
+class NoFreeConnection(RedisConnectionError):
+    """Every connection of a blocking pool stayed busy for its whole timeout (never repeated: it would wait again)."""
+
+
+_PEER_GONE = select.POLLHUP | select.POLLERR | getattr(select, "POLLRDHUP", 0)  # POLLRDHUP: Linux only
+
+
+def _socket_closed(connection: AbstractConnection) -> bool:
+    """True when the kernel says the server closed or reset this connection's socket.
+
+    Asked of the socket itself, not of the event loop: a FIN the loop has not read yet is seen too. Only a closed or
+    reset peer counts, never readable data (a TLS record such as a session ticket can sit there on a live socket).
+    """
+    writer = getattr(connection, "_writer", None)  # redis-py keeps the stream writer private
+    transport = getattr(writer, "transport", None)
+    if transport is None:
+        return False
+    if transport.is_closing():
+        return True
+    sock = transport.get_extra_info("socket")
+    fileno = sock.fileno() if sock is not None else -1
+    if fileno < 0:
+        return sock is not None  # a socket object whose descriptor is already closed
+    poller = select.poll()
+    poller.register(fileno, _PEER_GONE)
+    return bool(poller.poll(0))
+
+
+async def _unfit(connection: AbstractConnection) -> bool:
+    """True when an idle pooled connection must not carry the next command: the server closed it, or it holds bytes
+    nobody asked for (an idle connection here never does: the clients speak RESP2, so no pushes arrive unasked)."""
+    # can_read: redis-py 8; can_read_destructive before it (same meaning, deprecated in 8).
+    readable = getattr(connection, "can_read", None) or connection.can_read_destructive
+    try:
+        if await readable():  # bytes the loop read already, or the EOF it saw
+            return True
+    except (RedisConnectionError, OSError):
+        return True
+    return _socket_closed(connection)
+
+
+class _CheckedPool(ConnectionPool):
+    """Checks a pooled connection when it is taken, and tells why a take failed (see the module's docstring).
+
+    The plain asyncio pool, and a mixin for the others below (its methods run before those of the pool classes
+    named after it).
+    """
+
+    async def ensure_connection(self, connection: AbstractConnection) -> None:
+        """Connect ``connection`` if needed; reopen it when the server closed it while it sat in the pool."""
+        try:
+            await super().ensure_connection(connection)
+            if await _unfit(connection):
+                logger.debug("redis: a pooled connection was closed by the server; opening it again before use")
+                await connection.disconnect()
+                await connection.connect()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
+        except RedisConnectionError as err:
+            if type(err) is not RedisConnectionError:  # its subclasses (authentication, loading...) stay as they are
+                raise
+            raise CommandNotSent(*err.args) from err
+
+    async def get_connection(self, *args: Any, **kwargs: Any) -> AbstractConnection:
+        """A checked connection; CommandNotSent when it could not be opened, NoFreeConnection when none was free."""
+        try:
+            connection = await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
+        except RedisConnectionError as err:
+            if type(err) is not RedisConnectionError:
+                raise
+            raise NoFreeConnection(*err.args) from err  # BlockingConnectionPool's "No connection available."
+        return cast(AbstractConnection, connection)
+
+
+class _BlockingPool(_CheckedPool, BlockingConnectionPool):
+    """The blocking asyncio pool (waits for a free connection), checked on take."""
+
+
+class _SentinelPool(_CheckedPool, SentinelConnectionPool):
+    """The Sentinel asyncio pool, checked on take."""
+
+
+class _BlockingSentinelPool(_CheckedPool, SentinelConnectionPool, BlockingConnectionPool):
+    """A Sentinel pool that waits for a free connection (BlockingConnectionPool) instead of raising, checked on take."""
+
+
+def _command_name(args: tuple[Any, ...]) -> str:
+    name = args[0] if args else ""
+    return (name.decode() if isinstance(name, bytes) else str(name)).upper()
+
+
+def may_repeat(args: tuple[Any, ...], err: RedisConnectionError) -> bool:
+    """Whether the command ``args`` that failed with ``err`` may be sent once more on a fresh connection: it was
+    never sent (its connection could not be opened), or it is read-only and lost its connection."""
+    if isinstance(err, CommandNotSent):
+        return True
+    return type(err) is RedisConnectionError and _command_name(args) in SAFE_TO_REPEAT
+
+
+class Client(AsyncRedis):
+    """The asyncio client every zsynth process uses: redis-py's, plus the one repeat of :func:`may_repeat`."""
+
+    async def execute_command(self, *args: Any, **options: Any) -> Any:
+        """Run one command; repeat it once on a fresh connection when that cannot run it twice."""
+        try:
+            return await super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
+        except RedisConnectionError as err:
+            if not may_repeat(args, err):
+                raise
+            # redis-py closed the failed connection before giving it back: the repeat connects afresh.
+            logger.debug("redis: %s repeated once on a fresh connection after %r", _command_name(args), err)
+            return await super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
+
+
+class _SyncPool(redis.ConnectionPool):
+    """The blocking client's pool: redis-py's own take already reopens a connection the server closed (its check
+    polls the socket), so this only tells a command that was never sent from one that was."""
+
+    def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        """A checked connection; CommandNotSent when it could not be opened."""
+        try:
+            return super().get_connection(*args, **kwargs)
+        except RedisConnectionError as err:
+            if type(err) is not RedisConnectionError:
+                raise
+            raise CommandNotSent(*err.args) from err
+
+
+class _SyncSentinelPool(_SyncPool, redis.sentinel.SentinelConnectionPool):
+    """The blocking Sentinel pool, as :class:`_SyncPool`."""
+
+
+class SyncClient(redis.Redis):
+    """The blocking client (the workers' engine thread, the command line), with the one repeat of :func:`may_repeat`."""
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        """Run one command; repeat it once on a fresh connection when that cannot run it twice."""
+        try:
+            return super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
+        except RedisConnectionError as err:
+            if not may_repeat(args, err):
+                raise
+            logger.debug("redis: %s repeated once on a fresh connection after %r", _command_name(args), err)
+            return super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
 
 
 def _async_sentinel(target: SentinelTarget) -> AsyncSentinel:
@@ -185,20 +372,28 @@ def async_client(url: str, **kwargs: Any) -> AsyncRedis:
     """An asyncio client for ``url`` (``kwargs`` as for ``Redis.from_url``: timeouts, health checks)."""
     kwargs = _tcp(url, kwargs)
     if not is_sentinel_url(url):
-        return AsyncRedis.from_url(url, **kwargs)
+        return Client.from_pool(_CheckedPool.from_url(url, **kwargs))
     target = parse_sentinel_url(url)
-    return cast(AsyncRedis, _async_sentinel(target).master_for(target.service, **target.data_kwargs(), **kwargs))
+    client = _async_sentinel(target).master_for(
+        target.service,
+        redis_class=Client,
+        connection_pool_class=_SentinelPool,
+        **target.data_kwargs(),
+        **kwargs,
+    )
+    return cast(AsyncRedis, client)
 
 
 def async_blocking_client(url: str, *, max_connections: int, timeout: float, **kwargs: Any) -> AsyncRedis:
     """An asyncio client whose pool holds at most ``max_connections`` and waits ``timeout`` for a free one."""
     kwargs = _tcp(url, kwargs)
     if not is_sentinel_url(url):
-        pool = BlockingConnectionPool.from_url(url, max_connections=max_connections, timeout=timeout, **kwargs)
-        return AsyncRedis.from_pool(pool)
+        pool = _BlockingPool.from_url(url, max_connections=max_connections, timeout=timeout, **kwargs)
+        return Client.from_pool(pool)
     target = parse_sentinel_url(url)
     client = _async_sentinel(target).master_for(
         target.service,
+        redis_class=Client,
         connection_pool_class=_BlockingSentinelPool,
         max_connections=max_connections,
         timeout=timeout,
@@ -212,13 +407,20 @@ def sync_client(url: str, **kwargs: Any) -> redis.Redis:
     """A blocking client for ``url`` (the workers' engine thread, the command line)."""
     kwargs = _tcp(url, kwargs)
     if not is_sentinel_url(url):
-        return redis.Redis.from_url(url, **kwargs)
+        return SyncClient.from_pool(_SyncPool.from_url(url, **kwargs))
     target = parse_sentinel_url(url)
     # redis-py leaves its blocking Sentinel unannotated.
     sentinel = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
         list(target.sentinels), sentinel_kwargs=target.sentinel_kwargs()
     )
-    return cast(redis.Redis, sentinel.master_for(target.service, **target.data_kwargs(), **kwargs))  # type: ignore[no-untyped-call]
+    client = sentinel.master_for(  # type: ignore[no-untyped-call]
+        target.service,
+        redis_class=SyncClient,
+        connection_pool_class=_SyncSentinelPool,
+        **target.data_kwargs(),
+        **kwargs,
+    )
+    return cast(redis.Redis, client)
 
 
 def plain_address(url: str) -> str:
