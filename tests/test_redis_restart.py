@@ -27,6 +27,8 @@ from zsynth.core.redis_link import async_blocking_client, async_client, sync_cli
 from .helpers import RedisServer, WorkerProcess, assert_speech, decode_audio, front_process, redis_text
 from .voice_clips import reference_file
 
+pytestmark = pytest.mark.heavy
+
 FORMAT = "pcm_16000"
 
 
