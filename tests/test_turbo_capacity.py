@@ -44,6 +44,28 @@ def test_a_chunk_exactly_on_time_is_no_underrun_and_an_empty_turn_never_started(
     assert play(Turn(0.0, [])).first_audio_s == float("inf")
 
 
+def test_a_jitter_buffer_absorbs_late_chunks_up_to_its_length():
+    # 0.5 s chunks: the second lands 0.6 s after the first, 0.1 s after a bare playback needed it.
+    turn = Turn(sent=0.0, chunks=[Chunk(0.1, 0.5), Chunk(0.7, 0.5), Chunk(1.35, 0.5)])
+    assert play(turn).underruns == 2
+    buffered = play(turn, buffer_s=0.15)  # plays 0.25-0.75, 0.75-1.25, 1.25: the third is 0.1 s late
+    assert (buffered.underruns, buffered.starts) == (1, pytest.approx(0.25))
+    assert buffered.starved_s == pytest.approx(0.1) and buffered.ends == pytest.approx(1.35 + 0.15 + 0.5)
+    assert play(turn, buffer_s=0.25).underruns == 0
+
+
+def test_a_monologue_turn_is_due_where_the_previous_one_ends():
+    turn = Turn(sent=5.0, chunks=[Chunk(5.1, 0.5), Chunk(5.2, 0.5)])
+    on_time = play(turn, buffer_s=0.15, after=5.4)  # the previous turn's playback ends at 5.4
+    assert (on_time.underruns, on_time.starts, on_time.ends) == (0, 5.4, pytest.approx(6.4))
+    late = play(turn, buffer_s=0.15, after=5.0)  # the listener waited from 5.0 for the first chunk
+    assert late.underruns == 1 and late.starved_s == pytest.approx(0.1) and late.starts == pytest.approx(5.25)
+    runs = level([[Turn(0.0, [Chunk(0.1, 0.5)]), turn]], buffer_s=0.15, continuous=True, mode="monologue")
+    assert runs.dry_turns == 1 and runs.underruns == (1,) and runs.audio_s == pytest.approx(1.5)
+    apart = level([[Turn(0.0, [Chunk(0.1, 0.5)]), turn]], buffer_s=0.15)  # each turn from its own first chunk
+    assert apart.dry_turns == 0 and apart.first_audio_max_s == pytest.approx(0.1)
+
+
 def test_levels_and_the_capacity_figure():
     on_time = [Turn(0.0, [Chunk(0.1, 0.5), Chunk(0.5, 0.5)]), Turn(5.0, [Chunk(5.2, 0.5)])]
     slow_start = [Turn(0.0, [Chunk(0.35, 0.5)])]
