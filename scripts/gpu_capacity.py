@@ -509,6 +509,86 @@ async def converse(
     )
 
 
+SIM_WORDS_PER_S: Final = 2.5  # the simulated engine's speaking rate (workers/engines/simulated.py)
+FRONT_OVERHEAD_S: Final = 0.007  # front, Redis and socket time in a first audio, measured alone on this box
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Prediction:
+    """What the formulas in docs/gpu-run.md ("What the figures should be") predict for one level on the simulated
+    engine with one worker."""
+
+    turn_audio_s: float  # a turn's mean audio, Ā
+    slot_share: float  # U: the share of time the slot computes
+    audio_per_s: float  # audio made per second, all agents
+    throughput_agents: int  # the most agents of this mode whose audio the slot can make in time
+    first_audio_alone_s: float  # o + h
+    first_audio_p95_one_job_s: float  # today's worker, one job at a time (M/G/1 estimate)
+    first_audio_max_one_job_s: float  # the same, every other agent's longest turn queued first
+    first_audio_p95_by_chunk_s: float  # a worker that shares its slot chunk by chunk, earliest deadline first
+
+
+def _turn_audio(chunk_audio_s: float, pool: Sequence[str], sentences: tuple[int, int]) -> tuple[float, float, float]:
+    """The mean, mean square and longest audio of a turn as :func:`plan` draws it, in the simulated engine's whole
+    chunks per sentence (each flushed sentence is spoken on its own)."""
+    per_sentence = [
+        math.ceil(len(text.split()) / SIM_WORDS_PER_S / chunk_audio_s - 1e-9) * chunk_audio_s for text in pool
+    ]
+    counts = range(sentences[0], sentences[1] + 1)
+    first = second = 0.0
+    for count in counts:  # count sentences drawn independently: mean and variance add
+        mean = count * sum(per_sentence) / len(per_sentence)
+        var = count * (
+            sum(a * a for a in per_sentence) / len(per_sentence) - (sum(per_sentence) / len(per_sentence)) ** 2
+        )
+        first += mean / len(counts)
+        second += (var + mean * mean) / len(counts)
+    return first, second, sentences[1] * max(per_sentence)
+
+
+def predict(
+    n_agents: int,
+    rtf: float,
+    mode: str = "conversation",
+    chunk_audio_s: float = 0.5,
+    pool: Sequence[str] = SENTENCES,
+    sentences: tuple[int, int] = (1, 2),
+    pause_s: tuple[float, float] = USER_PAUSE_S,
+    buffer_s: float = JITTER_BUFFER_S,
+    overhead_s: float = FRONT_OVERHEAD_S,
+) -> Prediction:
+    """The formulas for one level on the simulated engine (RTF ``rtf``, ``chunk_audio_s`` per chunk, so each chunk
+    holds the slot ``h = rtf * chunk_audio_s``): see docs/gpu-run.md, "What the figures should be"."""
+    if rtf <= 0 or n_agents < 1:
+        raise ValueError("rtf must be positive and n_agents at least 1")
+    hold = rtf * chunk_audio_s
+    mean_a, square_a, longest_a = _turn_audio(chunk_audio_s, pool, sentences)
+    if mode == "monologue":
+        cycle = mean_a  # each agent's playback runs on without a pause
+    else:
+        cycle = mean_a + sum(pause_s) / 2 + buffer_s
+    share = n_agents * rtf * mean_a / cycle
+    alone = overhead_s + hold
+    mean_s, square_s = rtf * mean_a, rtf * rtf * square_a  # a turn's slot time, and its square
+    if share >= 1.0:
+        p95 = float("inf")
+    elif share <= 0.05:
+        p95 = alone  # fewer than one turn in twenty finds the slot busy
+    else:  # M/G/1: P(wait > t) ~ U exp(-t / w), w = E[S^2] / (2 E[S] (1 - U))
+        p95 = alone + square_s / (2 * mean_s * (1 - share)) * math.log(share / 0.05)
+    longest = alone + (n_agents - 1) * rtf * longest_a
+    return Prediction(
+        turn_audio_s=mean_a,
+        slot_share=share,
+        audio_per_s=min(n_agents * mean_a / cycle, 1 / rtf),
+        throughput_agents=int(cycle / (rtf * mean_a) + 1e-9),
+        first_audio_alone_s=alone,
+        first_audio_p95_one_job_s=min(p95, longest),
+        first_audio_max_one_job_s=longest,
+        first_audio_p95_by_chunk_s=alone + hold if share < 1.0 else float("inf"),
+    )
+
+
 def conversation_lines(levels: Mapping[int, LevelResult]) -> list[str]:
     """One line per conversation (or monologue) level, as the run prints them."""
     lines = []
@@ -545,6 +625,18 @@ def stack(
     from scripts.bench_realtime import free_port, redis_server
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    # What the front and the worker import, checked first: a missing package is named here rather than found as a
+    # process that exits while the run waits for it (on the device, a package the kit does not carry).
+    imports = subprocess.run(
+        [sys.executable, "-c", "import zsynth.cli, zsynth.speech.app, workers.main"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    if imports.returncode != 0:
+        raise RuntimeError(f"the front or the worker cannot start here: {imports.stderr.strip().splitlines()[-1:]}")
     with redis_server() as redis_url:
         port, metrics_port = free_port(), free_port()
         env = dict(os.environ, ZSYNTH_REDIS_URL=redis_url, ZSYNTH_DATA_DIR=data_dir, ZSYNTH_LOG_LEVEL="WARNING")

@@ -16,6 +16,7 @@ from scripts.gpu_capacity import (
     expected_streams,
     level,
     play,
+    predict,
     simulated_sentence_s,
     summary_lines,
 )
@@ -95,6 +96,27 @@ def test_what_an_rtf_allows():
         expected_streams(0.0, 0.5, 4.5)
 
 
+def test_what_the_formulas_predict_on_the_simulated_engine():
+    """The figures docs/gpu-run.md gives ("What the figures should be"): the driver's turns average 6.75 s of audio
+    (4-5 s sentences, 1-2 a turn), its agents' cycles 11.4 s (and a 4.5 s pause, a 0.15 s buffer)."""
+    alone = predict(1, 0.04)
+    assert alone.turn_audio_s == pytest.approx(6.75) and alone.first_audio_alone_s == pytest.approx(0.027)
+    assert alone.first_audio_p95_one_job_s == alone.first_audio_alone_s  # one agent never finds the slot busy
+    four, twelve = predict(4, 0.04), predict(12, 0.04)
+    assert four.slot_share == pytest.approx(0.0947, abs=1e-4) and twelve.slot_share == pytest.approx(0.2842, abs=1e-4)
+    assert four.first_audio_p95_one_job_s == pytest.approx(0.133, abs=0.001)
+    assert twelve.first_audio_p95_one_job_s == pytest.approx(0.392, abs=0.001)
+    assert twelve.first_audio_max_one_job_s == pytest.approx(0.027 + 11 * 0.04 * 10)  # ten-second turns queued first
+    assert twelve.first_audio_p95_by_chunk_s == pytest.approx(0.047) and twelve.throughput_agents == 42
+    # Monologues: the slot makes 1 / RTF seconds of audio a second.
+    assert predict(4, 0.2, "monologue").slot_share == pytest.approx(0.8)
+    assert predict(6, 0.2, "monologue").audio_per_s == pytest.approx(5.0)
+    assert [predict(1, rtf, "monologue").throughput_agents for rtf in (0.04, 0.072, 0.2)] == [25, 13, 5]
+    assert predict(30, 0.04).first_audio_p95_one_job_s <= predict(30, 0.04).first_audio_max_one_job_s
+    with pytest.raises(ValueError):
+        predict(0, 0.04)
+
+
 @pytest.mark.timeout(600)
 def test_capacity_run_on_the_simulated_engine_finds_what_its_rtf_allows() -> None:
     """The live run, reduced (a real front, Redis and worker; agent sockets with auto_mode) on the simulated
@@ -138,6 +160,9 @@ def test_prepared_gpu_run_reduced_end_to_end(tmp_path: Path) -> None:
     report = json.loads((tmp_path / "out" / "gpu-figures.json").read_text())
     assert "errors" not in report and report["meta"]["mode"].startswith("reduced")
     assert report["streaming"]["float32"]["short"]["requests"] == 1
-    assert report["capacity"]["engine"] == "simulated"
-    assert report["capacity"]["capacity"] == report["capacity"]["allowed"]
-    assert "Realtime agent voices (simulated engine" in (tmp_path / "out" / "gpu-figures.md").read_text()
+    capacity = report["capacity"]
+    assert (capacity["engine"], capacity["mode"]) == ("simulated", "conversation")
+    assert sorted(capacity["levels"]) == ["1", "2"]
+    for n, row in capacity["levels"].items():
+        assert row["errors"] == [] and row["turns"] == 2 * int(n) and row["slot_engine_share"] > 0
+    assert "Conversing voice agents (simulated engine" in (tmp_path / "out" / "gpu-figures.md").read_text()
