@@ -125,7 +125,10 @@ class LevelResult:
 
     @property
     def passes(self) -> bool:
-        return sum(self.underruns) == 0 and not self.errors and self.first_audio_p95_s <= FIRST_AUDIO_P95_S
+        """No underrun, no error, and (but for a monologue, whose turns are sent a turn ahead of the playback, so
+        their first audio is not waited for) first audio p95 within :data:`FIRST_AUDIO_P95_S`."""
+        fed = sum(self.underruns) == 0 and not self.errors
+        return fed and (self.mode == "monologue" or self.first_audio_p95_s <= FIRST_AUDIO_P95_S)
 
     def summary(self) -> dict[str, Any]:
         """The figures as JSON-ready values (the raw records left out)."""
@@ -786,7 +789,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         report = run_conversations(
             args.engine, levels, args.turns, args.mode, args.seed, args.rtf, args.chunk_audio_s, args.duration
         )
-        print(f"capacity: {report['capacity']} agents ({args.mode}: none ran dry, first audio p95 <= 300 ms)")
+        bound = "" if args.mode == "monologue" else ", first audio p95 <= 300 ms"
+        print(f"capacity: {report['capacity']} agents ({args.mode}: none ran dry{bound})")
         if args.out:
             with open(args.out, "w") as out:
                 json.dump(report, out, indent=1)

@@ -65,6 +65,10 @@ def test_a_monologue_turn_is_due_where_the_previous_one_ends():
     assert runs.dry_turns == 1 and runs.underruns == (1,) and runs.audio_s == pytest.approx(1.5)
     apart = level([[Turn(0.0, [Chunk(0.1, 0.5)]), turn]], buffer_s=0.15)  # each turn from its own first chunk
     assert apart.dry_turns == 0 and apart.first_audio_max_s == pytest.approx(0.1)
+    # A monologue passes on being fed alone: its turns go a turn ahead, their first audio is not waited for.
+    slow = [Turn(0.0, [Chunk(0.5, 0.5)]), Turn(0.4, [Chunk(0.9, 0.5)])]
+    assert level([slow], 0.15, continuous=True, mode="monologue").passes
+    assert not level([slow], 0.15, continuous=False, mode="conversation").passes
 
 
 def test_levels_and_the_capacity_figure():
