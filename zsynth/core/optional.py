@@ -58,13 +58,13 @@ def available(module: str) -> bool:
     return True
 
 
-def aws_errors() -> tuple[type[BaseException], ...]:
+def aws_errors(*also: type[BaseException]) -> tuple[type[BaseException], ...]:
     """What a call to S3 or DynamoDB raises when the service cannot be reached or refuses: botocore's
-    ``BotoCoreError`` and ``ClientError`` (once botocore is loaded), ``OSError`` and timeouts."""
+    ``BotoCoreError`` and ``ClientError`` (once botocore is loaded), ``OSError`` and timeouts; and ``also``."""
     exceptions = sys.modules.get("botocore.exceptions")
     if exceptions is None:  # no AWS client was ever made here, so no botocore error can be in flight
-        return (OSError, asyncio.TimeoutError)
-    return (exceptions.BotoCoreError, exceptions.ClientError, OSError, asyncio.TimeoutError)
+        return (OSError, asyncio.TimeoutError, *also)
+    return (exceptions.BotoCoreError, exceptions.ClientError, OSError, asyncio.TimeoutError, *also)
 
 
 def client_error() -> type[ClientError]:

@@ -319,7 +319,7 @@ class VoiceLibrary:
         if self.bucket is not None:
             try:
                 meta = await self.bucket.get_meta(voice_id)
-            except (*aws_errors(), ValueError) as err:
+            except aws_errors(ValueError) as err:
                 await self._failed(f"reading {voice_id} from the bucket failed", err)
                 raise StorageUnavailable(str(err)) from err
             if meta is None:
@@ -397,7 +397,7 @@ class VoiceLibrary:
                 remote = await self.bucket.get_settings(voice_id)
                 rev = max(rev, remote[0] if remote else 0) + 1
                 await self.bucket.put_settings(voice_id, rev, settings)
-            except (*aws_errors(), ValueError) as err:
+            except aws_errors(ValueError) as err:
                 await self._failed(f"saving the settings of {voice_id} in the bucket failed", err)
                 raise StorageUnavailable(str(err)) from err
         else:
@@ -464,7 +464,7 @@ class VoiceLibrary:
         except VoiceRefused as err:
             await self._failed(f"refusing {voice_id} from the bucket", err)
             raise
-        except (*aws_errors(), ValueError) as err:
+        except aws_errors(ValueError) as err:
             await self._failed(f"fetching {voice_id} from the bucket failed", err)
             raise StorageUnavailable(str(err)) from err
         if remote is None:
@@ -515,7 +515,7 @@ class VoiceLibrary:
     async def _apply_safely(self, fields: Mapping[str, str]) -> None:
         try:
             await self.apply(fields)
-        except (*aws_errors(), ValueError) as err:
+        except aws_errors(ValueError) as err:
             # The voice stays fetchable on demand; the next start settles it.
             await self._failed(f"applying {dict(fields)} failed", err)
         except Exception:
@@ -736,7 +736,7 @@ class VoiceLibrary:
         for voice_id in sorted(voice_ids):
             try:
                 done += await self._refresh(voice_id, None)
-            except (*aws_errors(), ValueError) as err:
+            except aws_errors(ValueError) as err:
                 await self._failed(f"{what} {voice_id} failed", err)
             self.arriving.discard(voice_id)
         return done
@@ -751,7 +751,7 @@ class VoiceLibrary:
             try:
                 await self.bucket.put_voice(json.loads(files[0]), files[1])
                 done += 1
-            except (*aws_errors(), ValueError) as err:
+            except aws_errors(ValueError) as err:
                 await self._failed(f"uploading {voice_id} failed", err)
         return done
 
@@ -760,7 +760,7 @@ class VoiceLibrary:
         for voice_id in sorted(voice_ids):
             try:
                 remote = await self.bucket.get_settings(voice_id)
-            except (*aws_errors(), ValueError) as err:
+            except aws_errors(ValueError) as err:
                 await self._failed(f"reading the settings of {voice_id} failed", err)
                 continue
             if remote is not None and remote[0] > (await asyncio.to_thread(self.store.builtin_settings, voice_id))[0]:
