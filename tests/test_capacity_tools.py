@@ -153,10 +153,12 @@ def test_conversation_driver_on_real_traffic(private_redis_url, tmp_path, mode):
     env = {"ZSYNTH_ENGINE": "simulated", "ZSYNTH_LOAD_TEST_ONLY": "1", "ZSYNTH_SIM_CHUNK_HOLD": str(hold)}
     worker = WorkerProcess(private_redis_url, f"sim-converse-{mode}", tmp_path, **env).wait_ready()
     pool = (TEN_WORDS, FIVE_WORDS)
-    options = {"mode": mode, "pause_s": (0.3, 0.6), "pool": pool, "metrics_url": worker.metrics_url}
     try:
         with front_process(private_redis_url, tmp_path) as (_, base):
-            result = asyncio.run(converse(base, 2, 2, seed=7, **options))  # type: ignore[arg-type]
+            level_run = converse(
+                base, 2, 2, seed=7, mode=mode, pause_s=(0.3, 0.6), pool=pool, metrics_url=worker.metrics_url
+            )
+            result = asyncio.run(level_run)
     finally:
         worker.stop()
     assert result.errors == () and result.mode == mode

@@ -50,7 +50,7 @@ def test_a_jitter_buffer_absorbs_late_chunks_up_to_its_length():
     turn = Turn(sent=0.0, chunks=[Chunk(0.1, 0.5), Chunk(0.7, 0.5), Chunk(1.35, 0.5)])
     assert play(turn).underruns == 2
     buffered = play(turn, buffer_s=0.15)  # plays 0.25-0.75, 0.75-1.25, 1.25: the third is 0.1 s late
-    assert (buffered.underruns, buffered.starts) == (1, pytest.approx(0.25))
+    assert buffered.underruns == 1 and buffered.starts == pytest.approx(0.25)
     assert buffered.starved_s == pytest.approx(0.1) and buffered.ends == pytest.approx(1.35 + 0.15 + 0.5)
     assert play(turn, buffer_s=0.25).underruns == 0
 
@@ -58,7 +58,7 @@ def test_a_jitter_buffer_absorbs_late_chunks_up_to_its_length():
 def test_a_monologue_turn_is_due_where_the_previous_one_ends():
     turn = Turn(sent=5.0, chunks=[Chunk(5.1, 0.5), Chunk(5.2, 0.5)])
     on_time = play(turn, buffer_s=0.15, after=5.4)  # the previous turn's playback ends at 5.4
-    assert (on_time.underruns, on_time.starts, on_time.ends) == (0, 5.4, pytest.approx(6.4))
+    assert (on_time.underruns, on_time.starts) == (0, 5.4) and on_time.ends == pytest.approx(6.4)
     late = play(turn, buffer_s=0.15, after=5.0)  # the listener waited from 5.0 for the first chunk
     assert late.underruns == 1 and late.starved_s == pytest.approx(0.1) and late.starts == pytest.approx(5.25)
     runs = level([[Turn(0.0, [Chunk(0.1, 0.5)]), turn]], buffer_s=0.15, continuous=True, mode="monologue")
