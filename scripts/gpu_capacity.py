@@ -25,10 +25,11 @@ import random
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Final, TypeVar
 
 FIRST_AUDIO_P95_S: Final = 0.300
+T = TypeVar("T")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -723,23 +724,40 @@ def run_conversations(
     duration_s: float | None = None,
     deadline: float | None = None,
     worker_env: Mapping[str, str] | None = None,
+    sentences: tuple[int, int] = (1, 2),
+    pause_s: tuple[float, float] = USER_PAUSE_S,
 ) -> dict[str, Any]:
     """Conversation (or monologue) levels on one stack, each level in turn, every one run (a failing level does not
-    end the run: its figures are the point) until ``deadline`` (time.monotonic) passes. A level's seed is ``seed``
-    plus its N, so a level is the same whatever levels run before it."""
+    end the run: its figures are the point) until ``deadline`` (time.monotonic) passes; a level still running then
+    is cancelled and named in ``cut_short``. A level's seed is ``seed`` plus its N, so a level is the same whatever
+    levels run before it."""
     import tempfile
 
     results: dict[int, LevelResult] = {}
+    cut_short: int | None = None
     with tempfile.TemporaryDirectory() as data, stack(engine, rtf, chunk_audio_s, data, worker_env) as running:
         asyncio.run(converse(running.base, 1, 1, seed, mode=mode, pause_s=(0.0, 0.1)))  # warms the path
         for n in levels:
-            if deadline is not None and time.monotonic() > deadline:
+            left = MAX_LEVEL_S if deadline is None else min(MAX_LEVEL_S, deadline - time.monotonic())
+            if left < 1.0:
                 break
-            results[n] = asyncio.run(
-                converse(
-                    running.base, n, turns, seed + n, mode=mode, duration_s=duration_s, metrics_url=running.metrics_url
-                )
+            level_run = converse(
+                running.base,
+                n,
+                turns,
+                seed + n,
+                mode=mode,
+                sentences=sentences,
+                pause_s=pause_s,
+                duration_s=duration_s,
+                timeout_s=left,
+                metrics_url=running.metrics_url,
             )
+            try:
+                results[n] = asyncio.run(level_run)
+            except TimeoutError:
+                cut_short = n
+                break
             print(conversation_lines({n: results[n]})[0], flush=True)
     report: dict[str, Any] = {
         "engine": engine,
@@ -749,11 +767,19 @@ def run_conversations(
         "turns": turns,
         "seed": seed,
         "jitter_buffer_s": JITTER_BUFFER_S,
-        "user_pause_s": list(USER_PAUSE_S),
+        "user_pause_s": list(pause_s),
+        "sentences_per_turn": list(sentences),
     }
+    if cut_short is not None:
+        report["cut_short"] = cut_short
     if engine == "simulated":
         report["rtf"] = rtf
     return report
+
+
+def _pair(text: str, kind: Callable[[str], T]) -> tuple[T, T]:
+    low, high = (kind(part) for part in text.split(","))
+    return low, high
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -774,6 +800,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--duration", type=float, help="conversation/monologue: no agent starts a turn after this many seconds"
     )
+    parser.add_argument("--turn-sentences", default="1,2", help="conversation/monologue: sentences a turn, MIN,MAX")
+    parser.add_argument("--pause", default="3,6", help="conversation: the user's pause after a turn, MIN,MAX seconds")
     parser.add_argument("--rtf", type=float, default=0.1, help="the simulated engine's real-time factor")
     parser.add_argument("--chunk-audio-s", type=float, default=0.5)
     parser.add_argument("--levels", default="1,2,4,8,12,16,20,24,28,32")
@@ -787,7 +815,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         levels, args.turns, args.sentences = [n for n in levels if n <= 4] or [1, 2, 3, 4], 2, 2
     if args.mode in MODES:
         report = run_conversations(
-            args.engine, levels, args.turns, args.mode, args.seed, args.rtf, args.chunk_audio_s, args.duration
+            args.engine,
+            levels,
+            args.turns,
+            args.mode,
+            args.seed,
+            args.rtf,
+            args.chunk_audio_s,
+            args.duration,
+            sentences=_pair(args.turn_sentences, int),
+            pause_s=_pair(args.pause, float),
         )
         bound = "" if args.mode == "monologue" else ", first audio p95 <= 300 ms"
         print(f"capacity: {report['capacity']} agents ({args.mode}: none ran dry{bound})")
