@@ -11,6 +11,18 @@ The run (``python scripts/gpu_capacity.py``) starts Redis, one worker and one fr
 one ahead of the playback, the next turn after the playback ends. ``--engine simulated --rtf R`` runs it on the
 simulated engine (load tests only), whose worker holds ``R * chunk`` seconds per chunk; ``--engine turbo`` on the
 GPU engine with the checkpoint in ``ZSYNTH_TURBO_CHECKPOINT``.
+
+``--mode conversation`` runs instead N voice agents on ``multi-stream-input`` sockets as LiveKit's ElevenLabs plugin
+drives them (:func:`converse`: a context per turn of 1-2 sentences, played behind a 150 ms jitter buffer, then the
+user's 3-6 s pause), and ``--mode monologue`` the same agents without pauses (the throughput bound). For a test or
+another script, the API is small:
+
+* ``await converse(url, n_agents, turns, seed, ...) -> LevelResult``: one level against a running front;
+* ``level(records, buffer_s, continuous)``: the figures of recorded turns (``LevelResult.records``);
+* ``stack(engine, rtf, chunk_audio_s, data_dir, worker_env)``: Redis, one worker and one front (``Stack``: base URL
+  and the worker's metrics URL);
+* ``run_conversations(engine, levels, turns, ...)``: levels on one stack, as a JSON-ready report;
+* ``predict(n_agents, rtf, mode)``: what the formulas of docs/gpu-run.md give on the simulated engine.
 """
 
 from __future__ import annotations
