@@ -100,6 +100,13 @@ class WorkerMetrics:
         )
         self.audio_seconds = Counter("zsynth_worker_audio_seconds", "Seconds of audio this worker made.", registry=r)
         self.busy = Gauge("zsynth_worker_busy", "1 while this worker runs a job.", registry=r)
+        # The share of time the slot is held is this counter's rate (the capacity run reads it per level); the gauge
+        # above only says whether a job runs at the instant of a scrape.
+        self.busy_seconds = Counter(
+            "zsynth_worker_busy_seconds",
+            "Seconds this worker held its slot: from each claim to that job's end (or its yield).",
+            registry=r,
+        )
         ProcessCollector(registry=r)  # process_resident_memory_bytes, process_cpu_seconds_total, process_start_time
         r.register(_StateCollector(ceiling, voice_lookups, engine))
         gpu = gpu_collector(settings)
@@ -219,6 +226,7 @@ class WorkerMetrics:
     def ended(self, job: protocol.Job, terminal: protocol.Event | None, *, memory_over: bool = False) -> None:
         """The claimed job ended with ``terminal``, or yielded its slot (None)."""
         self.busy.set(0)
+        self.busy_seconds.inc(max(0.0, time.monotonic() - self._claimed_at))
         audio_s = self._samples / self.sample_rate if self.sample_rate else 0.0
         self.audio_seconds.inc(audio_s)
         if terminal is None:
