@@ -24,6 +24,8 @@ import pytest
 
 from .helpers import ROOT, assert_speech, decode_audio, front_process
 
+pytestmark = pytest.mark.heavy
+
 HIDDEN = ("av", "aioboto3", "aiobotocore", "boto3", "botocore", "cryptography")
 BLOCKER = f"""\
 import sys
