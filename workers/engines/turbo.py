@@ -21,6 +21,7 @@ import contextlib
 import logging
 import os
 import re
+import secrets
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -277,7 +278,36 @@ class TurboEngine:
         seed: int | None = None,
         max_tokens: int | None = None,
     ) -> Iterator[EngineChunk]:
-        """Yield audio piece by piece, several chunks per piece as speech tokens arrive."""
+        """Yield audio piece by piece, several chunks per piece as speech tokens arrive.
+
+        The generator is a resumable stream: several may be open at once and advanced in turn, one ``next()`` at a
+        time from the engine thread, and each gives the chunks it would give alone. What a stream carries is its
+        own: T3's cache and position (:class:`.turbo_static.T3Stream`, copied on and off the shared static buffers
+        when another stream ran in between), S3Gen's carried state (:class:`.turbo_stream.PieceDecoder`), the
+        voice's conditioning, and its random number state (:class:`StreamRng`, put in place for each ``next()``).
+        """
+        rng = StreamRng(self.device == "cuda")
+        chunks = self._chunks(text, voice, settings, should_stop, seed, max_tokens)
+        try:
+            while True:
+                with rng.active():
+                    chunk = next(chunks, None)
+                if chunk is None:
+                    return
+                yield chunk
+        finally:
+            chunks.close()
+
+    def _chunks(
+        self,
+        text: str,
+        voice: VoiceSpec,
+        settings: Mapping[str, Any],
+        should_stop: Callable[[], bool],
+        seed: int | None = None,
+        max_tokens: int | None = None,
+    ) -> Iterator[EngineChunk]:
+        """:meth:`synthesize`'s chunks, drawing from the global RNG (the caller keeps it per stream)."""
         import torch
         from chatterbox.tts_turbo import punc_norm
 
@@ -290,8 +320,9 @@ class TurboEngine:
         speed = clamp_setting(settings.get("speed"), 0.7, 1.2, 1.0)
         cap = max_tokens or self.settings.turbo_max_tokens
         schedule = self.schedule
-        if seed is not None:
-            torch.manual_seed(seed % (2**63))  # the global RNG: meaningful because jobs never overlap here
+        # After the conditioning, as before streams interleaved: a seed gives the same audio whether the voice was
+        # built, loaded or cached. Unseeded streams get a seed of their own, so two never draw the same numbers.
+        torch.manual_seed(seed % (2**63) if seed is not None else secrets.randbits(63))
         for index, piece in enumerate(text_pieces(text)):
             if should_stop():
                 return
@@ -347,6 +378,39 @@ class TurboEngine:
             pcm = np.asarray(self.watermarker.apply_watermark(pcm, sample_rate=self.sample_rate), dtype=np.float32)
         timing["watermark_s"] = time.perf_counter() - started
         return EngineChunk(pcm=pcm, text=text, extra={"piece": index, "piece_end": last, **timing})
+
+
+class StreamRng:
+    """One stream's random number state. The sampler, the flow's noise and the vocoder's sine source draw from the
+    process's global generators (the CPU's, and the GPU's on CUDA: captured graphs replay from its current seed and
+    offset); :meth:`active` puts this stream's state there for one step and puts the previous state back after.
+    Reading and setting them is a small host copy, with no device sync."""
+
+    def __init__(self, cuda: bool) -> None:
+        self.cuda = cuda
+        self.state = self._get()
+
+    def _get(self) -> tuple[Any, Any]:
+        import torch
+
+        return torch.get_rng_state(), torch.cuda.get_rng_state() if self.cuda else None
+
+    def _set(self, state: tuple[Any, Any]) -> None:
+        import torch
+
+        torch.set_rng_state(state[0])
+        if self.cuda:
+            torch.cuda.set_rng_state(state[1])
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        outer = self._get()
+        self._set(self.state)
+        try:
+            yield
+        finally:
+            self.state = self._get()
+            self._set(outer)
 
 
 class _Timer:
