@@ -15,7 +15,7 @@ stream left there.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -43,7 +43,7 @@ pytestmark = [
 
 
 def interleave(streams: Sequence[Iterator[Any]], order: Sequence[int]) -> list[list[Any]]:
-    """Advance the streams one ``next()`` at a time, in ``order`` (repeated, skipping finished streams) until all end."""
+    """Advance the streams one ``next()`` at a time in ``order`` (repeated, finished ones skipped) until all end."""
     got: list[list[Any]] = [[] for _ in streams]
     live = set(range(len(streams)))
     turn = 0
@@ -89,7 +89,9 @@ def prompts(n: int) -> list[tuple[Any, torch.Tensor]]:
     return out
 
 
-def token_stream(st: StaticT3, prompt: tuple[Any, torch.Tensor], seed: int, n: int, **sampling: Any) -> Iterator[int]:
+def token_stream(
+    st: StaticT3, prompt: tuple[Any, torch.Tensor], seed: int, n: int, **sampling: Any
+) -> Generator[int, None, None]:
     """One stream of T3 tokens with its own random number state, as the engine keeps one per stream."""
     rng = StreamRng(cuda=False)
     with rng.active():

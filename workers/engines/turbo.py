@@ -24,7 +24,7 @@ import re
 import secrets
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -306,7 +306,7 @@ class TurboEngine:
         should_stop: Callable[[], bool],
         seed: int | None = None,
         max_tokens: int | None = None,
-    ) -> Iterator[EngineChunk]:
+    ) -> Generator[EngineChunk, None, None]:
         """:meth:`synthesize`'s chunks, drawing from the global RNG (the caller keeps it per stream)."""
         import torch
         from chatterbox.tts_turbo import punc_norm
