@@ -156,12 +156,11 @@ class TurboEngine:
         from .turbo_flow import BucketedFlow
         from .turbo_vocoder import BucketedVocoder
 
-        # S3Gen's flow and vocoder on bucketed shapes; on a GPU with graphs on, each bucket is traced by dynamo and
-        # replayed as a CUDA graph (the "cudagraphs" backend: no inductor code generation, so the 23 buckets are
-        # ready in seconds rather than minutes), all before READY.
-        mode = "default" if self.device == "cuda" and settings.turbo_cuda_graphs else None
-        self.flow = BucketedFlow(self.model.s3gen.flow, compile_mode=mode, backend="cudagraphs")
-        self.vocoder = BucketedVocoder(self.model.s3gen.mel2wav, compile_mode=mode, backend="cudagraphs")
+        # S3Gen's flow and vocoder on bucketed shapes; on a GPU with graphs on, warm_up records each bucket as a
+        # CUDA graph (torch.cuda.CUDAGraph directly: no dynamo tracing at every start, which took 181-272 s through
+        # torch.compile's cudagraphs backend on the H100).
+        self.flow = BucketedFlow(self.model.s3gen.flow)
+        self.vocoder = BucketedVocoder(self.model.s3gen.mel2wav)
         where = torch.cuda.get_device_name() if self.device == "cuda" else "cpu"
         logger.info(
             "turbo engine loaded from %s on %s in %.1fs%s",
@@ -215,59 +214,60 @@ class TurboEngine:
     # ----- synthesis -------------------------------------------------------------------------------------------
 
     def warm_up(self) -> None:
-        """Capture T3's CUDA graphs (every attention bucket), then run a short piece end to end (kernels,
-        allocator, tokenizer, S3Gen); the worker says READY only after this."""
+        """Capture the CUDA graphs (T3's attention buckets, S3Gen's flow and vocoder buckets, all into one memory
+        pool, largest first), then run a short piece end to end (kernels, allocator, tokenizer, S3Gen); the worker
+        says READY only after this."""
         started = time.monotonic()
+        pool = None
+        if self.device == "cuda" and self.settings.turbo_cuda_graphs:
+            import torch
+
+            pool = torch.cuda.graph_pool_handle()
         try:
-            graphs = self.t3.capture()
+            graphs = self.t3.capture(pool)
         except RuntimeError as err:  # a driver or build that cannot capture: serve eagerly rather than not at all
             logger.warning("turbo: CUDA graph capture failed (%s); T3 runs eagerly", err)
             self.t3.use_graphs = False
             self.t3.graphs.clear()
             graphs = 0
-        flow_graphs = self._warm_flow()
+        flow_graphs = self._capture_s3gen(pool) if pool is not None else 0
         samples = 0
         for chunk in self.synthesize("Warming up.", VoiceSpec("warmup"), {}, lambda: False, seed=0, max_tokens=40):
             samples += len(chunk.pcm)
         logger.info(
-            "turbo warm-up: %d T3 CUDA graphs, %d flow and vocoder buckets compiled, %d samples in %.2fs",
+            "turbo warm-up: %d T3 CUDA graphs, %d flow and vocoder CUDA graphs, %d samples in %.2fs",
             graphs,
             flow_graphs,
             samples,
             time.monotonic() - started,
         )
 
-    def _warm_flow(self) -> int:
-        """Compile (and capture) the flow and the vocoder for every bucket, reporting the time and device memory
-        each took; either serves eagerly if its compilation fails."""
+    def _capture_s3gen(self, pool: Any) -> int:
+        """Capture the flow's and the vocoder's buckets as CUDA graphs, reporting the time and device memory each
+        took; either serves eagerly if its capture fails."""
         import torch
 
-        from .turbo_flow import BucketedFlow
-        from .turbo_vocoder import BucketedVocoder
-
-        compiled = 0
-        for name, runner in (("flow", self.flow), ("vocoder", self.vocoder)):
-            if not runner.compiled:
-                continue
-            before = torch.cuda.memory_allocated() if self.device == "cuda" else 0
+        captured = 0
+        for name in ("flow", "vocoder"):
+            before = torch.cuda.memory_allocated()
             try:
-                spent = self.flow.warm(self.flow.voice(self.builtin)) if name == "flow" else self.vocoder.warm()
-            except Exception as err:  # a compiler or driver that cannot: serve eagerly rather than not at all
-                logger.warning("turbo: compiling S3Gen's %s failed (%s); it runs eagerly", name, err)
                 if name == "flow":
-                    self.flow = BucketedFlow(self.model.s3gen.flow)
+                    spent = self.flow.capture(pool)
                 else:
-                    self.vocoder = BucketedVocoder(self.model.s3gen.mel2wav)
+                    spent = self.vocoder.capture(pool)
+            except Exception as err:  # a driver or an operation that cannot: serve eagerly rather than not at all
+                logger.warning("turbo: capturing S3Gen's %s failed (%s); it runs eagerly", name, err)
+                runner = self.flow if name == "flow" else self.vocoder
+                runner.graphs.clear()
                 continue
-            grown = (torch.cuda.memory_allocated() - before) if self.device == "cuda" else 0
             logger.info(
-                "turbo %s buckets compiled: %s; device memory +%.0f MiB",
+                "turbo %s CUDA graphs captured: %s; device memory +%.0f MiB",
                 name,
-                ", ".join(f"{bucket}: {seconds:.1f}s" for bucket, seconds in spent.items()),
-                grown / 2**20,
+                ", ".join(f"{bucket}: {seconds:.2f}s" for bucket, seconds in spent.items()),
+                (torch.cuda.memory_allocated() - before) / 2**20,
             )
-            compiled += len(spent)
-        return compiled
+            captured += len(spent)
+        return captured
 
     def synthesize(
         self,

@@ -299,12 +299,13 @@ class StaticT3:
     # ----- CUDA graphs ----------------------------------------------------------------------------------------
 
     @torch.inference_mode()
-    def capture(self) -> int:
-        """Record one CUDA graph per attention bucket (call before serving: capture is slow and syncs)."""
+    def capture(self, pool: Any = None) -> int:
+        """Record one CUDA graph per attention bucket (call before serving: capture is slow and syncs): largest
+        first, into ``pool`` when given (``torch.cuda.graph_pool_handle()``, shared with S3Gen's graphs)."""
         if not self.use_graphs:
             return 0
         self.evict()  # capture writes the buffers: a stream open now keeps its state
-        buckets = sorted({self.bucket_for(p) for p in range(0, self.max_len, self.bucket)})
+        buckets = sorted({self.bucket_for(p) for p in range(0, self.max_len, self.bucket)}, reverse=True)
         self.pos.fill_(0)
         side = torch.cuda.Stream()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
         side.wait_stream(torch.cuda.current_stream())
@@ -314,11 +315,12 @@ class StaticT3:
                 self.step_no.fill_(0)
                 self._decode(kv_len)
         torch.cuda.current_stream().wait_stream(side)
+        self._pool = pool if pool is not None else self._pool
         for kv_len in buckets:
             if kv_len in self.graphs:
                 continue
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self._pool):
+            with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
                 self._decode(kv_len)
             self._pool = graph.pool()
             self.graphs[kv_len] = graph
