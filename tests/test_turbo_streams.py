@@ -188,6 +188,9 @@ def test_two_streams_chunk_by_chunk_give_the_audio_each_gives_alone(engine: Turb
     for got, want in zip(together, alone, strict=True):
         assert_same(got, want)
     assert engine.t3.switches >= switches + 3, "T3's state was swapped between the streams mid-piece"
+    # What a stream may hold of its own besides T3's state copy: S3Gen's noise for a 250-token voice prompt and the
+    # piece's tokens and lookahead (2 frames each), and the excitation of the largest vocoder span, in float32.
+    assert engine.stream_bytes - engine.t3.stream_bytes == 4 * (80 * 2 * (250 + MAX_TOKENS + 3) + 576 * 480)
 
 
 def test_three_streams_with_their_own_voices_texts_and_settings(engine: TurboEngine) -> None:

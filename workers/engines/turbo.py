@@ -51,6 +51,8 @@ DOWNLOAD_HINT: Final = (
     "download the weights once, e.g. `huggingface-cli download ResembleAI/chatterbox-turbo --local-dir "
     "/srv/zsynth/chatterbox-turbo`, and set ZSYNTH_TURBO_CHECKPOINT to that directory"
 )
+# Speech tokens of the longest voice prompt S3Gen keeps (10 s at 25 a second).
+PROMPT_MAX_TOKENS: Final = 250
 _TAG: Final = re.compile(r"\[[a-z ]{2,24}\]")
 _VOICE_ID: Final = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 _KEEP: Final = "\u2060"  # word joiner: keeps a two-word tag such as [clear throat] in one piece
@@ -210,6 +212,18 @@ class TurboEngine:
         if voice_dir is None:
             return self.builtin
         return self.voices.get(voice_dir, voice.meta)
+
+    @property
+    def stream_bytes(self) -> int:
+        """Device memory one open stream may hold besides what the engine holds for all: T3's own state copy
+        (``StaticT3.stream_bytes``) and S3Gen's carried state (its piece's noise for the longest voice prompt and
+        token cap, and the vocoder's excitation over the largest span). The bound on open streams divides free
+        device memory by this (docs/gpu.md, "Several streams on one worker")."""
+        from .turbo_stream import FRAMES_PER_TOKEN, LOOKAHEAD_TOKENS, SAMPLES_PER_FRAME
+
+        noise = 80 * FRAMES_PER_TOKEN * (PROMPT_MAX_TOKENS + self.settings.turbo_max_tokens + LOOKAHEAD_TOKENS)
+        excitation = max(self.vocoder.buckets) * SAMPLES_PER_FRAME
+        return self.t3.stream_bytes + 4 * (noise + excitation)  # float32
 
     # ----- synthesis -------------------------------------------------------------------------------------------
 
