@@ -178,6 +178,8 @@ class BucketedVocoder:
         spent: dict[int, float] = {}
         channels = int(self.hift.istft_params["n_fft"]) + 2
         for bucket in sorted(self.buckets, reverse=True):
+            if bucket in self.graphs:  # a second warm-up (scripts/gpu_run.py's, after swapping T3) keeps them
+                continue
             started = time.perf_counter()
             self._buffer(self._mel_bufs, bucket, (1, 80, bucket)).zero_()
             self._buffer(self._stft_bufs, bucket, (1, channels, self.rates[-1] * bucket + 1)).zero_()
