@@ -24,7 +24,7 @@ import pytest
 try:
     import torch
 
-    from workers.engines.turbo import StreamRng, TurboEngine
+    from workers.engines.turbo import TurboEngine
     from workers.engines.turbo_ckpt import backbone, tiny_backbone, turbo_t3_config, write_random_checkpoint
     from workers.engines.turbo_compat import apply_workarounds
     from workers.engines.turbo_static import StaticT3
@@ -93,6 +93,8 @@ def token_stream(
     st: StaticT3, prompt: tuple[Any, torch.Tensor], seed: int, n: int, **sampling: Any
 ) -> Generator[int, None, None]:
     """One stream of T3 tokens with its own random number state, as the engine keeps one per stream."""
+    from workers.engines.turbo import StreamRng
+
     rng = StreamRng(cuda=False)
     with rng.active():
         torch.manual_seed(seed)
@@ -188,6 +190,12 @@ def test_two_streams_chunk_by_chunk_give_the_audio_each_gives_alone(engine: Turb
     for got, want in zip(together, alone, strict=True):
         assert_same(got, want)
     assert engine.t3.switches >= switches + 3, "T3's state was swapped between the streams mid-piece"
+    # A cancel or barge-in closes one stream mid-piece; the other carries on as it would alone.
+    first, second = open_stream(engine, requests[0]), open_stream(engine, requests[1])
+    assert_same([next(first)], alone[0][:1])
+    assert_same([next(second)], alone[1][:1])
+    first.close()
+    assert_same(list(second), alone[1][1:])
     # What a stream may hold of its own besides T3's state copy: S3Gen's noise for a 250-token voice prompt and the
     # piece's tokens and lookahead (2 frames each), and the excitation of the largest vocoder span, in float32.
     assert engine.stream_bytes - engine.t3.stream_bytes == 4 * (80 * 2 * (250 + MAX_TOKENS + 3) + 576 * 480)
@@ -195,11 +203,13 @@ def test_two_streams_chunk_by_chunk_give_the_audio_each_gives_alone(engine: Turb
 
 def test_three_streams_with_their_own_voices_texts_and_settings(engine: TurboEngine) -> None:
     requests = [
-        Request("One voice, one sentence. Then a second sentence follows it here.", "custom-aaaa", 1),
+        # Two pieces (over 300 characters): the stream's second piece starts T3 afresh between the others' chunks.
+        Request(" ".join(["A cloned voice speaks this sentence, long enough to matter."] * 6), "custom-aaaa", 1),
         Request("Another voice speaks.", "custom-bbbb", 2, {"stability": 0.9, "speed": 0.8}),
         Request("The built-in voice, too!", "builtin", 3, {"stability": 0.1}),
     ]
     alone = [list(open_stream(engine, r)) for r in requests]
+    assert {c.extra["piece"] for c in alone[0]} == {0, 1}
     # Uneven turns: a stream sometimes resumes right after itself (nothing to swap), sometimes after either other.
     together = interleave([open_stream(engine, r) for r in requests], [0, 1, 1, 2, 0, 2, 1])
     for got, want in zip(together, alone, strict=True):
