@@ -164,7 +164,7 @@ class Request:
     settings: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
-def open_stream(engine: TurboEngine, request: Request) -> Iterator[EngineChunk]:
+def open_stream(engine: TurboEngine, request: Request) -> Generator[EngineChunk, None, None]:
     return engine.synthesize(request.text, VoiceSpec(request.voice), request.settings, lambda: False, seed=request.seed)
 
 

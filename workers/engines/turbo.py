@@ -291,7 +291,7 @@ class TurboEngine:
         should_stop: Callable[[], bool],
         seed: int | None = None,
         max_tokens: int | None = None,
-    ) -> Iterator[EngineChunk]:
+    ) -> Generator[EngineChunk, None, None]:
         """Yield audio piece by piece, several chunks per piece as speech tokens arrive.
 
         The generator is a resumable stream: several may be open at once and advanced in turn, one ``next()`` at a
