@@ -179,6 +179,28 @@ def test_cfm_step_and_encoder_compile_fullgraph_once_per_bucket(flow: Any) -> No
     torch._dynamo.reset()
 
 
+def test_a_flow_buckets_whole_pass_traces_as_one_graph(flow: Any) -> None:
+    """What ``BucketedFlow.capture`` records per bucket on a GPU (``torch.cuda.CUDAGraph``): the masks built from the
+    length tensor, the encoder and both steps, read from the bucket's own buffers. It traces as one graph with
+    ``fullgraph=True`` (no host sync, no data-dependent shape), another length in the same bucket traces nothing new,
+    and the result is the eager pass's."""
+    torch._dynamo.reset()
+    backend = CountingBackend()
+    runner = BucketedFlow(flow, buckets=(64, 96))
+    eager = BucketedFlow(flow, buckets=(64, 96))
+    runner.run_bucket = torch.compile(  # type: ignore[method-assign]
+        runner.run_bucket, fullgraph=True, dynamic=False, backend=backend
+    )
+    voice, eager_voice = runner.voice(voice_conds()), eager.voice(voice_conds())
+    noise = torch.randn(1, 80, 2 * 96)
+    for n_tokens, graphs in ((20, 1), (11, 1), (50, 2), (60, 2)):
+        speech = torch.randint(0, VOCAB, (1, n_tokens))
+        got = runner.mels(voice, speech, noise)
+        assert backend.graphs == graphs, f"{n_tokens} tokens"
+        torch.testing.assert_close(got, eager.mels(eager_voice, speech, noise), rtol=0, atol=1e-6)
+    torch._dynamo.reset()
+
+
 def test_voice_preparation_is_cached_with_the_conditioning(flow: Any) -> None:
     """(d) the per-voice share (projected embedding, prompt tokens, prompt frames per bucket) is built once per
     voice and dropped with the voice's conditioning."""
@@ -274,6 +296,28 @@ def test_vocoder_convolutions_compile_fullgraph_once_per_bucket(hift: Any) -> No
     vocoder = BucketedVocoder(hift, buckets=(32, 64), compile_mode="default", backend=backend)
     eager = BucketedVocoder(hift, buckets=(32, 64))
     for frames, graphs in ((20, 1), (50, 2), (9, 2), (64, 2), (32, 2)):
+        mel = torch.randn(1, 80, frames)
+        torch.manual_seed(2)
+        got, _ = vocoder.inference(mel)
+        assert backend.graphs == graphs, f"{frames} frames"
+        torch.manual_seed(2)
+        torch.testing.assert_close(got, eager.inference(mel)[0], rtol=0, atol=1e-6)
+    torch._dynamo.reset()
+
+
+def test_a_vocoder_buckets_pass_traces_as_one_graph(hift: Any) -> None:
+    """What ``BucketedVocoder.capture`` records per bucket: the masks from the length tensor and the convolutions,
+    one graph with ``fullgraph=True``; another span length in the bucket traces nothing new."""
+    from workers.engines.turbo_vocoder import BucketedVocoder
+
+    torch._dynamo.reset()
+    backend = CountingBackend()
+    vocoder = BucketedVocoder(hift, buckets=(32, 64))
+    eager = BucketedVocoder(hift, buckets=(32, 64))
+    vocoder.run_bucket = torch.compile(  # type: ignore[method-assign]
+        vocoder.run_bucket, fullgraph=True, dynamic=False, backend=backend
+    )
+    for frames, graphs in ((20, 1), (9, 1), (50, 2)):
         mel = torch.randn(1, 80, frames)
         torch.manual_seed(2)
         got, _ = vocoder.inference(mel)

@@ -21,9 +21,10 @@ import contextlib
 import logging
 import os
 import re
+import secrets
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -50,6 +51,8 @@ DOWNLOAD_HINT: Final = (
     "download the weights once, e.g. `huggingface-cli download ResembleAI/chatterbox-turbo --local-dir "
     "/srv/zsynth/chatterbox-turbo`, and set ZSYNTH_TURBO_CHECKPOINT to that directory"
 )
+# Speech tokens of the longest voice prompt S3Gen keeps (10 s at 25 a second).
+PROMPT_MAX_TOKENS: Final = 250
 _TAG: Final = re.compile(r"\[[a-z ]{2,24}\]")
 _VOICE_ID: Final = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 _KEEP: Final = "\u2060"  # word joiner: keeps a two-word tag such as [clear throat] in one piece
@@ -155,12 +158,11 @@ class TurboEngine:
         from .turbo_flow import BucketedFlow
         from .turbo_vocoder import BucketedVocoder
 
-        # S3Gen's flow and vocoder on bucketed shapes; on a GPU with graphs on, each bucket is traced by dynamo and
-        # replayed as a CUDA graph (the "cudagraphs" backend: no inductor code generation, so the 23 buckets are
-        # ready in seconds rather than minutes), all before READY.
-        mode = "default" if self.device == "cuda" and settings.turbo_cuda_graphs else None
-        self.flow = BucketedFlow(self.model.s3gen.flow, compile_mode=mode, backend="cudagraphs")
-        self.vocoder = BucketedVocoder(self.model.s3gen.mel2wav, compile_mode=mode, backend="cudagraphs")
+        # S3Gen's flow and vocoder on bucketed shapes; on a GPU with graphs on, warm_up records each bucket as a
+        # CUDA graph (torch.cuda.CUDAGraph directly: no dynamo tracing at every start, which took 181-272 s through
+        # torch.compile's cudagraphs backend on the H100).
+        self.flow = BucketedFlow(self.model.s3gen.flow)
+        self.vocoder = BucketedVocoder(self.model.s3gen.mel2wav)
         where = torch.cuda.get_device_name() if self.device == "cuda" else "cpu"
         logger.info(
             "turbo engine loaded from %s on %s in %.1fs%s",
@@ -211,62 +213,75 @@ class TurboEngine:
             return self.builtin
         return self.voices.get(voice_dir, voice.meta)
 
+    @property
+    def stream_bytes(self) -> int:
+        """Device memory one open stream may hold besides what the engine holds for all: T3's own state copy
+        (``StaticT3.stream_bytes``) and S3Gen's carried state (its piece's noise for the longest voice prompt and
+        token cap, and the vocoder's excitation over the largest span). The bound on open streams divides free
+        device memory by this (docs/gpu.md, "Several streams on one worker")."""
+        from .turbo_stream import FRAMES_PER_TOKEN, LOOKAHEAD_TOKENS, SAMPLES_PER_FRAME
+
+        noise = 80 * FRAMES_PER_TOKEN * (PROMPT_MAX_TOKENS + self.settings.turbo_max_tokens + LOOKAHEAD_TOKENS)
+        excitation = max(self.vocoder.buckets) * SAMPLES_PER_FRAME
+        return self.t3.stream_bytes + 4 * (noise + excitation)  # float32
+
     # ----- synthesis -------------------------------------------------------------------------------------------
 
     def warm_up(self) -> None:
-        """Capture T3's CUDA graphs (every attention bucket), then run a short piece end to end (kernels,
-        allocator, tokenizer, S3Gen); the worker says READY only after this."""
+        """Capture the CUDA graphs (T3's attention buckets, S3Gen's flow and vocoder buckets, all into one memory
+        pool, largest first), then run a short piece end to end (kernels, allocator, tokenizer, S3Gen); the worker
+        says READY only after this."""
         started = time.monotonic()
+        pool = None
+        if self.device == "cuda" and self.settings.turbo_cuda_graphs:
+            import torch
+
+            pool = torch.cuda.graph_pool_handle()
         try:
-            graphs = self.t3.capture()
+            graphs = self.t3.capture(pool)
         except RuntimeError as err:  # a driver or build that cannot capture: serve eagerly rather than not at all
             logger.warning("turbo: CUDA graph capture failed (%s); T3 runs eagerly", err)
             self.t3.use_graphs = False
             self.t3.graphs.clear()
             graphs = 0
-        flow_graphs = self._warm_flow()
+        flow_graphs = self._capture_s3gen(pool) if pool is not None else 0
         samples = 0
         for chunk in self.synthesize("Warming up.", VoiceSpec("warmup"), {}, lambda: False, seed=0, max_tokens=40):
             samples += len(chunk.pcm)
         logger.info(
-            "turbo warm-up: %d T3 CUDA graphs, %d flow and vocoder buckets compiled, %d samples in %.2fs",
+            "turbo warm-up: %d T3 CUDA graphs, %d flow and vocoder CUDA graphs, %d samples in %.2fs",
             graphs,
             flow_graphs,
             samples,
             time.monotonic() - started,
         )
 
-    def _warm_flow(self) -> int:
-        """Compile (and capture) the flow and the vocoder for every bucket, reporting the time and device memory
-        each took; either serves eagerly if its compilation fails."""
+    def _capture_s3gen(self, pool: Any) -> int:
+        """Capture the flow's and the vocoder's buckets as CUDA graphs, reporting the time and device memory each
+        took; either serves eagerly if its capture fails."""
         import torch
 
-        from .turbo_flow import BucketedFlow
-        from .turbo_vocoder import BucketedVocoder
-
-        compiled = 0
-        for name, runner in (("flow", self.flow), ("vocoder", self.vocoder)):
-            if not runner.compiled:
-                continue
-            before = torch.cuda.memory_allocated() if self.device == "cuda" else 0
+        captured = 0
+        for name in ("flow", "vocoder"):
+            before = torch.cuda.memory_allocated()
             try:
-                spent = self.flow.warm(self.flow.voice(self.builtin)) if name == "flow" else self.vocoder.warm()
-            except Exception as err:  # a compiler or driver that cannot: serve eagerly rather than not at all
-                logger.warning("turbo: compiling S3Gen's %s failed (%s); it runs eagerly", name, err)
                 if name == "flow":
-                    self.flow = BucketedFlow(self.model.s3gen.flow)
+                    spent = self.flow.capture(pool)
                 else:
-                    self.vocoder = BucketedVocoder(self.model.s3gen.mel2wav)
+                    spent = self.vocoder.capture(pool)
+            except Exception as err:  # a driver or an operation that cannot: serve eagerly rather than not at all
+                logger.warning("turbo: capturing S3Gen's %s failed (%s); it runs eagerly", name, err)
+                runner = self.flow if name == "flow" else self.vocoder
+                runner.graphs.clear()
                 continue
-            grown = (torch.cuda.memory_allocated() - before) if self.device == "cuda" else 0
             logger.info(
-                "turbo %s buckets compiled: %s; device memory +%.0f MiB",
+                "turbo %s CUDA graphs captured: %s; device memory +%.0f MiB",
                 name,
-                ", ".join(f"{bucket}: {seconds:.1f}s" for bucket, seconds in spent.items()),
-                grown / 2**20,
+                ", ".join(f"{bucket}: {seconds:.2f}s" for bucket, seconds in spent.items()),
+                (torch.cuda.memory_allocated() - before) / 2**20,
             )
-            compiled += len(spent)
-        return compiled
+            captured += len(spent)
+        return captured
 
     def synthesize(
         self,
@@ -276,8 +291,37 @@ class TurboEngine:
         should_stop: Callable[[], bool],
         seed: int | None = None,
         max_tokens: int | None = None,
-    ) -> Iterator[EngineChunk]:
-        """Yield audio piece by piece, several chunks per piece as speech tokens arrive."""
+    ) -> Generator[EngineChunk, None, None]:
+        """Yield audio piece by piece, several chunks per piece as speech tokens arrive.
+
+        The generator is a resumable stream: several may be open at once and advanced in turn, one ``next()`` at a
+        time from the engine thread, and each gives the chunks it would give alone. What a stream carries is its
+        own: T3's cache and position (:class:`.turbo_static.T3Stream`, copied on and off the shared static buffers
+        when another stream ran in between), S3Gen's carried state (:class:`.turbo_stream.PieceDecoder`), the
+        voice's conditioning, and its random number state (:class:`StreamRng`, put in place for each ``next()``).
+        """
+        rng = StreamRng(self.device == "cuda")
+        chunks = self._chunks(text, voice, settings, should_stop, seed, max_tokens)
+        try:
+            while True:
+                with rng.active():
+                    chunk = next(chunks, None)
+                if chunk is None:
+                    return
+                yield chunk
+        finally:
+            chunks.close()
+
+    def _chunks(
+        self,
+        text: str,
+        voice: VoiceSpec,
+        settings: Mapping[str, Any],
+        should_stop: Callable[[], bool],
+        seed: int | None = None,
+        max_tokens: int | None = None,
+    ) -> Generator[EngineChunk, None, None]:
+        """:meth:`synthesize`'s chunks, drawing from the global RNG (the caller keeps it per stream)."""
         import torch
         from chatterbox.tts_turbo import punc_norm
 
@@ -290,8 +334,9 @@ class TurboEngine:
         speed = clamp_setting(settings.get("speed"), 0.7, 1.2, 1.0)
         cap = max_tokens or self.settings.turbo_max_tokens
         schedule = self.schedule
-        if seed is not None:
-            torch.manual_seed(seed % (2**63))  # the global RNG: meaningful because jobs never overlap here
+        # After the conditioning, as before streams interleaved: a seed gives the same audio whether the voice was
+        # built, loaded or cached. Unseeded streams get a seed of their own, so two never draw the same numbers.
+        torch.manual_seed(seed % (2**63) if seed is not None else secrets.randbits(63))
         for index, piece in enumerate(text_pieces(text)):
             if should_stop():
                 return
@@ -347,6 +392,39 @@ class TurboEngine:
             pcm = np.asarray(self.watermarker.apply_watermark(pcm, sample_rate=self.sample_rate), dtype=np.float32)
         timing["watermark_s"] = time.perf_counter() - started
         return EngineChunk(pcm=pcm, text=text, extra={"piece": index, "piece_end": last, **timing})
+
+
+class StreamRng:
+    """One stream's random number state. The sampler, the flow's noise and the vocoder's sine source draw from the
+    process's global generators (the CPU's, and the GPU's on CUDA: captured graphs replay from its current seed and
+    offset); :meth:`active` puts this stream's state there for one step and puts the previous state back after.
+    Reading and setting them is a small host copy, with no device sync."""
+
+    def __init__(self, cuda: bool) -> None:
+        self.cuda = cuda
+        self.state = self._get()
+
+    def _get(self) -> tuple[Any, Any]:
+        import torch
+
+        return torch.get_rng_state(), torch.cuda.get_rng_state() if self.cuda else None
+
+    def _set(self, state: tuple[Any, Any]) -> None:
+        import torch
+
+        torch.set_rng_state(state[0])
+        if self.cuda:
+            torch.cuda.set_rng_state(state[1])
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        outer = self._get()
+        self._set(self.state)
+        try:
+            yield
+        finally:
+            self.state = self._get()
+            self._set(outer)
 
 
 class _Timer:

@@ -13,7 +13,10 @@ graph cannot hold any of that, and ``torch.compile(fullgraph=True)`` refuses it 
   in a bucket-sized ``cond``) is computed once per voice and kept with the voice's conditioning
   (:meth:`BucketedFlow.voice`);
 * the encoder and one CFM step are plain functions of tensors (:func:`encode`, :func:`cfm_step`) that the installed
-  modules run unchanged inside: on a GPU they are compiled per bucket before READY.
+  modules run unchanged inside; a bucket's whole pass (:meth:`BucketedFlow.run_bucket`: masks, encoder, steps) reads
+  only the bucket's own input buffers, so on a GPU it is recorded once per bucket as a CUDA graph before READY
+  (:meth:`BucketedFlow.capture`, ``torch.cuda.CUDAGraph`` directly) and replayed. On the CPU, ``torch.compile``
+  with ``fullgraph=True`` (``compile_mode``) proves the same functions free of host syncs.
 
 The padded sequence gives the same mel as the unpadded one: every layer after the padding is causal (the decoder's
 convolutions, the encoder's upsampling), per position (feed-forwards, norms) or masked (attention keys), and the
@@ -86,6 +89,16 @@ class FlowInputs:
     mel_mask: torch.Tensor  # (1, 1, 2L) float
     up_mask: torch.Tensor  # (1, 1, 2L) bool
     bias: torch.Tensor  # (1, 1, 2L) additive attention bias: 0 on real frames, -1e10 on padding
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BucketInputs:
+    """One bucket's input buffers on the device: each call copies its inputs in (a captured graph reads them)."""
+
+    tokens: torch.Tensor  # (1, L) long: the prompt's tokens, the speech tokens, zeros
+    noise: torch.Tensor  # (1, 80, 2L): the flow's starting point
+    spks: torch.Tensor  # (1, 80): the voice's projected speaker embedding
+    cond: torch.Tensor  # (1, 80, 2L): the voice's prompt frames, zeros after them
 
 
 # ----- the step functions (tensors in, tensors out: what gets compiled) ---------------------------------------------
@@ -171,7 +184,8 @@ def cfm_step(
 
 
 class BucketedFlow:
-    """Runs S3Gen's flow on bucketed shapes; compiled per bucket when ``compile_mode`` is given."""
+    """Runs S3Gen's flow on bucketed shapes: eagerly, compiled per bucket when ``compile_mode`` is given (the CPU
+    proofs), or replaying the CUDA graphs :meth:`capture` recorded (the GPU)."""
 
     def __init__(
         self,
@@ -200,8 +214,10 @@ class BucketedFlow:
         span = torch.linspace(0, 1, MEANFLOW_STEPS + 1, device=self.device, dtype=self.dtype)
         self._times = [(span[i : i + 1].clone(), span[i + 1 : i + 2].clone()) for i in range(MEANFLOW_STEPS)]
         self._length = torch.zeros((), dtype=torch.long, device=self.device)
-        self._token_bufs: dict[int, torch.Tensor] = {}
-        self._noise_bufs: dict[int, torch.Tensor] = {}
+        self._statics: dict[int, BucketInputs] = {}
+        #: Bucket -> its CUDA graph and the output tensor the graph writes (:meth:`capture`; empty until then).
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self._outputs: dict[int, torch.Tensor] = {}
         self._voices: dict[int, VoiceFlow] = {}
         self.voices_built = 0
         self.fallbacks = 0
@@ -255,16 +271,9 @@ class BucketedFlow:
         """The bucket a call with ``n_tokens`` speech tokens runs in (None: over-long, unpadded and eager)."""
         return choose_bucket(voice.prompt_len + n_tokens, self.buckets)
 
-    def inputs(self, voice: VoiceFlow, speech: torch.Tensor, padded: int) -> FlowInputs:
-        """The padded token row and every mask, built on the device from one length tensor."""
-        total = voice.prompt_len + int(speech.shape[1])
-        tokens = self._token_bufs.get(padded)
-        if tokens is None:
-            tokens = self._token_bufs[padded] = torch.zeros(1, padded, dtype=torch.long, device=self.device)
-        tokens[:, : voice.prompt_len] = voice.prompt_token
-        tokens[:, voice.prompt_len : total] = speech
-        tokens[:, total:] = 0
-        self._length.fill_(total)
+    def masks(self, tokens: torch.Tensor, padded: int) -> FlowInputs:
+        """Every mask of a call padded to ``padded`` tokens, built on the device from the length tensor (device
+        work only: it is part of a captured bucket)."""
         positions = self._positions
         if positions.shape[0] < 2 * padded:  # the over-long fallback only
             positions = torch.arange(2 * padded, device=self.device)
@@ -280,6 +289,40 @@ class BucketedFlow:
             bias=(1.0 - mel_mask) * -1.0e10,  # upstream's mask_to_bias
         )
 
+    def statics(self, padded: int) -> BucketInputs:
+        """The bucket's input buffers, made once: a captured graph reads them at fixed addresses."""
+        bufs = self._statics.get(padded)
+        if bufs is None:
+            with torch.inference_mode():  # the tensor kind every call sees, whoever asks first
+                bufs = self._statics[padded] = BucketInputs(
+                    tokens=torch.zeros(1, padded, dtype=torch.long, device=self.device),
+                    noise=torch.zeros(1, 80, 2 * padded, dtype=self.dtype, device=self.device),
+                    spks=torch.zeros(1, 80, dtype=self.dtype, device=self.device),
+                    cond=torch.zeros(1, 80, 2 * padded, dtype=self.dtype, device=self.device),
+                )
+        return bufs
+
+    def run_bucket(self, bufs: BucketInputs, padded: int, compiled: bool = False) -> torch.Tensor:
+        """The whole pass on the bucket's buffers: masks, encoder, the meanflow steps; the mel (1, 80, 2 * padded).
+
+        Device work only, so it is what a bucket's CUDA graph records (:meth:`capture`). ``compiled``: the encoder
+        and the step are torch.compile'd (the CPU proofs), whose CUDA graph trees reuse an output's memory on the
+        next replay, so each output is copied out first.
+        """
+        step, enc = (self._step, self._encode) if compiled else (cfm_step, encode)
+        inputs = self.masks(bufs.tokens, padded)
+        if compiled:
+            torch.compiler.cudagraph_mark_step_begin()  # type: ignore[no-untyped-call]  # unannotated upstream
+        mu = enc(self.flow, inputs)
+        if compiled:
+            mu = mu.clone()
+        x = bufs.noise
+        for t, r in self._times:
+            x = step(self.est, x, mu, t, r, bufs.spks, bufs.cond, inputs.mel_mask, inputs.bias)
+            if compiled:
+                x = x.clone()
+        return x
+
     @torch.inference_mode()
     def mels(self, voice: VoiceFlow, speech: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
         """Mel frames (1, 80, 2T - F + 2P) of the speech tokens ``speech`` (1, T) after the voice's prompt.
@@ -294,31 +337,70 @@ class BucketedFlow:
             logger.warning("turbo flow: %d tokens exceed the largest bucket (%d): unpadded", total, self.buckets[-1])
         padded = bucket or total
         self.calls[bucket or 0] += 1
-        step, enc = (self._step, self._encode) if bucket is not None else (cfm_step, encode)
-        inputs = self.inputs(voice, speech.to(self.device), padded)
         frames = 2 * padded
         if noise.shape[2] < frames:
             noise = F.pad(noise, (0, frames - noise.shape[2]))
-        # A buffer of the bucket's own: the first step's input has the same shape, strides and tensor kind (an
-        # inference tensor) as the second's, whatever noise tensor the caller holds; on a GPU its address is fixed.
-        x = self._noise_bufs.get(frames)
-        if x is None:
-            x = self._noise_bufs[frames] = torch.empty(1, 80, frames, dtype=self.dtype, device=self.device)
-        x.copy_(noise[:, :, :frames])
-        if self.compiled:
-            # CUDA graph trees reuse a graph's output memory on its next replay: a new step each call, and every
-            # output copied out before the same graph runs again (a device copy, no sync).
-            torch.compiler.cudagraph_mark_step_begin()  # type: ignore[no-untyped-call]  # unannotated upstream
-        mu = enc(self.flow, inputs).clone()
-        cond = voice.cond(frames)
-        for t, r in self._times:
-            x = step(self.est, x, mu, t, r, voice.spks, cond, inputs.mel_mask, inputs.bias).clone()
-        return x[:, :, voice.prompt_frames : 2 * total]
+        # The call's inputs go into the bucket's own buffers (device copies, no sync): the same shapes, strides and
+        # tensor kind every call, and on a GPU the addresses its captured graph reads.
+        bufs = self.statics(padded) if bucket is not None else self._fallback_inputs(padded)
+        bufs.tokens[:, : voice.prompt_len] = voice.prompt_token
+        bufs.tokens[:, voice.prompt_len : total] = speech.to(self.device)
+        bufs.tokens[:, total:] = 0
+        bufs.noise.copy_(noise[:, :, :frames])
+        bufs.spks.copy_(voice.spks)
+        bufs.cond.copy_(voice.cond(frames))
+        self._length.fill_(total)
+        graph = self.graphs.get(padded) if bucket is not None else None
+        if graph is not None:
+            graph.replay()
+            x = self._outputs[padded]
+        else:
+            x = self.run_bucket(bufs, padded, compiled=self.compiled and bucket is not None)
+        # A copy: the next replay of this bucket, or of any graph sharing its memory pool, may rewrite its output.
+        return x[:, :, voice.prompt_frames : 2 * total].clone()
+
+    def _fallback_inputs(self, padded: int) -> BucketInputs:
+        return BucketInputs(
+            tokens=torch.zeros(1, padded, dtype=torch.long, device=self.device),
+            noise=torch.empty(1, 80, 2 * padded, dtype=self.dtype, device=self.device),
+            spks=torch.empty(1, 80, dtype=self.dtype, device=self.device),
+            cond=torch.empty(1, 80, 2 * padded, dtype=self.dtype, device=self.device),
+        )
+
+    @torch.inference_mode()
+    def capture(self, pool: Any) -> dict[int, float]:
+        """Record one CUDA graph per bucket with ``torch.cuda.CUDAGraph`` (GPU only; before READY): largest bucket
+        first, all into ``pool`` (``torch.cuda.graph_pool_handle()``) so the smaller ones reuse its memory, each
+        run twice on a side stream first (cuBLAS and cuDNN set up outside capture). A graph serves every voice: the
+        voice's share is in the buffers it reads. Seconds per bucket."""
+        spent: dict[int, float] = {}
+        for bucket in sorted(self.buckets, reverse=True):
+            if bucket in self.graphs:  # a second warm-up (scripts/gpu_run.py's, after swapping T3) keeps them
+                continue
+            started = time.perf_counter()
+            bufs = self.statics(bucket)
+            for buf in (bufs.tokens, bufs.noise, bufs.spks, bufs.cond):
+                buf.zero_()
+            self._length.fill_(bucket)
+            side = torch.cuda.Stream()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(2):
+                    self.run_bucket(bufs, bucket)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
+                out = self.run_bucket(bufs, bucket)
+            self._outputs[bucket] = out  # kept: its memory must not go back to the pool
+            self.graphs[bucket] = graph
+            torch.cuda.synchronize()
+            spent[bucket] = time.perf_counter() - started
+        return spent
 
     # ----- before READY ---------------------------------------------------------------------------------------
 
     def warm(self, voice: VoiceFlow, buckets: Sequence[int] | None = None) -> dict[int, float]:
-        """Run (and so compile / capture) every bucket once; seconds per bucket."""
+        """Run (and so compile, with ``compile_mode``) every bucket once; seconds per bucket."""
         spent: dict[int, float] = {}
         for bucket in buckets or self.buckets:
             n = bucket - voice.prompt_len

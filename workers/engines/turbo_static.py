@@ -15,11 +15,20 @@ for Python on every token. :class:`StaticT3` runs the same GPT-2 backbone and he
 
 On the CPU (or with graphs off) the same step runs eagerly. :func:`iter_speech_tokens_reference` is the HF-cache loop
 with the same sampler: the tests check that both give the same tokens from the same seed.
+
+**Several streams, one set of buffers.** A worker may hold several open streams and advance them in turn (one block
+of one stream at a time). Each :meth:`StaticT3.generate` belongs to a :class:`T3Stream`; before it touches the
+static buffers it makes its stream the *resident* one (:meth:`StaticT3.activate`): the stream resident until then
+has its state copied out (the small tensors, and the cache positions it wrote since it was last copied out), and the
+new one's copied in (the small tensors and its whole written prefix). The buffers and the graphs captured on them are
+shared; a stream costs its own copy of the cache, and a switch costs device-to-device copies, no host sync. A stream
+that runs alone never copies anything.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import math
 from collections.abc import Callable, Iterator, Sequence
@@ -86,6 +95,21 @@ def sample_next(
     return torch.argmax(probs / race, dim=-1, keepdim=True)
 
 
+@dataclasses.dataclass(eq=False)
+class T3Stream:
+    """One stream's T3 state while another stream's is on the static buffers (see the module docstring).
+
+    ``filled`` cache positions, from 0, hold this stream's keys and values (on the static buffers while it is
+    resident); the first ``saved`` of them are also in its own ``k``/``v`` copy, which is made on its first switch out.
+    """
+
+    small: list[torch.Tensor] | None = None  # its copies of StaticT3.small_state(), in that order
+    k: torch.Tensor | None = None
+    v: torch.Tensor | None = None
+    filled: int = 0
+    saved: int = 0
+
+
 class StaticT3:
     """T3's backbone and speech heads over a static KV cache (see the module docstring)."""
 
@@ -137,6 +161,80 @@ class StaticT3:
             self.top_p = torch.ones((), device=self.device)
             self.penalty = torch.ones((), device=self.device)
         self.top_k = top_k  # a shape inside the graphs, so fixed for the instance
+        #: The stream whose state is on the buffers now (None: nobody's, e.g. after capture).
+        self.resident: T3Stream | None = None
+        self.switches = 0  # times another stream's state was copied in
+        self.copied_bytes = 0  # bytes those switches copied, both ways
+
+    # ----- streams -------------------------------------------------------------------------------------------
+
+    def small_state(self) -> list[torch.Tensor]:
+        """Every static tensor besides the cache that a stream's steps read or write."""
+        return [self.token, self.pos, self.step_no, self.out, self.seen, self.temperature, self.top_p, self.penalty]
+
+    @property
+    def stream_bytes(self) -> int:
+        """Device memory one stream's own copy of the state takes at most: its full-length cache and the rest."""
+        cache = 2 * self.k.numel() * self.k.element_size()
+        return cache + sum(t.numel() * t.element_size() for t in self.small_state())
+
+    @torch.inference_mode()
+    def activate(self, stream: T3Stream) -> None:
+        """Put ``stream``'s state on the static buffers, copying the resident stream's out first (no host sync)."""
+        if self.resident is stream:
+            return
+        if self.resident is not None:
+            self._save(self.resident)
+        self._load(stream)
+        self.resident = stream
+        self.switches += 1
+
+    def release(self, stream: T3Stream) -> None:
+        """``stream`` has ended: its state needs no copying out (its own copy goes with the object)."""
+        if self.resident is stream:
+            self.resident = None
+
+    def evict(self) -> None:
+        """Copy the resident stream's state out, so the buffers may be used for something else (capture)."""
+        if self.resident is not None:
+            self._save(self.resident)
+            self.resident = None
+
+    def _save(self, stream: T3Stream) -> None:
+        state = self.small_state()
+        if stream.small is None:
+            stream.small = [t.clone() for t in state]
+        else:
+            for own, t in zip(stream.small, state, strict=True):
+                own.copy_(t)
+        copied = sum(t.numel() * t.element_size() for t in state)
+        if stream.filled > stream.saved:  # only what it wrote since its last switch out
+            if stream.k is None or stream.v is None:
+                stream.k, stream.v = torch.empty_like(self.k), torch.empty_like(self.v)
+            span = slice(stream.saved, stream.filled)
+            stream.k[:, :, :, span].copy_(self.k[:, :, :, span])
+            stream.v[:, :, :, span].copy_(self.v[:, :, :, span])
+            copied += 2 * self._position_bytes * (stream.filled - stream.saved)
+            stream.saved = stream.filled
+        self.copied_bytes += copied
+
+    def _load(self, stream: T3Stream) -> None:
+        if stream.small is None:  # a new stream: generate() sets everything it reads before reading it
+            return
+        for t, own in zip(self.small_state(), stream.small, strict=True):
+            t.copy_(own)
+        copied = sum(t.numel() * t.element_size() for t in stream.small)
+        if stream.filled and stream.k is not None and stream.v is not None:
+            span = slice(0, stream.filled)  # == saved: it was copied out when it left
+            self.k[:, :, :, span].copy_(stream.k[:, :, :, span])
+            self.v[:, :, :, span].copy_(stream.v[:, :, :, span])
+            copied += 2 * self._position_bytes * stream.filled
+        self.copied_bytes += copied
+
+    @property
+    def _position_bytes(self) -> int:
+        """Bytes of one cache position in one of K or V, over all layers."""
+        return self.k.numel() // self.max_len * self.k.element_size()
 
     # ----- the transformer ------------------------------------------------------------------------------------
 
@@ -201,11 +299,13 @@ class StaticT3:
     # ----- CUDA graphs ----------------------------------------------------------------------------------------
 
     @torch.inference_mode()
-    def capture(self) -> int:
-        """Record one CUDA graph per attention bucket (call before serving: capture is slow and syncs)."""
+    def capture(self, pool: Any = None) -> int:
+        """Record one CUDA graph per attention bucket (call before serving: capture is slow and syncs): largest
+        first, into ``pool`` when given (``torch.cuda.graph_pool_handle()``, shared with S3Gen's graphs)."""
         if not self.use_graphs:
             return 0
-        buckets = sorted({self.bucket_for(p) for p in range(0, self.max_len, self.bucket)})
+        self.evict()  # capture writes the buffers: a stream open now keeps its state
+        buckets = sorted({self.bucket_for(p) for p in range(0, self.max_len, self.bucket)}, reverse=True)
         self.pos.fill_(0)
         side = torch.cuda.Stream()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
         side.wait_stream(torch.cuda.current_stream())
@@ -215,11 +315,12 @@ class StaticT3:
                 self.step_no.fill_(0)
                 self._decode(kv_len)
         torch.cuda.current_stream().wait_stream(side)
+        self._pool = pool if pool is not None else self._pool
         for kv_len in buckets:
             if kv_len in self.graphs:
                 continue
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self._pool):
+            with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
                 self._decode(kv_len)
             self._pool = graph.pool()
             self.graphs[kv_len] = graph
@@ -250,6 +351,9 @@ class StaticT3:
 
         Tokens come back from the device in blocks (``blocks[0]`` first, then each later size, the last repeating):
         the only host syncs are one per block, and ``should_stop()`` is asked once per block.
+
+        Generators of this method may be advanced in turn, each with its own state (:class:`T3Stream`); the random
+        draws come from the global RNG, which the caller keeps per stream (``turbo.StreamRng``).
         """
         start = torch.full((1, 1), self.start, dtype=torch.long, device=self.device)
         embeds, _ = self.t3.prepare_input_embeds(
@@ -266,15 +370,34 @@ class StaticT3:
             )
             yield from iter_speech_tokens_reference(self.t3, t3_cond, text_tokens, sampling, max_tokens, should_stop)
             return
-        budget = max_tokens
+        if sampling.top_k != self.top_k:
+            raise ValueError(f"top_k {sampling.top_k}: this decoder was built for top_k {self.top_k}")
+        stream = T3Stream()  # this piece's state: nothing of it outlives the piece
+        try:
+            yield from self._static_tokens(stream, embeds, sampling, max_tokens, should_stop, blocks)
+        finally:
+            self.release(stream)
+
+    def _static_tokens(
+        self,
+        stream: T3Stream,
+        embeds: torch.Tensor,
+        sampling: Any,
+        budget: int,
+        should_stop: Callable[[], bool],
+        blocks: Sequence[int],
+    ) -> Iterator[int]:
+        """:meth:`generate` on the static cache, for ``stream``: its state is made resident before every use of the
+        buffers, since other streams' generators may run while this one waits at a yield."""
+        length = int(embeds.shape[1])
+        self.activate(stream)
         self.temperature.fill_(sampling.temperature if sampling.temperature > 0 else 1.0)
         self.top_p.fill_(sampling.top_p)
         self.penalty.fill_(sampling.repetition_penalty)
-        if sampling.top_k != self.top_k:
-            raise ValueError(f"top_k {sampling.top_k}: this decoder was built for top_k {self.top_k}")
         self.seen.zero_()
         self.seen[0, self.start] = True  # upstream's history starts with the start token
         self.step_no.zero_()
+        stream.filled = length
         logits = self.prefill(embeds)
         self._accept(sample_next(logits, self.seen, self.temperature, self.top_p, self.penalty, self.top_k))
         self.pos.fill_(length)
@@ -285,9 +408,11 @@ class StaticT3:
             size = blocks[min(block_no, len(blocks) - 1)]
             block_no += 1
             target = min(budget, handed + size)
+            self.activate(stream)  # another stream may have used the buffers while this one waited at a yield
             while done < target:
                 self._step(length + done - 1)
                 done += 1
+            stream.filled = length + done - 1  # the prompt, then a position for every step so far
             for value in self.out[handed:target].tolist():  # the one sync of this block
                 if value == self.stop:
                     return

@@ -16,6 +16,7 @@ reflection padding at the end would differ.
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any, Final
@@ -91,6 +92,9 @@ class BucketedVocoder:
         self._length = torch.zeros((), dtype=torch.long, device=self.device)
         self._mel_bufs: dict[int, torch.Tensor] = {}
         self._stft_bufs: dict[int, torch.Tensor] = {}
+        #: Bucket -> its CUDA graph and the (magnitude, phase) it writes (:meth:`capture`; empty until then).
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self._outputs: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.fallbacks = 0
         self.calls: Counter[int] = Counter()
         self.compiled = compile_mode is not None
@@ -103,9 +107,9 @@ class BucketedVocoder:
                 options["mode"] = None if compile_mode == "default" else compile_mode
             self._convs = torch.compile(vocoder_convs, **options)
 
-    def masks(self, frames: int, padded: int) -> list[torch.Tensor]:
-        """Real positions at each rate of a span of ``frames`` mel frames padded to ``padded`` (on the device)."""
-        self._length.fill_(frames)
+    def masks(self, padded: int) -> list[torch.Tensor]:
+        """Real positions at each rate of a span padded to ``padded`` frames, from the length tensor (device work
+        only: it is part of a captured bucket)."""
         positions = self._positions
         if positions.shape[0] < self.rates[-1] * padded + 1:  # the over-long fallback only
             positions = torch.arange(self.rates[-1] * padded + 1, device=self.device)
@@ -114,6 +118,13 @@ class BucketedVocoder:
         out[-1] = (positions[: self.rates[-1] * padded + 1] < self.rates[-1] * self._length + 1).to(self.dtype)
         out[-1] = out[-1].view(1, 1, -1)
         return out
+
+    def run_bucket(self, padded: int, compiled: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """The convolutions on the bucket's buffers (masks included): what a bucket's CUDA graph records."""
+        convs = self._convs if compiled else vocoder_convs
+        if compiled:
+            torch.compiler.cudagraph_mark_step_begin()  # type: ignore[no-untyped-call]  # see BucketedFlow.mels
+        return convs(self.hift, self._mel_bufs[padded], self._stft_bufs[padded], self.masks(padded))
 
     @torch.inference_mode()
     def inference(
@@ -142,11 +153,15 @@ class BucketedVocoder:
         spec = self._buffer(self._stft_bufs, padded, (1, s_stft.shape[1], spec_frames))
         spec[:, :, : s_stft.shape[2]] = s_stft
         spec[:, :, s_stft.shape[2] :] = 0
-        convs = self._convs if bucket is not None else vocoder_convs
-        if self.compiled:
-            torch.compiler.cudagraph_mark_step_begin()  # type: ignore[no-untyped-call]  # see BucketedFlow.mels
-        magnitude, phase = convs(hift, mel, spec, self.masks(frames, padded))
+        self._length.fill_(frames)
+        graph = self.graphs.get(padded) if bucket is not None else None
+        if graph is not None:
+            graph.replay()
+            magnitude, phase = self._outputs[padded]
+        else:
+            magnitude, phase = self.run_bucket(padded, compiled=self.compiled and bucket is not None)
         keep = s_stft.shape[2]
+        # Copies: the next replay of this bucket, or of any graph sharing its memory pool, may rewrite its outputs.
         wav = hift._istft(magnitude[:, :, :keep].clone(), phase[:, :, :keep].clone())
         return torch.clamp(wav, -hift.audio_limit, hift.audio_limit), source
 
@@ -156,10 +171,36 @@ class BucketedVocoder:
             buf = bufs[key] = torch.zeros(shape, dtype=self.dtype, device=self.device)
         return buf
 
-    def warm(self) -> dict[int, float]:
-        """Run (compile / capture) every bucket once; seconds per bucket."""
-        import time
+    @torch.inference_mode()
+    def capture(self, pool: Any) -> dict[int, float]:
+        """Record one CUDA graph per bucket with ``torch.cuda.CUDAGraph`` (GPU only; before READY): largest first,
+        into the shared ``pool``, each run twice on a side stream first. Seconds per bucket."""
+        spent: dict[int, float] = {}
+        channels = int(self.hift.istft_params["n_fft"]) + 2
+        for bucket in sorted(self.buckets, reverse=True):
+            if bucket in self.graphs:  # a second warm-up (scripts/gpu_run.py's, after swapping T3) keeps them
+                continue
+            started = time.perf_counter()
+            self._buffer(self._mel_bufs, bucket, (1, 80, bucket)).zero_()
+            self._buffer(self._stft_bufs, bucket, (1, channels, self.rates[-1] * bucket + 1)).zero_()
+            self._length.fill_(bucket)
+            side = torch.cuda.Stream()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(2):
+                    self.run_bucket(bucket)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
+                outputs = self.run_bucket(bucket)
+            self._outputs[bucket] = outputs  # kept: their memory must not go back to the pool
+            self.graphs[bucket] = graph
+            torch.cuda.synchronize()
+            spent[bucket] = time.perf_counter() - started
+        return spent
 
+    def warm(self) -> dict[int, float]:
+        """Run (and so compile, with ``compile_mode``) every bucket once; seconds per bucket."""
         spent: dict[int, float] = {}
         for bucket in self.buckets:
             started = time.perf_counter()
