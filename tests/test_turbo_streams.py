@@ -37,6 +37,7 @@ from workers.engines.base import EngineChunk, VoiceSpec
 from .test_turbo import make_voice, turbo_settings
 
 pytestmark = [
+    pytest.mark.heavy,
     pytest.mark.timeout(1200),
     pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning"),
 ]
