@@ -33,6 +33,7 @@ from typing import Any, Final
 from aiohttp import web
 
 from zsynth.core.engines import profile
+from zsynth.core.text.bounds import OutputEstimate
 from zsynth.core.text.prepare import TextOptions
 from zsynth.services.keys import SETTINGS
 from zsynth.services.synthesis import Speech, SynthesisFailed, SynthesisRequest, SynthesisService, unreachable
@@ -71,6 +72,7 @@ class Answer:
     failed: bool = False
     opened: bool = False  # a plain answer's audio-start went out
     chars: int = 0  # a stream's text so far
+    asked: OutputEstimate = OutputEstimate()  # what a stream's text so far asks of the engine (its output bounds)
     submitted: bool = False  # its first piece is queued
     # Its first piece's audio began (or that piece ended): until then no other piece of it is queued.
     heard: asyncio.Event = field(default_factory=asyncio.Event)
@@ -79,6 +81,15 @@ class Answer:
 @dataclass(frozen=True, slots=True)
 class Piece:
     """Text of an answer to speak as one job."""
+
+    answer: Answer
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Admit:
+    """A stream's chunk of text, checked with the text before it against the output bounds of one request before
+    its pieces are queued (each piece is a job of its own, checked again as it is built)."""
 
     answer: Answer
     text: str
@@ -108,8 +119,9 @@ class Queued:
     speech: Speech
 
 
-Item = Piece | Failed | End
-Ready = Queued | Failed | End | Piece  # a Piece here belongs to an answer that failed: it is dropped
+Item = Piece | Admit | Failed | End
+# A Piece or an Admit here belongs to an answer that failed, or was let through: it is dropped.
+Ready = Queued | Failed | End | Piece | Admit
 
 
 def _text_field(data: dict[str, Any], event: str) -> str:
@@ -276,6 +288,7 @@ class Session:
             message = f"A stream may hold at most {self.settings.max_text_chars} characters."
             self._put(Failed(stream, "max_character_limit_exceeded", message))
             return
+        self._put(Admit(stream, text))
         for piece in self._sentences.feed(text):
             self._put(Piece(stream, piece))
 
@@ -307,6 +320,9 @@ class Session:
     async def _submit_loop(self) -> None:
         while True:
             item = await self._items.get()
+            if isinstance(item, Admit) and not item.answer.failed:
+                await self._ready.put(await self._admit(item))
+                continue
             if not isinstance(item, Piece) or item.answer.failed:
                 await self._ready.put(item)
                 continue
@@ -339,6 +355,23 @@ class Session:
                 # and delay the first audio, the figure a listener waits on. Later pieces go LOOKAHEAD at a time.
                 item.answer.submitted = True
                 await item.answer.heard.wait()
+
+    async def _admit(self, item: Admit) -> Admit | Failed:
+        """``item`` when its stream's text so far passes the output bounds, else the stream's failure (set at once,
+        so none of its pieces still to come is queued)."""
+        answer = item.answer
+        try:
+            answer.asked = await self._service.admit([item.text], TextOptions(), before=answer.asked)
+        except SynthesisFailed as err:
+            failure = err.failure
+            logger.info("%s: stream refused: %s", self.id, failure.message)
+        except Exception:  # a defect (in text preparation, say): its traceback goes to the log, not the client
+            logger.exception("%s: could not check a stream's text", self.id)
+            failure = unreachable()
+        else:
+            return item
+        answer.failed = True
+        return Failed(answer, failure.realtime_code, failure.message)
 
     async def _forward_loop(self) -> None:
         try:
