@@ -26,7 +26,7 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -87,15 +87,6 @@ class Piece:
 
 
 @dataclass(frozen=True, slots=True)
-class Admit:
-    """A stream's chunk of text, checked with the text before it against the output bounds of one request before
-    its pieces are queued (each piece is a job of its own, checked again as it is built)."""
-
-    answer: Answer
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
 class Failed:
     """An answer failed (its job, or its stream's text bound): one error event, in order with its audio."""
 
@@ -119,9 +110,8 @@ class Queued:
     speech: Speech
 
 
-Item = Piece | Admit | Failed | End
-# A Piece or an Admit here belongs to an answer that failed, or was let through: it is dropped.
-Ready = Queued | Failed | End | Piece | Admit
+Item = Piece | Failed | End
+Ready = Queued | Failed | End | Piece  # a Piece here belongs to an answer that failed: it is dropped
 
 
 def _text_field(data: dict[str, Any], event: str) -> str:
@@ -167,7 +157,7 @@ class Session:
         self._drain_lock = asyncio.Lock()
         self._closed = asyncio.Event()
         self._abort = False  # the client stopped reading or went away: the connection is dropped, not closed
-        self._handlers: dict[str, Callable[[dict[str, Any]], None]] = {
+        self._handlers: dict[str, Callable[[dict[str, Any]], Awaitable[None]]] = {
             "synthesize": self._synthesize,
             "synthesize-start": self._start,
             "synthesize-chunk": self._chunk,
@@ -211,7 +201,7 @@ class Session:
                     return
                 self.last_activity = time.monotonic()
                 try:
-                    self._handle(event)
+                    await self._handle(event)
                 except Refused as err:
                     logger.info("%s: %s refused: %s", self.id, event.type, err.message)
                     await self._write(encode_event("error", {"text": err.message, "code": err.code}))
@@ -245,15 +235,15 @@ class Session:
             if not read.done():
                 read.cancel()
 
-    def _handle(self, event: WireEvent) -> None:
+    async def _handle(self, event: WireEvent) -> None:
         """Turn one event into work items; Refused for an event this connection does not take."""
         handler = self._handlers.get(event.type)
         # Anything else (describe and ping are answered by the reader, select-program names the one program) is
         # dropped, as Wyoming servers do with events they do not know.
         if handler is not None:
-            handler(event.data)
+            await handler(event.data)
 
-    def _synthesize(self, data: dict[str, Any]) -> None:
+    async def _synthesize(self, data: dict[str, Any]) -> None:
         if self._stream is not None:
             return  # the whole text again, sent inside a stream for older servers: already spoken piece by piece
         text, voice = _text_field(data, "synthesize"), _voice_name(data, "synthesize")
@@ -267,7 +257,7 @@ class Session:
             self._put(Piece(answer, spoken))
         self._put(End(answer))
 
-    def _start(self, data: dict[str, Any]) -> None:
+    async def _start(self, data: dict[str, Any]) -> None:
         if self._stream is not None:
             raise Refused("stream_already_started", "A stream is open: send synthesize-stop before a new start.")
         voice = _voice_name(data, "synthesize-start")
@@ -275,7 +265,7 @@ class Session:
         self._stream = Answer(streaming=True, voice_id=voice or self._default_voice())
         self._sentences = SentenceStream()
 
-    def _chunk(self, data: dict[str, Any]) -> None:
+    async def _chunk(self, data: dict[str, Any]) -> None:
         text = _text_field(data, "synthesize-chunk")
         stream = self._stream
         if stream is None:
@@ -288,11 +278,29 @@ class Session:
             message = f"A stream may hold at most {self.settings.max_text_chars} characters."
             self._put(Failed(stream, "max_character_limit_exceeded", message))
             return
-        self._put(Admit(stream, text))
+        if not await self._admit(stream, text):
+            return
         for piece in self._sentences.feed(text):
             self._put(Piece(stream, piece))
 
-    def _stop(self, data: dict[str, Any]) -> None:
+    async def _admit(self, stream: Answer, text: str) -> bool:
+        """Whether a stream's text so far, ``text`` included, passes the output bounds of one request, checked before
+        the chunk's pieces are queued (each is a job of its own, checked again as it is built); if not, the stream
+        fails at once, so none of its pieces still to come is spoken."""
+        try:
+            stream.asked = await self._service.admit([text], TextOptions(), before=stream.asked)
+            return True
+        except SynthesisFailed as err:
+            failure = err.failure
+            logger.info("%s: stream refused: %s", self.id, failure.message)
+        except Exception:  # a defect (in text preparation, say): its traceback goes to the log, not the client
+            logger.exception("%s: could not check a stream's text", self.id)
+            failure = unreachable()
+        stream.failed = True
+        self._put(Failed(stream, failure.realtime_code, failure.message))
+        return False
+
+    async def _stop(self, data: dict[str, Any]) -> None:
         stream = self._stream
         if stream is None:
             raise Refused("no_stream", "synthesize-stop without synthesize-start.")
@@ -320,9 +328,6 @@ class Session:
     async def _submit_loop(self) -> None:
         while True:
             item = await self._items.get()
-            if isinstance(item, Admit) and not item.answer.failed:
-                await self._ready.put(await self._admit(item))
-                continue
             if not isinstance(item, Piece) or item.answer.failed:
                 await self._ready.put(item)
                 continue
@@ -355,23 +360,6 @@ class Session:
                 # and delay the first audio, the figure a listener waits on. Later pieces go LOOKAHEAD at a time.
                 item.answer.submitted = True
                 await item.answer.heard.wait()
-
-    async def _admit(self, item: Admit) -> Admit | Failed:
-        """``item`` when its stream's text so far passes the output bounds, else the stream's failure (set at once,
-        so none of its pieces still to come is queued)."""
-        answer = item.answer
-        try:
-            answer.asked = await self._service.admit([item.text], TextOptions(), before=answer.asked)
-        except SynthesisFailed as err:
-            failure = err.failure
-            logger.info("%s: stream refused: %s", self.id, failure.message)
-        except Exception:  # a defect (in text preparation, say): its traceback goes to the log, not the client
-            logger.exception("%s: could not check a stream's text", self.id)
-            failure = unreachable()
-        else:
-            return item
-        answer.failed = True
-        return Failed(answer, failure.realtime_code, failure.message)
 
     async def _forward_loop(self) -> None:
         try:
