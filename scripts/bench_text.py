@@ -19,9 +19,9 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from zsynth.core.text.bounds import UNBOUNDED
 from zsynth.core.text.dictionaries.rules import Rule
 from zsynth.core.text.dictionaries.store import DictionaryStore, DirectoryBackend
-from zsynth.core.text.bounds import UNBOUNDED
 from zsynth.core.text.prepare import TextOptions, prepare
 from zsynth.core.text.spoken import AlignmentMapper
 

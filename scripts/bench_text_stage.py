@@ -211,10 +211,10 @@ def _dictionary_cases() -> list[tuple[str, list[dict[str, object]], str, int]]:
 
 
 def dictionaries(reduced: bool) -> None:
+    from zsynth.core.text.bounds import UNBOUNDED
     from zsynth.core.text.dictionaries.matcher import Lexicon
     from zsynth.core.text.dictionaries.rules import parse_rule
     from zsynth.core.text.dictionaries.store import DictionaryStore, DirectoryBackend
-    from zsynth.core.text.bounds import UNBOUNDED
     from zsynth.core.text.prepare import TextOptions, prepare
 
     runs = 3 if reduced else 20
