@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from zsynth.core.engines import profile
 from zsynth.core.text import marks
+from zsynth.core.text.bounds import UNBOUNDED
 from zsynth.core.text.dictionaries.matcher import Lexicon, apply_lexicons, find, fold
 from zsynth.core.text.dictionaries.rules import MAX_RULES, Rule, parse_pls, parse_rules
 from zsynth.core.text.dictionaries.store import DictionaryStore, DirectoryBackend
@@ -166,7 +167,7 @@ async def test_the_f1_request_prepares_in_bounded_time_off_the_event_loop(tmp_pa
     ticker = asyncio.create_task(ticks())
     await asyncio.sleep(0.05)
     started = time.perf_counter()
-    spoken = await prepare("x " * 5000, options, "piper", reader)
+    spoken = await prepare("x " * 5000, options, "piper", reader, limits=UNBOUNDED)
     elapsed = time.perf_counter() - started
     done.set()
     await ticker

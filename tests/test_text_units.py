@@ -10,6 +10,7 @@ from workers.engines.phonemes import arpabet_to_ipa
 from workers.engines.piper import _piper_input
 from zsynth.core.config import Settings
 from zsynth.core.text import marks
+from zsynth.core.text.bounds import UNBOUNDED
 from zsynth.core.text.dictionaries.matcher import apply_rules
 from zsynth.core.text.dictionaries.rules import Rule, RuleError, parse_pls, parse_rule, to_pls
 from zsynth.core.text.normalize import normalize, normalize_text, wants_normalization
@@ -107,6 +108,7 @@ async def test_break_tags_become_pauses_and_other_markup_stays() -> None:
         TextOptions(normalization="off"),
         "piper",
         None,
+        limits=UNBOUNDED,
     )
     kinds = [p.pause_ms for p in marks.pieces(spoken.text) if p.pause_ms is not None]
     assert kinds == [1500, 3000, 250]  # at most 3 s

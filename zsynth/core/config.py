@@ -294,7 +294,8 @@ class Settings:
     write_timeout_s: float = _env("WRITE_TIMEOUT", _positive_float, default=10.0)
     flow_wait_s: float = _env("FLOW_WAIT", _positive_float, default=12.0)
     # Output bounds per request: the break tags' pauses in all, and the audio the text stands for (estimated from
-    # what is spoken: characters at a brisk reading pace plus the pauses). Past either: 400 before any job.
+    # what is spoken, its words at a brisk reading pace plus the pauses: core/text/bounds.py). Past either: 400
+    # before any job.
     max_pause_s: float = _env("MAX_PAUSE", _positive_float, default=60.0)
     max_audio_s: float = _env("MAX_AUDIO", _positive_float, default=900.0)
     # Longest run without white space an engine is given (longer ones get a space put in); unset: the engine's own

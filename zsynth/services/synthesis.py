@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Final, Literal
@@ -48,7 +48,7 @@ from zsynth.core.protocol import ErrorCode, Event, Job, Priority
 from zsynth.core.text import bounds
 from zsynth.core.text.dictionaries.store import DictionaryStore
 from zsynth.core.text.dictionaries.store import StorageUnavailable as DictionariesUnavailable
-from zsynth.core.text.prepare import TextOptionError, TextOptions, prepare
+from zsynth.core.text.prepare import TextOptionError, TextOptions, admit, prepare
 from zsynth.core.text.spoken import Spoken
 from zsynth.core.tracing import Tracing, span
 from zsynth.core.voices.library import StorageUnavailable as VoicesUnavailable
@@ -263,6 +263,28 @@ class SynthesisService:
         self.library = library
         self.tracing = tracing  # spans for text preparation and queueing, when traces are on
 
+    @property
+    def limits(self) -> bounds.OutputLimits:
+        """The output bounds of one request (ZSYNTH_MAX_PAUSE, ZSYNTH_MAX_AUDIO)."""
+        return bounds.OutputLimits(self.settings.max_pause_s, self.settings.max_audio_s)
+
+    async def admit(
+        self, texts: Sequence[str], options: TextOptions | None, *, before: bounds.OutputEstimate | None = None
+    ) -> bounds.OutputEstimate:
+        """Check the texts of one request that its transport speaks as several jobs (a dialogue's inputs, a socket
+        message cut into segments, a Wyoming stream's chunks) against the request's output bounds, together and
+        before any of them is queued; ``before`` is what the request already asked for. Returns the sum.
+
+        SynthesisFailed (400 ``audio_limit_exceeded`` or ``pause_limit_exceeded``, or what a bad dictionary gets)
+        when they do not pass: each job is checked again as it is built (:meth:`build`).
+        """
+        try:
+            return await admit(
+                texts, options, self.settings.engine, self.dictionaries, limits=self.limits, before=before
+            )
+        except (TextOptionError, DictionariesUnavailable) as err:
+            raise SynthesisFailed(classify(err)) from err
+
     @classmethod
     def of(cls, app: web.Application) -> SynthesisService:
         """The application's one service (built by :func:`synthesis_context`)."""
@@ -322,12 +344,10 @@ class SynthesisService:
         if self.library is not None:
             await self.library.require(request.voice_id)
         engine, bound = self.settings.engine, self.settings.max_word_chars
-        spoken = await prepare(request.text, request.options, engine, self.dictionaries, max_word_chars=bound)
+        spoken = await prepare(
+            request.text, request.options, engine, self.dictionaries, limits=self.limits, max_word_chars=bound
+        )
         text = spoken.text if spoken.changed else request.text
-        try:
-            bounds.check(text, self.settings.max_pause_s, self.settings.max_audio_s)
-        except bounds.OutputTooLong as err:
-            raise TextOptionError(err.code, err.message, "text", 400) from err
         voice_id = self.voices.resolve(request.voice_id) if self.voices is not None else request.voice_id
         job = Job(
             text=text,

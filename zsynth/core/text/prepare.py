@@ -11,8 +11,15 @@ as written. Last, whatever the options (and without any: the avatar's ``speak``)
 bound is cut (:func:`zsynth.core.text.sentences.word_bound`, ZSYNTH_MAX_WORD_CHARS). The result is a
 :class:`~zsynth.core.text.spoken.Spoken`; when nothing changed, the job carries the caller's text.
 
+Last of all, the output bounds (:mod:`zsynth.core.text.bounds`): the result's pauses and the audio its words stand
+for, whatever the normalization, are checked against the request's limits, and a text past them is refused with
+TextOptionError 400 (``pause_limit_exceeded``, ``audio_limit_exceeded``). Every job's text goes through
+:func:`prepare`, so no transport can skip the bound; :func:`admit` checks the texts of one request that a transport
+cuts into several jobs (a dialogue's inputs, a socket message, a Wyoming stream) together, before any is queued.
+
 The dictionaries are read first (the store's I/O, on the event loop); the CPU-bound rest (break tags, one pass of
-every dictionary, normalization, word bounds) runs on a thread for texts over :data:`THREAD_CHARS` characters.
+every dictionary, normalization, word bounds, the estimate) runs on a thread for texts over :data:`THREAD_CHARS`
+characters.
 """
 
 from __future__ import annotations
@@ -20,10 +27,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from zsynth.core.text import marks
+from zsynth.core.text import bounds, marks
 from zsynth.core.text.dictionaries.matcher import Lexicon, apply_lexicons
 from zsynth.core.text.dictionaries.store import DictionaryStore, DictionaryUnreadable
 from zsynth.core.text.normalize import MODES, normalize, wants_normalization
@@ -112,13 +120,41 @@ async def prepare(
     engine: str,
     store: DictionaryStore | None,
     *,
+    limits: bounds.OutputLimits,
     max_word_chars: int | None = None,
 ) -> Spoken:
-    """What the engine speaks for ``text``: the options applied (None: none), then its words bounded.
+    """What the engine speaks for ``text``: the options applied (None: none), then its words bounded, then checked
+    against ``limits``.
 
     ``max_word_chars`` is ZSYNTH_MAX_WORD_CHARS (None: the engine's bound). TextOptionError names a dictionary that
-    does not exist.
+    does not exist, or (400) the bound the text passes.
     """
+    spoken, found = await _prepared(text, options, engine, store, max_word_chars)
+    _check(found, limits)
+    return spoken
+
+
+async def admit(
+    texts: Sequence[str],
+    options: TextOptions | None,
+    engine: str,
+    store: DictionaryStore | None,
+    *,
+    limits: bounds.OutputLimits,
+    before: bounds.OutputEstimate | None = None,
+) -> bounds.OutputEstimate:
+    """The estimate of ``texts``, the texts of one request that a transport speaks as several jobs, each through the
+    text stage as :func:`prepare` would put it, added to ``before`` (what the request already asked for); the same
+    TextOptionError as :func:`prepare` when the sum passes ``limits``."""
+    found = before or bounds.OutputEstimate()
+    for text in texts:
+        found = found + (await _prepared(text, options, engine, store, None))[1]
+    return _check(found, limits)
+
+
+async def _prepared(
+    text: str, options: TextOptions | None, engine: str, store: DictionaryStore | None, max_word_chars: int | None
+) -> tuple[Spoken, bounds.OutputEstimate]:
     lexicons = await _lexicons(options, store) if options is not None else []
     normalizing = options is not None and wants_normalization(options.normalization, engine)
     stage = functools.partial(
@@ -129,8 +165,18 @@ async def prepare(
     return stage()
 
 
-def _stage(text: str, tags: bool, lexicons: list[Lexicon], engine: str, normalizing: bool, bound: int) -> Spoken:
-    """The CPU-bound text stage: break tags (when ``tags``), dictionaries, normalization (when asked), word bounds."""
+def _check(found: bounds.OutputEstimate, limits: bounds.OutputLimits) -> bounds.OutputEstimate:
+    try:
+        return bounds.check(found, limits)
+    except bounds.OutputTooLong as err:
+        raise TextOptionError(err.code, err.message, "text", 400) from err
+
+
+def _stage(
+    text: str, tags: bool, lexicons: list[Lexicon], engine: str, normalizing: bool, bound: int
+) -> tuple[Spoken, bounds.OutputEstimate]:
+    """The CPU-bound text stage: break tags (when ``tags``), dictionaries, normalization (when asked), word bounds;
+    then the estimate of what the result asks of the engine."""
     spoken = Spoken(text)
     if tags and "<" in text:
         spoken.rewrite(BREAK, _pause)
@@ -139,7 +185,7 @@ def _stage(text: str, tags: bool, lexicons: list[Lexicon], engine: str, normaliz
     if normalizing:
         normalize(spoken)
     spoken.cut_words(bound)
-    return spoken
+    return spoken, bounds.estimate(spoken.text, normalized=normalizing)
 
 
 async def _lexicons(options: TextOptions, store: DictionaryStore | None) -> list[Lexicon]:

@@ -329,10 +329,13 @@ def _doc(route: str, operation_id: str, summary: str, ok: dict[str, Any] | None 
 async def _start(
     request: web.Request, body: DialogueRequest, query: FormatQuery, *, alignment: bool
 ) -> tuple[Dialogue, Speech]:
-    """Check every voice, then queue the first input: failures up to here answer with the envelope."""
+    """Check every voice and the output bounds of all the inputs together, then queue the first input: failures up
+    to here answer with the envelope."""
     dialogue = Dialogue(request, body, query.parsed(), alignment=alignment)
     await dialogue.check_voices()
     try:
+        # Each input is its own job, checked as it is built; the bounds are the request's, so the inputs' sum too.
+        await dialogue.service.admit([item.text for item in body.inputs], dialogue.options)
         return dialogue, await dialogue.speak(0)
     except SynthesisFailed as err:
         raise failure_error(err.failure) from err

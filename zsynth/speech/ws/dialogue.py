@@ -189,11 +189,16 @@ class DialogueSession:
             return
         if not isinstance(inputs, list):
             raise WsError("invalid_message", "'inputs' must be a list of {text, voice_id}.")
+        checked: list[tuple[str, str]] = []
         for item in inputs:
             text = item.get("text") if isinstance(item, dict) else None
             voice = item.get("voice_id") if isinstance(item, dict) else None
             if not isinstance(text, str) or not isinstance(voice, str):
                 raise WsError("invalid_message", "Every input needs a string 'text' and 'voice_id'.")
+            checked.append((text, voice))
+        # Each input is its own job; the message's inputs together are held to the bounds of one request.
+        await context.speaker.admit([text for text, voice in checked if voice in context.voices])
+        for text, voice in checked:
             if voice not in context.voices:
                 await self._refuse(
                     context.speaker.context_id, "voice_not_registered", f"Voice {voice!r} is not one of this context's."

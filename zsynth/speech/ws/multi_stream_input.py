@@ -183,6 +183,7 @@ class MultiSession:
             context.flushing = True
         elif spoken:
             context.flushing = False
+        await context.speaker.admit([text])
         for segment in context.buffer.add(text, try_trigger=parsed.try_trigger_generation, flush=flush):
             context.speaker.speak(segment)
 

@@ -128,6 +128,20 @@ class Speaker:
             self._segments.put_nowait(mark)
         return mark
 
+    async def admit(self, texts: list[str]) -> None:
+        """Check one client message's text against the output bounds of a request, before it is buffered.
+
+        The buffer cuts a message into segments (at ZSYNTH_WS_MAX_WORD_CHARS where it has no white space), each its
+        own job and checked as that job is built; without this check 10,000 digits in one message would pass as ten
+        jobs of 1,000. WsError (``audio_limit_exceeded``, ``pause_limit_exceeded``) when the message passes them.
+        """
+        if self.ended or not any(text.strip() for text in texts):
+            return
+        try:
+            await SynthesisService.of(self.conn.request.app).admit(texts, self.options)
+        except SynthesisFailed as err:
+            raise WsError(err.failure.realtime_code, err.failure.message) from err
+
     def speak(self, segment: str, voice_id: str | None = None) -> None:
         """Queue a segment (in ``voice_id``, by default the socket's voice); it is spoken after every segment queued
         before it.

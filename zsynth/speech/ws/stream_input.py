@@ -61,6 +61,7 @@ async def _serve(conn: Connection, speakers: list[Speaker]) -> None:
                     speaker.speak(segment)
                 speaker.end()
             else:
+                await speaker.admit([parsed.text])
                 for segment in buffer.add(parsed.text, try_trigger=parsed.try_trigger_generation, flush=parsed.flush):
                     speaker.speak(segment)
         # While audio is still to come (or after the end of input) the client owes us nothing.

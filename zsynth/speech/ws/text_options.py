@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from zsynth.core.text.bounds import UNBOUNDED
 from zsynth.core.text.dictionaries.store import StorageUnavailable
 from zsynth.core.text.prepare import TextOptionError, TextOptions, parse_options, prepare
 from zsynth.services.keys import DICTIONARIES, SETTINGS
@@ -22,7 +23,7 @@ async def socket_text_options(conn: Connection, params: StreamParams, message: d
     request = conn.request
     try:
         options = parse_options(message, params.normalization)
-        await prepare("", options, request.app[SETTINGS].engine, request.app.get(DICTIONARIES))
+        await prepare("", options, request.app[SETTINGS].engine, request.app.get(DICTIONARIES), limits=UNBOUNDED)
     except (TextOptionError, StorageUnavailable) as err:
         failure = classify(err)
         raise WsError(failure.realtime_code, failure.message) from err

@@ -26,13 +26,14 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from aiohttp import web
 
 from zsynth.core.engines import profile
+from zsynth.core.text.bounds import OutputEstimate
 from zsynth.core.text.prepare import TextOptions
 from zsynth.services.keys import SETTINGS
 from zsynth.services.synthesis import Speech, SynthesisFailed, SynthesisRequest, SynthesisService, unreachable
@@ -71,6 +72,7 @@ class Answer:
     failed: bool = False
     opened: bool = False  # a plain answer's audio-start went out
     chars: int = 0  # a stream's text so far
+    asked: OutputEstimate = OutputEstimate()  # what a stream's text so far asks of the engine (its output bounds)
     submitted: bool = False  # its first piece is queued
     # Its first piece's audio began (or that piece ended): until then no other piece of it is queued.
     heard: asyncio.Event = field(default_factory=asyncio.Event)
@@ -155,7 +157,7 @@ class Session:
         self._drain_lock = asyncio.Lock()
         self._closed = asyncio.Event()
         self._abort = False  # the client stopped reading or went away: the connection is dropped, not closed
-        self._handlers: dict[str, Callable[[dict[str, Any]], None]] = {
+        self._handlers: dict[str, Callable[[dict[str, Any]], Awaitable[None]]] = {
             "synthesize": self._synthesize,
             "synthesize-start": self._start,
             "synthesize-chunk": self._chunk,
@@ -199,7 +201,7 @@ class Session:
                     return
                 self.last_activity = time.monotonic()
                 try:
-                    self._handle(event)
+                    await self._handle(event)
                 except Refused as err:
                     logger.info("%s: %s refused: %s", self.id, event.type, err.message)
                     await self._write(encode_event("error", {"text": err.message, "code": err.code}))
@@ -233,15 +235,15 @@ class Session:
             if not read.done():
                 read.cancel()
 
-    def _handle(self, event: WireEvent) -> None:
+    async def _handle(self, event: WireEvent) -> None:
         """Turn one event into work items; Refused for an event this connection does not take."""
         handler = self._handlers.get(event.type)
         # Anything else (describe and ping are answered by the reader, select-program names the one program) is
         # dropped, as Wyoming servers do with events they do not know.
         if handler is not None:
-            handler(event.data)
+            await handler(event.data)
 
-    def _synthesize(self, data: dict[str, Any]) -> None:
+    async def _synthesize(self, data: dict[str, Any]) -> None:
         if self._stream is not None:
             return  # the whole text again, sent inside a stream for older servers: already spoken piece by piece
         text, voice = _text_field(data, "synthesize"), _voice_name(data, "synthesize")
@@ -255,7 +257,7 @@ class Session:
             self._put(Piece(answer, spoken))
         self._put(End(answer))
 
-    def _start(self, data: dict[str, Any]) -> None:
+    async def _start(self, data: dict[str, Any]) -> None:
         if self._stream is not None:
             raise Refused("stream_already_started", "A stream is open: send synthesize-stop before a new start.")
         voice = _voice_name(data, "synthesize-start")
@@ -263,7 +265,7 @@ class Session:
         self._stream = Answer(streaming=True, voice_id=voice or self._default_voice())
         self._sentences = SentenceStream()
 
-    def _chunk(self, data: dict[str, Any]) -> None:
+    async def _chunk(self, data: dict[str, Any]) -> None:
         text = _text_field(data, "synthesize-chunk")
         stream = self._stream
         if stream is None:
@@ -276,10 +278,29 @@ class Session:
             message = f"A stream may hold at most {self.settings.max_text_chars} characters."
             self._put(Failed(stream, "max_character_limit_exceeded", message))
             return
+        if not await self._admit(stream, text):
+            return
         for piece in self._sentences.feed(text):
             self._put(Piece(stream, piece))
 
-    def _stop(self, data: dict[str, Any]) -> None:
+    async def _admit(self, stream: Answer, text: str) -> bool:
+        """Whether a stream's text so far, ``text`` included, passes the output bounds of one request, checked before
+        the chunk's pieces are queued (each is a job of its own, checked again as it is built); if not, the stream
+        fails at once, so none of its pieces still to come is spoken."""
+        try:
+            stream.asked = await self._service.admit([text], TextOptions(), before=stream.asked)
+            return True
+        except SynthesisFailed as err:
+            failure = err.failure
+            logger.info("%s: stream refused: %s", self.id, failure.message)
+        except Exception:  # a defect (in text preparation, say): its traceback goes to the log, not the client
+            logger.exception("%s: could not check a stream's text", self.id)
+            failure = unreachable()
+        stream.failed = True
+        self._put(Failed(stream, failure.realtime_code, failure.message))
+        return False
+
+    async def _stop(self, data: dict[str, Any]) -> None:
         stream = self._stream
         if stream is None:
             raise Refused("no_stream", "synthesize-stop without synthesize-start.")
