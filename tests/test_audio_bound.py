@@ -34,6 +34,8 @@ from zsynth.speech.app import create_app
 from .avatar_peer import Control, Viewer, open_session
 from .helpers import assert_speech, decode_audio, free_port, make_settings
 
+pytestmark = pytest.mark.heavy
+
 DIGITS = "9" * 10_000
 MODES = ["auto", "on", "off"]
 CODE = "audio_limit_exceeded"
