@@ -7,26 +7,23 @@ per run; everything is slow on a CPU, so each test does as few synthesis calls a
 
 from __future__ import annotations
 
-import io
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-import soundfile as sf
 
-from zsynth.core.config import Settings
-from zsynth.core.voices.store import VoiceStore
 from zsynth.speech.app import create_app
 
 from .helpers import WorkerProcess, decode_audio, make_settings
+from .turbo_helpers import MAX_TOKENS, make_voice, turbo_settings
 
 try:
     import torch
 
     from workers.engines.turbo import TurboEngine, chunk_schedule, text_pieces
-    from workers.engines.turbo_ckpt import reference_clip, write_random_checkpoint
+    from workers.engines.turbo_ckpt import write_random_checkpoint
     from workers.engines.turbo_compat import TurboUnavailable
     from workers.engines.turbo_voices import CONDS_FILE, VoiceClipError
 except ImportError as err:  # pragma: no cover - a clear message instead of a bare collection error
@@ -41,7 +38,6 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning"),
 ]
 
-MAX_TOKENS = 24  # random weights rarely emit the stop token: cap every piece at about a second of audio
 TEXT = "Hello there, this is the first sentence. And here comes a second one! Is this the third?"
 LONG_TEXT = " ".join(
     f"Sentence number {n} is long enough that two pieces are needed for the whole text [laugh] here." for n in range(5)
@@ -61,28 +57,6 @@ def turbo_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     make_voice(data / "voices" / "custom-aaaa", 6.2, 120.0, seed=1)
     make_voice(data / "voices" / "custom-bbbb", 6.5, 220.0, seed=2)
     return data
-
-
-def make_voice(voice_dir: Path, seconds: float, pitch_hz: float, seed: int) -> Path:
-    """A cloned voice written by the real voice store: a reference clip and its metadata, renamed into place."""
-    buf = io.BytesIO()
-    sf.write(buf, reference_clip(seconds, pitch_hz=pitch_hz, seed=seed), 24000, format="WAV")
-    meta = {"voice_id": voice_dir.name, "name": voice_dir.name, "reference": "reference.wav", "created_at_unix": 0}
-    return VoiceStore(voice_dir.parent).install(meta, buf.getvalue()).path
-
-
-def turbo_settings(ckpt: Path | None, data: Path, **overrides: Any) -> Settings:
-    values: dict[str, Any] = {
-        "engine": "turbo",
-        "turbo_checkpoint": ckpt,
-        "turbo_device": "cpu",
-        "turbo_max_tokens": MAX_TOKENS,
-        "turbo_first_chunk_tokens": 8,
-        "data_dir": data,
-        "engine_threads": 1,  # as the worker processes here: same kernels, same sampled tokens
-    }
-    values.update(overrides)
-    return Settings(**values)
 
 
 @pytest.fixture(scope="session")

@@ -34,7 +34,7 @@ except ImportError as err:  # pragma: no cover - a clear message instead of a ba
 
 from workers.engines.base import EngineChunk, VoiceSpec
 
-from .test_turbo import make_voice, turbo_settings
+from .turbo_helpers import make_voice, turbo_settings
 
 pytestmark = [
     pytest.mark.heavy,
