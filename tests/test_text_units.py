@@ -107,6 +107,7 @@ async def test_break_tags_become_pauses_and_other_markup_stays() -> None:
         TextOptions(normalization="off"),
         "piper",
         None,
+        workspace="default",
     )
     kinds = [p.pause_ms for p in marks.pieces(spoken.text) if p.pause_ms is not None]
     assert kinds == [1500, 3000, 250]  # at most 3 s

@@ -56,7 +56,7 @@ from zsynth.core.voices.library import VoiceLibrary, VoiceMissing
 from zsynth.services.auth import Credential
 from zsynth.services.dispatch import DISPATCHER, Dispatcher, JobFailed, JobStream
 from zsynth.services.keys import DICTIONARIES, SETTINGS, TRACING, VOICE_LIBRARY
-from zsynth.services.voices import VOICES, VoiceCatalog
+from zsynth.services.voices import VOICES, VoiceCatalog, require_voice
 
 logger = logging.getLogger(__name__)
 
@@ -192,6 +192,9 @@ class SynthesisRequest:
     voice_id: str  # as asked: an unknown id is spoken by the swap-out voice where there is a voice catalog
     output_format: str
     request_id: str
+    # The workspace the caller acts in (zsynth.core.workspaces): whose clones and dictionaries it may name. Required,
+    # so that no transport can forget it.
+    workspace: str
     voice_settings: Mapping[str, Any] = field(default_factory=dict)
     seed: int | None = None
     options: TextOptions | None = field(default_factory=TextOptions)
@@ -319,10 +322,11 @@ class SynthesisService:
         Every job's text goes through the one text stage (:func:`zsynth.core.text.prepare.prepare`): options applied,
         words bounded for the engine.
         """
-        if self.library is not None:
-            await self.library.require(request.voice_id)
+        await require_voice(self.library, self.voices, request.voice_id, request.workspace)
         engine, bound = self.settings.engine, self.settings.max_word_chars
-        spoken = await prepare(request.text, request.options, engine, self.dictionaries, max_word_chars=bound)
+        spoken = await prepare(
+            request.text, request.options, engine, self.dictionaries, max_word_chars=bound, workspace=request.workspace
+        )
         text = spoken.text if spoken.changed else request.text
         try:
             bounds.check(text, self.settings.max_pause_s, self.settings.max_audio_s)

@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from zsynth.core import workspaces
 from zsynth.core.text import marks
 from zsynth.core.text.dictionaries.matcher import Lexicon, apply_lexicons
 from zsynth.core.text.dictionaries.store import DictionaryStore, DictionaryUnreadable
@@ -112,14 +113,15 @@ async def prepare(
     engine: str,
     store: DictionaryStore | None,
     *,
+    workspace: str,
     max_word_chars: int | None = None,
 ) -> Spoken:
     """What the engine speaks for ``text``: the options applied (None: none), then its words bounded.
 
     ``max_word_chars`` is ZSYNTH_MAX_WORD_CHARS (None: the engine's bound). TextOptionError names a dictionary that
-    does not exist.
+    does not exist, and just the same one of another workspace than ``workspace``, the caller's.
     """
-    lexicons = await _lexicons(options, store) if options is not None else []
+    lexicons = await _lexicons(options, store, workspace) if options is not None else []
     normalizing = options is not None and wants_normalization(options.normalization, engine)
     stage = functools.partial(
         _stage, text, options is not None, lexicons, engine, normalizing, word_bound(engine, max_word_chars)
@@ -142,18 +144,20 @@ def _stage(text: str, tags: bool, lexicons: list[Lexicon], engine: str, normaliz
     return spoken
 
 
-async def _lexicons(options: TextOptions, store: DictionaryStore | None) -> list[Lexicon]:
+async def _lexicons(options: TextOptions, store: DictionaryStore | None, workspace: str) -> list[Lexicon]:
     """The compiled versions the locators name, in their order (a version named twice counts once: the second could
-    never win)."""
+    never win). Another workspace's dictionary is refused as an unknown one is, before its version is read."""
     lexicons: dict[tuple[str, str], Lexicon] = {}
     for dictionary_id, version_id in options.locators:
         lexicon = None
         if store is not None:
             try:
-                if version_id is None:
-                    meta = await store.meta(dictionary_id)
-                    version_id = str(meta["latest_version_id"]) if meta else None
-                if version_id is not None:
+                meta = await store.meta(dictionary_id)
+                # Another workspace's: what an unknown dictionary gets (the same message, its version named alike).
+                visible = meta is not None and workspaces.visible(meta, workspace)
+                if meta is not None and visible and version_id is None:
+                    version_id = str(meta["latest_version_id"])
+                if visible and version_id is not None:
                     lexicon = await store.lexicon(dictionary_id, version_id)
             except DictionaryUnreadable as err:  # stored by another program: the caller's to mend, not ours
                 raise TextOptionError(
