@@ -9,6 +9,7 @@ on every transport (HTTP, tokens, the realtime socket, Wyoming). The keys are wr
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 import time
@@ -500,3 +501,32 @@ async def test_an_avatar_session_token_acts_in_its_key_s_workspace(
         await fresh.close()
     assert credential.kind == "ephemeral" and credential.workspace == "team-a"
     assert record is not None and record.workspace == "team-a"
+
+
+@pytest.mark.stack
+async def test_wyoming_jobs_count_against_their_workspace_s_queue_owner(aiohttp_client, private_redis_url, tmp_path):
+    """No worker takes the job here, so it waits on the queue where its owner can be read."""
+    from redis.asyncio import Redis
+
+    from zsynth.core import protocol
+
+    from .helpers import make_settings
+    from .wyoming_helpers import wyoming_front
+
+    settings = make_settings(
+        private_redis_url, tmp_path, wyoming_uri=("127.0.0.1", free_port()), wyoming_workspace="team-a"
+    )
+    port = await wyoming_front(aiohttp_client, settings)
+    redis = Redis.from_url(private_redis_url)
+    try:
+        async with AsyncTcpClient("127.0.0.1", port, connect_timeout=5.0, read_timeout=30.0) as client:
+            await client.write_event(Synthesize("Hello from the kitchen.").event())
+            owners: list[str] = []
+            for _ in range(200):
+                owners = [json.loads(raw).get("owner") for raw in await redis.lrange(protocol.QUEUE, 0, -1)]
+                if owners:
+                    break
+                await asyncio.sleep(0.05)
+        assert owners == ["workspace:team-a"], owners
+    finally:
+        await redis.aclose()
