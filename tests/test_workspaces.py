@@ -530,3 +530,35 @@ async def test_wyoming_jobs_count_against_their_workspace_s_queue_owner(aiohttp_
         assert owners == ["workspace:team-a"], owners
     finally:
         await redis.aclose()
+
+
+@pytest.mark.stack
+async def test_another_workspace_s_unusable_clone_reads_as_unknown(
+    aiohttp_client, aws_endpoint, private_redis_url, tmp_path, keys_table
+):
+    """A clone in the bucket that no box takes (its clip over this front's limit) tells its owner why; to another
+    workspace it is an id that never existed."""
+    from zsynth.core.voices.bucket import VoiceBucket
+    from zsynth.services.voices import new_clone_meta
+
+    bucket = await create_bucket()
+    remote = VoiceBucket(bucket, PREFIX)
+    await remote.open()
+    try:
+        meta = new_clone_meta("TooBig", None, {}, [], 12.0, workspace="team-a")
+        await remote.put_voice(meta, reference_file("wav"))
+    finally:
+        await remote.close()
+    key_a, key_b = _key(), _key()
+    await put_key(keys_table, key_a, "team-a")
+    await put_key(keys_table, key_b, "team-b")
+    front = await start_front(
+        aiohttp_client, private_redis_url, tmp_path, bucket, api_keys_table=keys_table, voice_clip_max_bytes=100_000
+    )
+    voice_id = meta["voice_id"]
+    own = await front.get(f"/v1/voices/{voice_id}", headers={"xi-api-key": key_a})
+    other = await front.get(f"/v1/voices/{voice_id}", headers={"xi-api-key": key_b})
+    made_up = await front.get("/v1/voices/custom-NeverExisted0000", headers={"xi-api-key": key_b})
+    assert own.status == other.status == made_up.status == 404
+    assert "cannot be used" in (await own.json())["detail"]["message"]
+    assert (await other.json())["detail"]["message"] == f"A voice with the voice_id {voice_id} was not found."

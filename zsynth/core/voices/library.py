@@ -474,20 +474,32 @@ class VoiceLibrary:
         if not is_clone_id(voice_id):
             return
         if not self.store.has(voice_id):
-            await self._require_fetched(voice_id)
+            await self._require_fetched(voice_id, workspace, shared)
         stored = self.store.get(voice_id)
         if stored is None:  # removed in between
             raise VoiceMissing(voice_id, not_found(voice_id))
         if voice_id != shared and not workspaces.visible(stored.meta, workspace):
             raise VoiceMissing(voice_id, not_found(voice_id))  # exactly what an id that never existed gets
 
-    async def _require_fetched(self, voice_id: str) -> None:
+    async def _require_fetched(self, voice_id: str, workspace: str, shared: str | None) -> None:
         try:
             found = await self.ensure(voice_id)
         except VoiceRefused as err:  # the bucket holds it, but in a form no box takes (a clip over the limits)
+            if voice_id != shared and await self._foreign(voice_id, workspace):
+                raise VoiceMissing(voice_id, not_found(voice_id)) from err  # its reason is its owner's business
             raise VoiceMissing(voice_id, f"The voice {voice_id} cannot be used: {err}.") from err
         if not found:
             raise VoiceMissing(voice_id, not_found(voice_id))
+
+    async def _foreign(self, voice_id: str, workspace: str) -> bool:
+        """Whether the bucket's meta.json of a voice no box takes names another workspace than ``workspace`` (False
+        when it cannot be read: then nobody can tell whose it is)."""
+        if self.bucket is None:
+            return False
+        with contextlib.suppress(*aws_errors(ValueError)):
+            meta = await self.bucket.get_meta(voice_id)
+            return meta is not None and not workspaces.visible(meta, workspace)
+        return False
 
     async def _fetch(self, voice_id: str) -> bool:
         assert self.bucket is not None
