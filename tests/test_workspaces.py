@@ -562,3 +562,48 @@ async def test_another_workspace_s_unusable_clone_reads_as_unknown(
     assert own.status == other.status == made_up.status == 404
     assert "cannot be used" in (await own.json())["detail"]["message"]
     assert (await other.json())["detail"]["message"] == f"A voice with the voice_id {voice_id} was not found."
+
+
+@pytest.mark.stack
+@pytest.mark.usefixtures("loopback_ice")
+async def test_the_avatar_speaks_and_manages_only_its_workspace_s(
+    aiohttp_client, aws_endpoint, redis_url, data_dir, shared_workers, keys_table
+):
+    """The avatar server follows the same voice library: a session of workspace B cannot speak A's clone (an
+    ``error`` event, as for an unknown clone id), and B's full key neither lists, reads, closes nor attaches to A's
+    session."""
+    from zsynth.avatar.app import create_avatar_app
+    from zsynth.speech.app import create_app
+
+    from .avatar_peer import Viewer, open_session
+    from .helpers import make_settings
+
+    key_a, key_b = _key(), _key()
+    await put_key(keys_table, key_a, "team-a")
+    await put_key(keys_table, key_b, "team-b")
+    settings = make_settings(redis_url, data_dir, api_keys_table=keys_table, avatar_connect_timeout_s=30.0)
+    speech = await aiohttp_client(create_app(settings))
+    clone_a = await _clone(sdk(speech, key_a), "AvatarVoiceOfA")
+    avatar = await aiohttp_client(create_avatar_app(settings))
+    viewers = [Viewer(), Viewer()]
+    try:
+        session_a, _control_a = await open_session(avatar, viewers[0], {"X-Api-Key": key_a})
+        session_b, control_b = await open_session(avatar, viewers[1], {"X-Api-Key": key_b})
+
+        listed_b = await (await avatar.get("/v1/sessions", headers={"X-Api-Key": key_b})).json()
+        assert [s["session_id"] for s in listed_b["data"]] == [session_b]
+        listed_a = await (await avatar.get("/v1/sessions", headers={"X-Api-Key": key_a})).json()
+        assert [s["session_id"] for s in listed_a["data"]] == [session_a]
+        for method in ("GET", "DELETE"):
+            resp = await avatar.request(method, f"/v1/sessions/{session_a}", headers={"X-Api-Key": key_b})
+            assert resp.status == 404 and (await resp.json())["code"] == "session_not_found"
+        attach = await avatar.get(f"/control/{session_a}", headers={"X-Api-Key": key_b})
+        assert attach.status == 404
+        assert (await avatar.get(f"/v1/sessions/{session_a}", headers={"X-Api-Key": key_a})).status == 200
+
+        await control_b.ws.send_json({"type": "speak", "text": TEXT, "voice_id": clone_a})
+        error = await control_b.next("error")
+        assert error["code"] == "voice_not_found", error
+    finally:
+        for viewer in viewers:
+            await viewer.close()

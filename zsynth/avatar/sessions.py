@@ -76,12 +76,17 @@ class SessionRegistry:
         logger.info("session %s: created (avatar %s, %d live)", session_id, renderer.info.avatar_id, len(self.sessions))
         return session
 
-    def get(self, session_id: str) -> AvatarSession:
-        """The live session with this id, or a 404 error."""
+    def get(self, session_id: str, workspace: str) -> AvatarSession:
+        """The live session with this id in ``workspace`` (the caller's), or a 404 error: another workspace's session
+        is one that does not exist."""
         session = self.sessions.get(session_id)
-        if session is None or session.closing:
+        if session is None or session.closing or session.workspace != workspace:
             raise AvatarError(404, "session_not_found", f"No live session with id '{session_id}'.")
         return session
+
+    def listed(self, workspace: str) -> list[AvatarSession]:
+        """The live sessions of ``workspace``."""
+        return [s for s in self.sessions.values() if s.workspace == workspace]
 
     def _forget(self, session: AvatarSession) -> None:
         self.sessions.pop(session.session_id, None)
