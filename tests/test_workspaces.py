@@ -154,6 +154,12 @@ async def test_a_clone_is_its_workspace_s_alone_through_the_sdk(team):
     _same_refusal(await refusal(speak(default, voice_id)), await refusal(speak(default, made_up)), voice_id, made_up)
     assert_speech(*decode_audio(await speak(a, voice_id), FMT), TEXT)
 
+    # A built-in voice's settings are every workspace's: only the default workspace saves them.
+    before = await default.voices.settings.get("joe")
+    refused = await refusal(b.voices.settings.update("joe", request={"stability": 0.1}))
+    assert refused[0] == 400 and _detail(refused[1])["status"] == "voice_not_editable"
+    assert await default.voices.settings.get("joe") == before
+
     # Its owner removes it; then it is gone for everyone.
     await a.voices.delete(voice_id)
     assert (await refusal(a.voices.get(voice_id)))[0] == 404

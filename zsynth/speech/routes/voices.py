@@ -23,6 +23,7 @@ import pydantic
 from aiohttp import web
 from pydantic import BaseModel, Field
 
+from zsynth.core import workspaces
 from zsynth.core.voices import StoredVoice
 from zsynth.core.voices.clips import ADVICE, STORE_RATE, Clip, ClipError, decode_clips, encode_wav
 from zsynth.core.voices.library import StorageUnavailable, VoiceGone, VoiceMissing
@@ -597,6 +598,14 @@ async def edit_settings(request: web.Request) -> web.Response:
         raise ApiError(400, "invalid_json", f"The body is not valid JSON: {err}") from err
     sent = validate(VoiceSettingsEdit, raw, api_error).model_dump(exclude_none=True)
     saved = {**dict(voice["settings"]), **sent}
+    if voice_id in catalog.builtins and workspace_of(request.get(CREDENTIAL)) != workspaces.DEFAULT:
+        # A built-in voice's saved settings are every workspace's: only the operator's workspace may change them.
+        raise ApiError(
+            400,
+            "voice_not_editable",
+            f"{voice_id} is a built-in voice shared by every workspace; only keys of the default workspace may "
+            "save its settings. Send voice_settings with each request instead.",
+        )
     if voice_id in catalog.builtins:
         try:
             await request.app[VOICE_LIBRARY].save_builtin_settings(voice_id, saved)
