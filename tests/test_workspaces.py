@@ -613,3 +613,29 @@ async def test_the_avatar_speaks_and_manages_only_its_workspace_s(
     finally:
         for viewer in viewers:
             await viewer.close()
+
+
+@pytest.mark.stack
+async def test_an_unreadable_dictionary_is_unknown_outside_the_default_workspace(team):
+    """A meta.json nobody can read names no owner: the default workspace (whose everything from before workspaces
+    is) is told it cannot be used; any other workspace gets what an unknown id gets."""
+    front, dictionary_id = team["front"], "broken" + secrets.token_hex(4)
+    async with aioboto3.Session().client("s3") as s3:
+        key = f"{DICTIONARIES_PREFIX}{dictionary_id}/meta.json"
+        await s3.put_object(Bucket=team["bucket"], Key=key, Body=b'{"id": "not this one"}')
+    path = f"/v1/pronunciation-dictionaries/{dictionary_id}"
+    owner = await front.get(path, headers={"xi-api-key": STATIC})
+    assert owner.status == 422
+    other = await front.get(path, headers={"xi-api-key": team["b"]})
+    unknown = await front.get(f"/v1/pronunciation-dictionaries/{dictionary_id}x", headers={"xi-api-key": team["b"]})
+    assert other.status == unknown.status == 404
+    assert (await other.json())["detail"]["code"] == (await unknown.json())["detail"]["code"]
+    assert (await front.delete(path, headers={"xi-api-key": team["b"]})).status == 404
+    locators = [{"pronunciation_dictionary_id": dictionary_id}]
+    named = await front.post(
+        "/v1/text-to-speech/joe",
+        json={"text": TEXT, "pronunciation_dictionary_locators": locators},
+        headers={"xi-api-key": team["b"]},
+    )
+    assert named.status == 404 and (await named.json())["detail"]["code"] == "pronunciation_dictionary_not_found"
+    assert (await front.get(path, headers={"xi-api-key": STATIC})).status == 422  # still there

@@ -23,7 +23,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from zsynth.core import workspaces
 from zsynth.core.text import marks
 from zsynth.core.text.dictionaries.matcher import Lexicon, apply_lexicons
 from zsynth.core.text.dictionaries.store import DictionaryStore, DictionaryUnreadable
@@ -152,12 +151,11 @@ async def _lexicons(options: TextOptions, store: DictionaryStore | None, workspa
         lexicon = None
         if store is not None:
             try:
-                meta = await store.meta(dictionary_id)
                 # Another workspace's: what an unknown dictionary gets (the same message, its version named alike).
-                visible = meta is not None and workspaces.visible(meta, workspace)
-                if meta is not None and visible and version_id is None:
+                meta = await store.visible(dictionary_id, workspace)
+                if meta is not None and version_id is None:
                     version_id = str(meta["latest_version_id"])
-                if visible and version_id is not None:
+                if meta is not None and version_id is not None:
                     lexicon = await store.lexicon(dictionary_id, version_id)
             except DictionaryUnreadable as err:  # stored by another program: the caller's to mend, not ours
                 raise TextOptionError(

@@ -299,8 +299,16 @@ class DictionaryStore:
 
     async def visible(self, dictionary_id: str, workspace: str, *, fresh: bool = False) -> dict[str, Any] | None:
         """The dictionary's meta.json when a caller in ``workspace`` may see it; None when there is no such
-        dictionary or it is another workspace's (the same answer: to that caller it does not exist)."""
-        meta = await self.meta(dictionary_id, fresh=fresh)
+        dictionary or it is another workspace's (the same answer: to that caller it does not exist).
+
+        A meta.json nobody can read names no owner: DictionaryUnreadable for the default workspace (whose everything
+        from before workspaces is), None for every other one, which must not learn that it exists."""
+        try:
+            meta = await self.meta(dictionary_id, fresh=fresh)
+        except DictionaryUnreadable:
+            if workspace != workspaces.DEFAULT:
+                return None
+            raise
         return meta if meta is not None and workspaces.visible(meta, workspace) else None
 
     async def get(self, dictionary_id: str, workspace: str, *, with_rules: bool = True) -> Dictionary | None:
@@ -363,10 +371,7 @@ class DictionaryStore:
             if await self.visible(dictionary_id, workspace, fresh=True) is None:
                 return False
         except DictionaryUnreadable:
-            # A meta.json nobody can use is deleted all the same, but only by the default workspace: whose it is
-            # cannot be read, and another workspace must not be able to remove it.
-            if workspace != workspaces.DEFAULT:
-                return False
+            pass  # a meta.json nobody can use is deleted all the same (only the default workspace gets here)
         await self._call(self.backend.remove(dictionary_id))
         self._remember_meta(dictionary_id, None, 0)
         self._versions.drop(lambda key: key[0] == dictionary_id)
