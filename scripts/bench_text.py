@@ -58,7 +58,7 @@ async def main() -> None:
     count = max(2, min(2000, args.rules))
     with tempfile.TemporaryDirectory() as tmp:
         store = DictionaryStore(DirectoryBackend(Path(tmp)))
-        made = [await store.create(f"d{i}", None, _rules(i, count)) for i in range(3)]
+        made = [await store.create(f"d{i}", None, _rules(i, count), "default") for i in range(3)]
         locators = tuple((d.id, None) for d in made)
         cases = {
             "nothing asked (auto on piper)": TextOptions("auto"),
@@ -69,10 +69,13 @@ async def main() -> None:
         print(f"text: {len(TEXT)} characters; {runs} runs per line; microseconds per request")
         print(f"{'case':44} {'p50':>8} {'p95':>8}")
         for name, options in cases.items():
-            await prepare(TEXT, options, "piper", store, limits=UNBOUNDED)  # first use reads the versions from storage
-            p50, p95 = await _timed(runs, functools.partial(prepare, TEXT, options, "piper", store))
+            # first use reads the versions from storage
+            await prepare(TEXT, options, "piper", store, workspace="default", limits=UNBOUNDED)
+            p50, p95 = await _timed(
+                runs, functools.partial(prepare, TEXT, options, "piper", store, workspace="default", limits=UNBOUNDED)
+            )
             print(f"{name:44} {p50:8.0f} {p95:8.0f}")
-        spoken = await prepare(TEXT, TextOptions("on", locators), "piper", store, limits=UNBOUNDED)
+        spoken = await prepare(TEXT, TextOptions("on", locators), "piper", store, workspace="default", limits=UNBOUNDED)
         chars = list(" ".join(spoken.text.split()))
         times = [float(i) for i in range(len(chars))]
 

@@ -228,12 +228,12 @@ def dictionaries(reduced: bool) -> None:
         async def stage(rules: list[Any] = rules, text: str = text, locators: int = locators) -> list[float]:
             with tempfile.TemporaryDirectory() as tmp:
                 store = DictionaryStore(DirectoryBackend(Path(tmp)))
-                made = await store.create("bench", None, rules)
+                made = await store.create("bench", None, rules, "default")
                 options = TextOptions(locators=((made.id, made.version_id),) * locators)
                 times = []
                 for _ in range(runs):
                     started = time.process_time()  # every thread's CPU: the stage runs on one for long texts
-                    await prepare(text, options, "piper", store, limits=UNBOUNDED)
+                    await prepare(text, options, "piper", store, workspace="default", limits=UNBOUNDED)
                     times.append(time.process_time() - started)
                 return times
 

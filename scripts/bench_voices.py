@@ -72,7 +72,9 @@ def main() -> None:
         store = VoiceStore(Path(tmp))
         clip = decode_clip(encode_wav(reference), "ref.wav", 50 * 1024 * 1024)
         pcm = build_reference([clip])
-        stored = store.install(new_clone_meta("bench", None, {}, [clip.sample()], len(pcm) / 24000), encode_wav(pcm))
+        stored = store.install(
+            new_clone_meta("bench", None, {}, [clip.sample()], len(pcm) / 24000, workspace="default"), encode_wav(pcm)
+        )
         voice = VoiceSpec(stored.voice_id, str(stored.path), stored.meta)
         started = time.perf_counter()
         engine.reference_f0(voice)

@@ -91,12 +91,14 @@ async def front(aiohttp_client, settings):
 async def test_the_estimate_counts_digits_read_one_by_one_as_words_in_every_mode(mode):
     limits = bounds.OutputLimits(60.0, 900.0)
     for engine in ("piper", "turbo"):
-        found = await text_stage.admit([DIGITS], TextOptions(mode), engine, None, limits=bounds.UNBOUNDED)
+        found = await text_stage.admit(
+            [DIGITS], TextOptions(mode), engine, None, workspace="default", limits=bounds.UNBOUNDED
+        )
         # "nine " per digit at the brisk pace, however the engine is given them.
         assert found.audio_s >= 10_000 * 5 / bounds.CHARS_PER_SECOND - 1, (engine, found)
         with pytest.raises(ValueError, match="audio"):
-            await text_stage.admit([DIGITS], TextOptions(mode), engine, None, limits=limits)
-        fits = await text_stage.admit([LONG_TEXT], TextOptions(mode), engine, None, limits=limits)
+            await text_stage.admit([DIGITS], TextOptions(mode), engine, None, workspace="default", limits=limits)
+        fits = await text_stage.admit([LONG_TEXT], TextOptions(mode), engine, None, workspace="default", limits=limits)
         assert 300 < fits.audio_s < 700, (engine, fits)
 
 
@@ -104,7 +106,9 @@ async def test_the_estimate_counts_digits_read_one_by_one_as_words_in_every_mode
 async def test_the_estimate_stays_under_the_audio_piper_makes(front, mode):
     """Brisk: a paragraph with numbers, at the fastest speed a caller can ask, makes more audio than the estimate
     counts (measured: 18.3 s at speed 1.2 unnormalized and 19.3 s normalized, for an estimate of 15.5 s)."""
-    estimate = await text_stage.admit([PARAGRAPH], TextOptions(mode), "piper", None, limits=bounds.UNBOUNDED)
+    estimate = await text_stage.admit(
+        [PARAGRAPH], TextOptions(mode), "piper", None, workspace="default", limits=bounds.UNBOUNDED
+    )
     resp = await front.post(
         "/v1/text-to-speech/joe?output_format=pcm_22050",
         json={"text": PARAGRAPH, "apply_text_normalization": mode, "voice_settings": {"speed": 1.2}},

@@ -95,3 +95,29 @@ async def test_mint_token_script_failures(aiohttp_client, redis_url, data_dir, s
     assert code == 1 and "HTTP 501" in err and "not_supported" in err
     code, _, err = await mint_token(base, "wrong")
     assert code == 1 and "invalid_api_key" in err
+
+
+async def test_keys_are_made_in_a_workspace_and_listed_with_it(aiohttp_client, aws_endpoint, redis_url, data_dir):
+    table = f"zsynth-cli-{uuid.uuid4().hex[:8]}"
+    bad = await asyncio.to_thread(zsynth_keys, "create", "--workspace", "Team_A", table=table)
+    assert bad.returncode == 2 and "not a workspace name" in bad.stderr and "lowercase letters" in bad.stderr
+    assert "key:" not in bad.stdout
+    plain = await asyncio.to_thread(zsynth_keys, "create", "--name", "house", table=table)
+    made = await asyncio.to_thread(zsynth_keys, "create", "--name", "agency", "--workspace", "team-a", table=table)
+    assert plain.returncode == made.returncode == 0, (plain.stderr, made.stderr)
+    fields = {k: v.strip() for k, v in (line.split(":", 1) for line in made.stdout.splitlines())}
+    assert fields["workspace"] == "team-a"
+    listed = await asyncio.to_thread(zsynth_keys, "list", table=table)
+    rows = {line.split()[0]: line.split() for line in listed.stdout.splitlines()[1:]}
+    assert "WORKSPACE" in listed.stdout.splitlines()[0]
+    assert rows[fields["id"]][2] == "team-a"
+    assert [r[2] for k, r in rows.items() if k != fields["id"]] == ["default"]
+
+    # The key acts in its workspace: a front that reads the table sees its token's workspace in the record too.
+    settings = make_settings(redis_url, data_dir, api_keys_table=table)
+    client = await aiohttp_client(create_app(settings))
+    minted = await client.post("/v1/tokens/ephemeral", json={}, headers={"xi-api-key": fields["key"]})
+    assert minted.status == 200, await minted.text()
+    listed = await asyncio.to_thread(zsynth_keys, "list", "--all", table=table)
+    tokens = [line.split() for line in listed.stdout.splitlines()[1:] if "ephemeral" in line]
+    assert len(tokens) == 1 and tokens[0][2] == "team-a"

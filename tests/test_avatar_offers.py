@@ -210,7 +210,7 @@ async def test_a_private_candidate_is_contacted_only_when_allowed(in_process, al
     # Allowed, the server checks the listed address within a second or two; the control shows the listener hears it.
     assert (received > 0) is contacted, received
     session_id = (await resp.json())["session_id"]
-    await client.app[AVATAR_SESSIONS].get(session_id).close("test_over")
+    await client.app[AVATAR_SESSIONS].get(session_id, "default").close("test_over")
 
 
 @pytest.mark.stack
@@ -219,7 +219,7 @@ async def test_a_peer_offering_only_private_candidates_still_connects(in_process
     viewer = Viewer()
     try:
         session_id, control = await avatar_peer.open_session(client, viewer, HEADERS)
-        assert client.app[AVATAR_SESSIONS].get(session_id).state == "connected"
+        assert client.app[AVATAR_SESSIONS].get(session_id, "default").state == "connected"
         await control.ws.close()
     finally:
         await viewer.close()

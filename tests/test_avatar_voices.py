@@ -30,7 +30,13 @@ HEADERS = {"X-Api-Key": KEY}
 def _request(voice_id: str) -> SynthesisRequest:
     """What an avatar session asks of the service for one ``speak``."""
     return SynthesisRequest(
-        text="Hello.", voice_id=voice_id, output_format="pcm_16000", request_id="t", options=None, priority="realtime"
+        text="Hello.",
+        voice_id=voice_id,
+        output_format="pcm_16000",
+        request_id="t",
+        workspace="default",
+        options=None,
+        priority="realtime",
     )
 
 

@@ -255,7 +255,9 @@ def test_missing_ids_are_bounded_in_count_and_time():
 
 async def put_behind_its_back(bucket: VoiceBucket, voice_id: str, reference: bytes) -> None:
     """Store a complete voice in the bucket without announcing it, as if its announcement were lost."""
-    await bucket.put_voice({**new_clone_meta("late", None, {}, [], 6.0), "voice_id": voice_id}, reference)
+    await bucket.put_voice(
+        {**new_clone_meta("late", None, {}, [], 6.0, workspace="default"), "voice_id": voice_id}, reference
+    )
 
 
 @pytest.mark.stack

@@ -151,7 +151,9 @@ def test_ten_thousand_identical_rules_cost_one_rule() -> None:
 @pytest.mark.unit
 async def test_the_f1_request_prepares_in_bounded_time_off_the_event_loop(tmp_path) -> None:
     writer = DictionaryStore(DirectoryBackend(tmp_path))
-    made = await writer.create("f1", None, [alias("x", "y")] * MAX_RULES)  # stored as sent: no route deduplicated it
+    made = await writer.create(
+        "f1", None, [alias("x", "y")] * MAX_RULES, "default"
+    )  # stored as sent: no route deduplicated it
     reader = DictionaryStore(DirectoryBackend(tmp_path))  # another front: it reads the version from storage
     options = TextOptions(locators=((made.id, None),) * 3)
     worst_lag = 0.0
@@ -167,7 +169,7 @@ async def test_the_f1_request_prepares_in_bounded_time_off_the_event_loop(tmp_pa
     ticker = asyncio.create_task(ticks())
     await asyncio.sleep(0.05)
     started = time.perf_counter()
-    spoken = await prepare("x " * 5000, options, "piper", reader, limits=UNBOUNDED)
+    spoken = await prepare("x " * 5000, options, "piper", reader, workspace="default", limits=UNBOUNDED)
     elapsed = time.perf_counter() - started
     done.set()
     await ticker

@@ -279,7 +279,7 @@ async def test_the_version_cache_holds_to_its_byte_budget(tmp_path):
     made = []
     for n in range(20):
         rules = [Rule(f"word{n}-{i}-" + "x" * 150, "alias", alias="y" * 150) for i in range(100)]
-        made.append(await store.create(f"d{n}", None, rules))
+        made.append(await store.create(f"d{n}", None, rules, "default"))
     one = rules_bytes(made[0].rules)
     assert 40_000 < one < budget / 2  # about 50 KB: a few fit, twenty do not
     reader = DictionaryStore(DirectoryBackend(tmp_path), cache_bytes=budget)
@@ -295,7 +295,7 @@ async def test_unknown_ids_cost_one_read_per_ttl_and_bounded_memory(tmp_path):
     for _ in range(50):
         assert await store.meta("nosuchdictionary") is None
     assert backend.reads == 1
-    made = await store.create("real", None, [Rule("a", "alias", alias="b")])
+    made = await store.create("real", None, [Rule("a", "alias", alias="b")], "default")
     backend.reads = 0
     for _ in range(50):
         assert await store.rules(made.id, "nosuchversion") is None

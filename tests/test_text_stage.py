@@ -169,7 +169,7 @@ def test_characters_on_either_side_of_a_cut_keep_their_own_times() -> None:
 async def test_normal_sentences_come_through_the_stage_unchanged() -> None:
     for text in ("The quick brown fox jumps over the lazy dog.", "Hello there, how are you today?"):
         for options in (None, TextOptions(normalization="off"), TextOptions()):
-            spoken = await prepare(text, options, "piper", None, limits=UNBOUNDED)
+            spoken = await prepare(text, options, "piper", None, workspace="default", limits=UNBOUNDED)
             assert not spoken.changed and spoken.text == text
 
 
@@ -191,10 +191,10 @@ async def test_every_transport_builds_its_job_with_bounded_words() -> None:
     service = SynthesisService(settings, Dispatcher(settings, redis))
     word = "1st2nd3rd4th" * 166
     try:
-        http = await service.build(SynthesisRequest(word, "joe", "mp3_44100_128", "r1"))
-        avatar = await service.build(SpeechTask(word, "joe").synthesis_request("session"))
+        http = await service.build(SynthesisRequest(word, "joe", "mp3_44100_128", "r1", "default"))
+        avatar = await service.build(SpeechTask(word, "joe").synthesis_request("session", "default"))
         capped = await SynthesisService(Settings(max_word_chars=30), Dispatcher(settings, redis)).build(
-            SynthesisRequest(word, "joe", "mp3_44100_128", "r2", options=None)
+            SynthesisRequest(word, "joe", "mp3_44100_128", "r2", "default", options=None)
         )
     finally:
         await redis.aclose()

@@ -108,6 +108,7 @@ async def test_break_tags_become_pauses_and_other_markup_stays() -> None:
         TextOptions(normalization="off"),
         "piper",
         None,
+        workspace="default",
         limits=UNBOUNDED,
     )
     kinds = [p.pause_ms for p in marks.pieces(spoken.text) if p.pause_ms is not None]

@@ -59,7 +59,7 @@ def test_store_writes_atomically_and_hides_unfinished_voices(tmp_path):
     os.utime(stale, (time.time() - 2 * LEFTOVER_AGE_S,) * 2)
     writing = tmp_path / "voices" / f".tmp-{os.getpid()}-c3"  # another live writer sharing the directory
     writing.mkdir()
-    meta = new_clone_meta("n", None, {}, [], 10.0)
+    meta = new_clone_meta("n", None, {}, [], 10.0, workspace="default")
     voice = store.install(meta, b"RIFF....")
     assert set(store.all()) == {voice.voice_id}
     assert json.loads((voice.path / "meta.json").read_text())["name"] == "n"
@@ -79,7 +79,7 @@ def test_store_writes_atomically_and_hides_unfinished_voices(tmp_path):
 @pytest.mark.unit
 def test_catalog_resolution(tmp_path):
     store = VoiceStore(tmp_path)
-    voice = store.install(new_clone_meta("n", None, {}, [], 10.0), b"x")
+    voice = store.install(new_clone_meta("n", None, {}, [], 10.0, workspace="default"), b"x")
     assert VoiceCatalog(store, "piper").resolve("nope") == "joe"
     assert VoiceCatalog(store, "piper", voice.voice_id).resolve("nope") == voice.voice_id
     assert VoiceCatalog(store, "piper").resolve(voice.voice_id) == voice.voice_id

@@ -1,5 +1,6 @@
 """The ``zsynth`` command: ``serve`` (one front), ``worker`` (one worker), ``avatar`` (the avatar server),
-``demo`` (the demo page), ``dev`` (everything on one box), ``keys`` (the keys table)."""
+``demo`` (the demo page), ``dev`` (everything on one box), ``keys`` (the keys table), ``voices`` (the clones on
+this box and their workspaces)."""
 
 from __future__ import annotations
 
@@ -25,9 +26,10 @@ def _parser() -> argparse.ArgumentParser:
     dev.add_argument(
         "--workers", type=int, help="number of worker processes (default: ZSYNTH_WORKERS, else one per core for Piper)"
     )
-    from zsynth.keyadmin import add_parser
+    from zsynth import keyadmin, voiceadmin
 
-    add_parser(sub)
+    keyadmin.add_parser(sub)
+    voiceadmin.add_parser(sub)
     return parser
 
 
@@ -73,3 +75,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         from zsynth.keyadmin import run_keys
 
         raise SystemExit(asyncio.run(run_keys(settings, args)))
+    elif args.command == "voices":
+        from zsynth.voiceadmin import run_voices
+
+        raise SystemExit(run_voices(settings, args))

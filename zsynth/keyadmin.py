@@ -7,6 +7,7 @@ import sys
 import time
 from typing import TextIO
 
+from zsynth.core import workspaces
 from zsynth.core.config import Settings
 from zsynth.services.auth import Authenticator
 from zsynth.services.keystore import KeyStore, KeyStoreError
@@ -19,10 +20,20 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     actions = keys.add_subparsers(dest="action", required=True)
     create = actions.add_parser("create", help="create a zsk_live_ key (creates the table if missing); shown once")
     create.add_argument("--name", default="", help="a label shown by 'list'")
+    create.add_argument(
+        "--workspace",
+        default=workspaces.DEFAULT,
+        help="the workspace the key is in: its cloned voices and dictionaries are that workspace's (lowercase "
+        f"letters, digits and '-', at most {workspaces.MAX_NAME_CHARS}; default: {workspaces.DEFAULT})",
+    )
     listing = actions.add_parser("list", help="list keys (never their secrets)")
     listing.add_argument("--all", action="store_true", help="include ephemeral tokens")
     revoke = actions.add_parser("revoke", help="revoke a key (and the tokens it minted) by its id")
     revoke.add_argument("key_id", help="the id shown by 'create' and 'list'")
+
+
+# Wide enough for most workspace names; a longer one pushes its row's later columns right.
+_WS_COLUMN = 20
 
 
 def _when(ts: int | None) -> str:
@@ -35,15 +46,22 @@ async def run_keys(settings: Settings, args: argparse.Namespace, out: TextIO = s
     if not table:
         print("zsynth keys: set ZSYNTH_API_KEYS_TABLE or pass --table", file=sys.stderr)
         return 2
+    if args.action == "create":
+        try:
+            workspaces.check_name(args.workspace)
+        except ValueError as err:
+            print(f"zsynth keys: --workspace {err}", file=sys.stderr)
+            return 2
     store = KeyStore(table)
     try:
         await store.open()
         if args.action == "create":
             if await store.ensure_table():
                 print(f"created table {table}", file=sys.stderr)
-            key, record = await Authenticator(store=store).create_key(args.name)
+            key, record = await Authenticator(store=store).create_key(args.name, args.workspace)
             print(f"id:  {record.key_id}", file=out)
             print(f"key: {key}", file=out)
+            print(f"workspace: {record.workspace}", file=out)
             print("Store this key now: it is not kept anywhere and cannot be shown again.", file=sys.stderr)
             return 0
         if not await store.exists():
@@ -51,10 +69,13 @@ async def run_keys(settings: Settings, args: argparse.Namespace, out: TextIO = s
             return 1
         if args.action == "list":
             rows = sorted((r for _, r in await store.scan()), key=lambda r: r.created_at)
-            print(f"{'ID':<14}{'KIND':<11}{'CREATED':<22}{'EXPIRES':<22}{'REVOKED':<22}NAME", file=out)
+            head = f"{'ID':<14}{'KIND':<11}{'WORKSPACE':<{_WS_COLUMN}}{'CREATED':<22}{'EXPIRES':<22}{'REVOKED':<22}NAME"
+            print(head, file=out)
             for r in rows:
                 if r.kind == "full" or args.all:
-                    line = f"{r.key_id:<14}{r.kind:<11}{_when(r.created_at):<22}{_when(r.expires_at):<22}"
+                    workspace = r.workspace or workspaces.DEFAULT  # rows from before workspaces
+                    line = f"{r.key_id:<14}{r.kind:<11}{workspace:<{_WS_COLUMN}}"
+                    line += f"{_when(r.created_at):<22}{_when(r.expires_at):<22}"
                     print(f"{line}{_when(r.revoked_at):<22}{r.name}", file=out)
             return 0
         changed = await store.revoke(args.key_id, int(time.time()))

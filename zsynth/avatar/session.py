@@ -16,6 +16,7 @@ from zsynth.avatar.errors import AvatarError
 from zsynth.avatar.media import AvatarVideoTrack, Playout, SpeechAudioTrack
 from zsynth.avatar.renderers.base import AvatarRenderer
 from zsynth.avatar.speech import AudioSlot, Framer, SpeechTask
+from zsynth.core import workspaces
 from zsynth.core.config import Settings
 from zsynth.core.ratelimit import TokenBucket
 from zsynth.services.synthesis import Failure, SynthesisFailed, SynthesisService
@@ -50,6 +51,7 @@ class AvatarSession:
         owner: str,
         on_closed: Callable[[AvatarSession], None],
         share_owner: str | None = None,
+        workspace: str = workspaces.DEFAULT,
     ) -> None:
         self.session_id = session_id
         self.settings = settings
@@ -57,6 +59,7 @@ class AvatarSession:
         # speech counts against ``share_owner``'s share of the queue, as on every other transport.
         self.synthesis = synthesis
         self.share_owner = share_owner
+        self.workspace = workspace  # whose clones it may speak: its credential's workspace
         self.renderer = renderer
         self.voice_id = voice_id
         self.owner = owner  # fingerprint of the credential that created it
@@ -262,7 +265,7 @@ class AvatarSession:
         framer = Framer(task)
         job_id = "-"
         try:
-            request = task.synthesis_request(self.session_id)
+            request = task.synthesis_request(self.session_id, self.workspace)
             async with await self.synthesis.speak(request, owner=self.share_owner) as speech:
                 job_id = speech.job.job_id
                 logger.info("session %s: task %s is job %s", self.session_id, task.task_id, job_id)

@@ -12,6 +12,7 @@ from aiohttp import web
 from zsynth.avatar.errors import AvatarError
 from zsynth.avatar.renderers.base import AvatarRenderer
 from zsynth.avatar.session import AvatarSession
+from zsynth.core import workspaces
 from zsynth.core.config import Settings
 from zsynth.services.synthesis import SynthesisService
 
@@ -27,13 +28,21 @@ class SessionRegistry:
         self.sessions: dict[str, AvatarSession] = {}
 
     def create(
-        self, renderer: AvatarRenderer, voice_id: str, owner: str, *, per_owner: bool, share_owner: str | None = None
+        self,
+        renderer: AvatarRenderer,
+        voice_id: str,
+        owner: str,
+        *,
+        per_owner: bool,
+        share_owner: str | None = None,
+        workspace: str = workspaces.DEFAULT,
     ) -> AvatarSession:
         """A new session, counted against the limits at once (before signalling awaits anything).
 
         With ``per_owner`` (a session token, which a browser holds), the owner may hold at most
         ``avatar_sessions_per_token`` live sessions, so one token cannot take every slot by reconnecting.
-        ``share_owner``: whose share of the queue the session's speech counts against (a token's minting key).
+        ``share_owner``: whose share of the queue the session's speech counts against (a token's minting key);
+        ``workspace``: the one its speech acts in (whose clones it may speak: the credential's).
         """
         own_limit = self.settings.avatar_sessions_per_token
         if per_owner and sum(1 for s in self.sessions.values() if s.owner == owner) >= own_limit:
@@ -61,17 +70,23 @@ class SessionRegistry:
             owner,
             on_closed=self._forget,
             share_owner=share_owner,
+            workspace=workspace,
         )
         self.sessions[session_id] = session
         logger.info("session %s: created (avatar %s, %d live)", session_id, renderer.info.avatar_id, len(self.sessions))
         return session
 
-    def get(self, session_id: str) -> AvatarSession:
-        """The live session with this id, or a 404 error."""
+    def get(self, session_id: str, workspace: str) -> AvatarSession:
+        """The live session with this id in ``workspace`` (the caller's), or a 404 error: another workspace's session
+        is one that does not exist."""
         session = self.sessions.get(session_id)
-        if session is None or session.closing:
+        if session is None or session.closing or session.workspace != workspace:
             raise AvatarError(404, "session_not_found", f"No live session with id '{session_id}'.")
         return session
+
+    def listed(self, workspace: str) -> list[AvatarSession]:
+        """The live sessions of ``workspace``."""
+        return [s for s in self.sessions.values() if s.workspace == workspace]
 
     def _forget(self, session: AvatarSession) -> None:
         self.sessions.pop(session.session_id, None)

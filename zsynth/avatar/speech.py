@@ -43,13 +43,15 @@ class SpeechTask:
         """Every frame fed has been played and no more will come."""
         return self.feeding_done and self.frames_played >= self.frames_fed
 
-    def synthesis_request(self, session_id: str) -> SynthesisRequest:
-        """What this task asks of the synthesis service: realtime, with timing, its text spoken as written."""
+    def synthesis_request(self, session_id: str, workspace: str) -> SynthesisRequest:
+        """What this task asks of the synthesis service, for a session acting in ``workspace``: realtime, with
+        timing, its text spoken as written."""
         return SynthesisRequest(
             text=self.text,
             voice_id=self.voice_id,
             output_format=OUTPUT_FORMAT,
             request_id=session_id,
+            workspace=workspace,
             options=None,
             alignment=True,
             priority="realtime",

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
+from zsynth.core import workspaces
 from zsynth.core.engines import PROFILES, profile
 from zsynth.core.redis_link import check_url
 
@@ -206,6 +207,10 @@ def _voice_map(raw: str) -> tuple[tuple[str, str], ...]:
             raise ValueError(f"{item!r} is not name=voice_id")
         pairs.append((name.strip(), voice_id.strip()))
     return tuple(pairs)
+
+
+def _workspace(raw: str) -> str:
+    return workspaces.check_name(raw.strip())
 
 
 def _wyoming_uri(raw: str) -> tuple[str, int] | None:
@@ -491,6 +496,9 @@ class Settings:
     # Wyoming connections all clients together may hold at once (a client can hold many addresses: a /8 of loopback,
     # an IPv6 block); more get an error event and a close.
     wyoming_max_connections: int = _env("WYOMING_MAX_CONNECTIONS", _positive_int, default=64)
+    # The workspace every Wyoming connection acts in (zsynth.core.workspaces): the clones `describe` lists and a
+    # synthesis may name, and the queue owner its jobs count against. Wyoming carries no credential.
+    wyoming_workspace: str = _env("WYOMING_WORKSPACE", _workspace, default="default")
     # ----- end of the Wyoming listener -----
     log_level: str = _env("LOG_LEVEL", default="INFO")
     log_json: bool = _env("LOG_JSON", _parse_bool, default=False)

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from aiohttp import web
 
+from zsynth.core import workspaces
 from zsynth.core.aws import client_config
 from zsynth.core.ratelimit import FailureLimiter, IPNetwork, client_address
 from zsynth.services.keystore import KeyRecord, KeyStore, KeyStoreError
@@ -93,6 +94,9 @@ class Credential:
     parent_hash: str | None = field(default=None, repr=False)  # a token's minting key's row (table keys only)
     parent: str | None = None  # the fingerprint of the key that minted a token (static or table)
     server: TokenServer | None = None  # the server that minted a token, from its record (None for keys)
+    # The workspace it acts in (zsynth.core.workspaces): a key's own, a token's minting key's; static keys and an open
+    # server are in the default one.
+    workspace: str = workspaces.DEFAULT
 
     @property
     def is_full(self) -> bool:
@@ -106,6 +110,11 @@ class Credential:
 
 
 OPEN: Final = Credential("open", fingerprint="open")
+
+
+def workspace_of(credential: Credential | None) -> str:
+    """The workspace a request acts in: its credential's (a route without one, on a server without keys: default)."""
+    return credential.workspace if credential is not None else workspaces.DEFAULT
 
 
 def secret_hash(secret: str) -> str:
@@ -333,7 +342,7 @@ class Authenticator:
         for key in self._static:
             matched |= hmac.compare_digest(presented, key)
         if matched:
-            return Credential("full", fingerprint(secret))
+            return Credential("full", fingerprint(secret))  # static keys are in the default workspace
         # Only our own prefixes can be in the table: anything else is refused without a look-up (and costs nothing,
         # so it is not counted against its address either).
         if self.store is None or not secret.startswith((LIVE_PREFIX, TEMP_PREFIX)) or len(secret) > _MAX_SECRET_LEN:
@@ -435,15 +444,16 @@ class Authenticator:
     def _credential(secret: str | None, key_hash: str, record: KeyRecord | None) -> Credential | None:
         if record is None or record.revoked_at is not None:
             return None
+        workspace = record.workspace or workspaces.DEFAULT  # rows from before workspaces: the default one
         if secret is None:  # a token's parent: only a live full key counts
             return (
-                Credential("full", record.key_id, record.expires_at, record.scope, key_hash)
+                Credential("full", record.key_id, record.expires_at, record.scope, key_hash, workspace=workspace)
                 if record.kind == "full"
                 else None
             )
         # The prefix must agree with the stored kind, so a full key can never pass as a token or the reverse.
         if record.kind == "full" and secret.startswith(LIVE_PREFIX):
-            return Credential("full", record.key_id, record.expires_at, record.scope, key_hash)
+            return Credential("full", record.key_id, record.expires_at, record.scope, key_hash, workspace=workspace)
         if record.kind == "ephemeral" and secret.startswith(TEMP_PREFIX) and record.expires_at is not None:
             scope, server = record.scope, _minted_by(record)
             if scope == _LEGACY_AVATAR_SCOPE:
@@ -457,6 +467,7 @@ class Authenticator:
                 record.parent_hash,
                 record.parent,
                 server,
+                workspace,
             )
         return None
 
@@ -495,6 +506,8 @@ class Authenticator:
             parent=parent.fingerprint if parent is not None else None,
             parent_hash=parent.key_hash if parent is not None else None,
             server=server,
+            # The token acts in its key's workspace: recorded now, so every front reads it with the token.
+            workspace=parent.workspace if parent is not None else workspaces.DEFAULT,
         )
         try:
             await self.store.put(key_hash, record)
@@ -508,12 +521,21 @@ class Authenticator:
         logger.info("minted %s token %s (expires %d) by key %s", server, record.key_id, expires_at, record.parent)
         return token, expires_at
 
-    async def create_key(self, name: str = "") -> tuple[str, KeyRecord]:
-        """Create a ``zsk_live_`` full key in the table; returns (key, record). The key is shown once, never stored."""
+    async def create_key(self, name: str = "", workspace: str = workspaces.DEFAULT) -> tuple[str, KeyRecord]:
+        """Create a ``zsk_live_`` full key in the table, in ``workspace``; returns (key, record). The key is shown
+        once, never stored. ValueError for a name that is not a workspace name."""
         if self.store is None:
             raise AuthError("not_supported", "Creating keys needs a keys table (ZSYNTH_API_KEYS_TABLE).", 501)
+        workspaces.check_name(workspace)
         key = LIVE_PREFIX + secrets.token_urlsafe(32)  # 256 random bits
-        record = KeyRecord(key_id=fingerprint(key), kind="full", scope="all", created_at=int(self.clock()), name=name)
+        record = KeyRecord(
+            key_id=fingerprint(key),
+            kind="full",
+            scope="all",
+            created_at=int(self.clock()),
+            name=name,
+            workspace=workspace,
+        )
         await self.store.put(secret_hash(key), record)
         return key, record
 

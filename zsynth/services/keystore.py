@@ -1,7 +1,8 @@
 """The portal keys table: full keys and ephemeral tokens in DynamoDB, reached with aioboto3.
 
 Only a SHA-256 hash of each secret is stored (the partition key ``key_hash``), never the secret itself, with the
-record's kind, scope, creation time and expiry, and for a token the server that minted it. The endpoint, region and
+record's kind, scope, creation time and expiry, its workspace (:mod:`zsynth.core.workspaces`; absent on rows from
+before workspaces: ``default``), and for a token the server that minted it. The endpoint, region and
 credentials come from the standard AWS variables (``AWS_ENDPOINT_URL``, ``AWS_DEFAULT_REGION``,
 ``AWS_ACCESS_KEY_ID``, ...), so a DynamoDB-compatible server on loopback works unchanged. Secrets carry at least 128
 random bits, so a fast hash is enough: nobody can guess a preimage, and a slow hash would cost milliseconds per cold
@@ -47,6 +48,7 @@ class KeyRecord:
     parent: str | None = None  # key id of the full key that minted a token
     parent_hash: str | None = None  # its table hash: a token is refused once that row is revoked
     server: str | None = None  # the server that minted a token ("speech" or "avatar"): the only one it works on
+    workspace: str = ""  # the workspace a key is in, a token acts in (its key's); "" (rows from before): default
 
     def to_item(self, key_hash: str) -> dict[str, dict[str, Any]]:
         """The DynamoDB item for this record."""
@@ -69,6 +71,8 @@ class KeyRecord:
             item["parent_hash"] = {"S": self.parent_hash}
         if self.server:
             item["server"] = {"S": self.server}
+        if self.workspace:
+            item["workspace"] = {"S": self.workspace}
         return item
 
     @classmethod
@@ -89,6 +93,7 @@ class KeyRecord:
             parent=item.get("parent", {}).get("S"),
             parent_hash=item.get("parent_hash", {}).get("S"),
             server=item.get("server", {}).get("S"),
+            workspace=item.get("workspace", {}).get("S", ""),
         )
 
 

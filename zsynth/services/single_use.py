@@ -28,6 +28,7 @@ from typing import Final
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from zsynth.core import workspaces
 from zsynth.core.protocol import SINGLE_USE_MINT_LUA, single_use_token_key, single_use_unspent_key
 from zsynth.services.auth import OPEN, SPEECH_SCOPE, SPEECH_SERVER, AuthError, Credential, fingerprint, secret_hash
 
@@ -83,6 +84,7 @@ async def mint(
         "parent": parent,
         "parent_hash": minter.key_hash if minter.kind == "full" else minter.parent_hash,
         "created_at": int(now),
+        "workspace": minter.workspace,  # the token acts in its key's workspace
     }
     token_hash = secret_hash(token)
     keys = [single_use_token_key(token_hash), single_use_unspent_key(_owner(parent))]
@@ -130,4 +132,5 @@ async def redeem(redis: Redis, token: str, token_type: str) -> Credential:
         parent_hash=record.get("parent_hash"),
         parent=record.get("parent"),
         server=SPEECH_SERVER,
+        workspace=workspaces.owner_of(record),  # a record from before workspaces: the default one
     )

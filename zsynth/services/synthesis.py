@@ -56,7 +56,7 @@ from zsynth.core.voices.library import VoiceLibrary, VoiceMissing
 from zsynth.services.auth import Credential
 from zsynth.services.dispatch import DISPATCHER, Dispatcher, JobFailed, JobStream
 from zsynth.services.keys import DICTIONARIES, SETTINGS, TRACING, VOICE_LIBRARY
-from zsynth.services.voices import VOICES, VoiceCatalog
+from zsynth.services.voices import VOICES, VoiceCatalog, require_voice
 
 logger = logging.getLogger(__name__)
 
@@ -192,6 +192,9 @@ class SynthesisRequest:
     voice_id: str  # as asked: an unknown id is spoken by the swap-out voice where there is a voice catalog
     output_format: str
     request_id: str
+    # The workspace the caller acts in (zsynth.core.workspaces): whose clones and dictionaries it may name. Required,
+    # so that no transport can forget it.
+    workspace: str
     voice_settings: Mapping[str, Any] = field(default_factory=dict)
     seed: int | None = None
     options: TextOptions | None = field(default_factory=TextOptions)
@@ -269,19 +272,24 @@ class SynthesisService:
         return bounds.OutputLimits(self.settings.max_pause_s, self.settings.max_audio_s)
 
     async def admit(
-        self, texts: Sequence[str], options: TextOptions | None, *, before: bounds.OutputEstimate | None = None
+        self,
+        texts: Sequence[str],
+        options: TextOptions | None,
+        *,
+        workspace: str,
+        before: bounds.OutputEstimate | None = None,
     ) -> bounds.OutputEstimate:
         """Check the texts of one request that its transport speaks as several jobs (a dialogue's inputs, a socket
         message cut into segments, a Wyoming stream's chunks) against the request's output bounds, together and
-        before any of them is queued; ``before`` is what the request already asked for. Returns the sum.
+        before any of them is queued; ``before`` is what the request already asked for, ``workspace`` the caller's
+        (whose dictionaries the options may name). Returns the sum.
 
         SynthesisFailed (400 ``audio_limit_exceeded`` or ``pause_limit_exceeded``, or what a bad dictionary gets)
         when they do not pass: each job is checked again as it is built (:meth:`build`).
         """
         try:
-            return await admit(
-                texts, options, self.settings.engine, self.dictionaries, limits=self.limits, before=before
-            )
+            engine, store = self.settings.engine, self.dictionaries
+            return await admit(texts, options, engine, store, workspace=workspace, limits=self.limits, before=before)
         except (TextOptionError, DictionariesUnavailable) as err:
             raise SynthesisFailed(classify(err)) from err
 
@@ -341,11 +349,16 @@ class SynthesisService:
         Every job's text goes through the one text stage (:func:`zsynth.core.text.prepare.prepare`): options applied,
         words bounded for the engine.
         """
-        if self.library is not None:
-            await self.library.require(request.voice_id)
+        await require_voice(self.library, self.voices, request.voice_id, request.workspace)
         engine, bound = self.settings.engine, self.settings.max_word_chars
         spoken = await prepare(
-            request.text, request.options, engine, self.dictionaries, limits=self.limits, max_word_chars=bound
+            request.text,
+            request.options,
+            engine,
+            self.dictionaries,
+            workspace=request.workspace,
+            limits=self.limits,
+            max_word_chars=bound,
         )
         text = spoken.text if spoken.changed else request.text
         voice_id = self.voices.resolve(request.voice_id) if self.voices is not None else request.voice_id

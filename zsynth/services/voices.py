@@ -1,4 +1,8 @@
-"""Every voice the API knows, built-in and cloned, in the ElevenLabs ``Voice`` shape; lookup and the swap-out rule."""
+"""Every voice the API knows, built-in and cloned, in the ElevenLabs ``Voice`` shape; lookup, the swap-out rule and
+the workspace rule (:mod:`zsynth.core.workspaces`): a caller sees the built-in voices, the swap-out voice and its own
+workspace's clones, and another workspace's clone is to it an id that never existed. Every listing goes through
+:meth:`VoiceCatalog.all` and :meth:`VoiceCatalog.get`, every voice id a caller names through :func:`require_voice`.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,9 @@ from typing import Any, Final
 
 from aiohttp import web
 
+from zsynth.core import workspaces
 from zsynth.core.engines import BuiltinVoice, profile
+from zsynth.core.voices.library import VoiceLibrary, VoiceMissing, not_found
 from zsynth.core.voices.store import StoredVoice, VoiceStore, is_clone_id, new_voice_id
 
 DEFAULT_SETTINGS: Final[Mapping[str, Any]] = {
@@ -120,12 +126,19 @@ def clone_object(voice: StoredVoice) -> dict[str, Any]:
 
 
 def new_clone_meta(
-    name: str, description: str | None, labels: Mapping[str, str], samples: list[dict[str, Any]], seconds: float
+    name: str,
+    description: str | None,
+    labels: Mapping[str, str],
+    samples: list[dict[str, Any]],
+    seconds: float,
+    *,
+    workspace: str,
 ) -> dict[str, Any]:
-    """The meta.json of a fresh clone."""
+    """The meta.json of a fresh clone, owned by ``workspace``."""
     return {
         "format": 1,
         "voice_id": new_voice_id(),
+        workspaces.FIELD: workspace,
         "name": name,
         "description": description,
         "labels": dict(labels),
@@ -159,23 +172,35 @@ class VoiceCatalog:
         """True for a built-in voice or a stored clone (from the store's cached listing: this runs per request)."""
         return voice_id in self.builtins or self.store.has(voice_id)
 
-    def get(self, voice_id: str) -> dict[str, Any] | None:
-        """One voice object, or None."""
+    def _sees(self, voice: StoredVoice, workspace: str | None) -> bool:
+        # None: every workspace's (operators' tools); the pinned swap-out voice is every workspace's.
+        return workspace is None or voice.voice_id == self.swapout_id or workspaces.visible(voice.meta, workspace)
+
+    def get(self, voice_id: str, workspace: str) -> dict[str, Any] | None:
+        """One voice object as a caller in ``workspace`` sees it, or None (unknown, or another workspace's clone)."""
         builtin = self.builtins.get(voice_id)
         if builtin is not None:
             return builtin_object(builtin, self.store.builtin_settings(voice_id)[1])
         stored = self.store.get(voice_id)
-        return clone_object(stored) if stored is not None else None
+        return clone_object(stored) if stored is not None and self._sees(stored, workspace) else None
 
-    def all(self) -> list[dict[str, Any]]:
-        """Built-in voices first, then clones oldest first."""
-        clones = sorted(self.store.all().values(), key=lambda v: (int(v.meta.get("created_at_unix", 0)), v.voice_id))
+    def all(self, workspace: str | None) -> list[dict[str, Any]]:
+        """Built-in voices first, then the clones ``workspace`` sees (None: every clone), oldest first."""
+        clones = sorted(
+            (v for v in self.store.all().values() if self._sees(v, workspace)),
+            key=lambda v: (int(v.meta.get("created_at_unix", 0)), v.voice_id),
+        )
         builtins = [builtin_object(v, self.store.builtin_settings(v.voice_id)[1]) for v in self.builtins.values()]
         return builtins + [clone_object(v) for v in clones]
 
-    def clone_count(self) -> int:
-        """How many cloned voices this box has."""
-        return len(self.store.all())
+    def owner(self, voice_id: str) -> str | None:
+        """The workspace of a clone on this box (None: not a clone here)."""
+        stored = self.store.get(voice_id)
+        return workspaces.owner_of(stored.meta) if stored is not None else None
+
+    def clone_count(self, workspace: str) -> int:
+        """How many cloned voices of ``workspace`` this box has."""
+        return sum(1 for v in self.store.all().values() if workspaces.visible(v.meta, workspace))
 
     def swapout(self) -> str:
         """The voice that serves unknown ids: the pinned one while it exists, else the first built-in."""
@@ -194,6 +219,21 @@ class VoiceCatalog:
         if voice_id in self.builtins or is_clone_id(voice_id):
             return voice_id
         return self.swapout()  # the routes log both ids with the job
+
+
+async def require_voice(
+    library: VoiceLibrary | None, catalog: VoiceCatalog | None, voice_id: str, workspace: str
+) -> None:
+    """The one check of a voice id a caller acting in ``workspace`` named, for every transport (the voice routes,
+    synthesis over HTTP, the sockets, Wyoming, dialogue, Vapi, the avatar): a clone this box lacks is fetched, and
+    :class:`~zsynth.core.voices.library.VoiceMissing` is raised for an unknown clone id and for another workspace's
+    clone alike (the pinned swap-out voice is every workspace's). Built-in ids and other ids pass (the catalog gives
+    unknown ones the swap-out voice)."""
+    shared = catalog.swapout_id if catalog is not None else None
+    if library is not None:
+        await library.require(voice_id, workspace, shared=shared)
+    elif catalog is not None and voice_id != shared and catalog.owner(voice_id) not in (None, workspace):
+        raise VoiceMissing(voice_id, not_found(voice_id))  # no library (a bare service): the same rule
 
 
 VOICES: Final = web.AppKey("voices", VoiceCatalog)

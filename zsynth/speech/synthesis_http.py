@@ -39,7 +39,7 @@ from zsynth.kit.answer_headers import (
 )
 from zsynth.kit.endpoints import Access, refusal
 from zsynth.kit.errors import ApiError
-from zsynth.services.auth import CREDENTIAL
+from zsynth.services.auth import CREDENTIAL, workspace_of
 from zsynth.services.keys import REQUEST_ID, SETTINGS, TRACE_ID
 from zsynth.services.synthesis import Failure, Speech, SynthesisFailed, SynthesisRequest, SynthesisService, queue_owner
 from zsynth.speech.schemas.apidoc import AUDIO_HEADERS
@@ -258,6 +258,7 @@ async def speak(request: web.Request, tts: TtsRequest, *, alignment: bool = Fals
         voice_id=tts.voice_id,
         output_format=tts.fmt.name,
         request_id=request[REQUEST_ID],
+        workspace=workspace_of(request.get(CREDENTIAL)),
         voice_settings=tts.voice_settings,
         seed=tts.seed,
         options=tts.options,

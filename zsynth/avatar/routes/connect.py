@@ -103,6 +103,7 @@ async def connect(request: web.Request, body: ConnectRequest) -> web.Response:
         credential.fingerprint,
         per_owner=not credential.is_full,
         share_owner=queue_owner(credential),
+        workspace=credential.workspace,
     )
     watch_session(request, credential, session)
     if checked.dropped:

@@ -80,7 +80,8 @@ async def handle_message(session: AvatarSession, raw: str, max_chars: int) -> bo
 async def control(request: web.Request) -> web.WebSocketResponse:
     """Attach the control socket to a session and serve its commands until either side closes."""
     credential = request[CREDENTIAL]
-    session = request.app[AVATAR_SESSIONS].get(request.match_info["session_id"])
+    # Another workspace's session is one that does not exist, even to a full key.
+    session = request.app[AVATAR_SESSIONS].get(request.match_info["session_id"], credential.workspace)
     if not credential.is_full and credential.fingerprint != session.owner:
         # A session token drives only the session it created; say "not found" rather than reveal others.
         raise AvatarError(404, "session_not_found", f"No live session with id '{session.session_id}'.")

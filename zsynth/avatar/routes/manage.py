@@ -11,6 +11,7 @@ from zsynth.avatar.bodies import documented
 from zsynth.avatar.renderers.base import AVATARS
 from zsynth.avatar.sessions import AVATAR_SESSIONS
 from zsynth.kit.endpoints import Access, Endpoints
+from zsynth.services.auth import CREDENTIAL, workspace_of
 
 routes = Endpoints()
 
@@ -109,7 +110,7 @@ async def list_avatars(request: web.Request) -> web.Response:
 async def list_sessions(request: web.Request) -> web.Response:
     """Live sessions on this box and the limit."""
     registry = request.app[AVATAR_SESSIONS]
-    sessions = [s.describe() for s in registry.sessions.values()]
+    sessions = [s.describe() for s in registry.listed(workspace_of(request.get(CREDENTIAL)))]
     return web.json_response({"data": sessions, "limit": registry.settings.avatar_max_sessions})
 
 
@@ -125,7 +126,7 @@ async def list_sessions(request: web.Request) -> web.Response:
 )
 async def get_session(request: web.Request) -> web.Response:
     """One live session."""
-    session = request.app[AVATAR_SESSIONS].get(request.match_info["session_id"])
+    session = request.app[AVATAR_SESSIONS].get(request.match_info["session_id"], workspace_of(request.get(CREDENTIAL)))
     return web.json_response({"data": session.describe()})
 
 
@@ -141,7 +142,7 @@ async def get_session(request: web.Request) -> web.Response:
 )
 async def close_session(request: web.Request) -> web.Response:
     """Close a live session: its stream ends and its control socket is closed."""
-    session = request.app[AVATAR_SESSIONS].get(request.match_info["session_id"])
+    session = request.app[AVATAR_SESSIONS].get(request.match_info["session_id"], workspace_of(request.get(CREDENTIAL)))
     await session.close("closed_by_api")
     answer = ClosedSessionData(data=ClosedSession(session_id=session.session_id, closed=True))
     return web.json_response(answer.model_dump())

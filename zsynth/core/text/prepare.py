@@ -120,6 +120,7 @@ async def prepare(
     engine: str,
     store: DictionaryStore | None,
     *,
+    workspace: str,
     limits: bounds.OutputLimits,
     max_word_chars: int | None = None,
 ) -> Spoken:
@@ -127,9 +128,10 @@ async def prepare(
     against ``limits``.
 
     ``max_word_chars`` is ZSYNTH_MAX_WORD_CHARS (None: the engine's bound). TextOptionError names a dictionary that
-    does not exist, or (400) the bound the text passes.
+    does not exist, and just the same one of another workspace than ``workspace``, the caller's, or (400) the bound
+    the text passes.
     """
-    spoken, found = await _prepared(text, options, engine, store, max_word_chars)
+    spoken, found = await _prepared(text, options, engine, store, workspace, max_word_chars)
     _check(found, limits)
     return spoken
 
@@ -140,6 +142,7 @@ async def admit(
     engine: str,
     store: DictionaryStore | None,
     *,
+    workspace: str,
     limits: bounds.OutputLimits,
     before: bounds.OutputEstimate | None = None,
 ) -> bounds.OutputEstimate:
@@ -148,14 +151,19 @@ async def admit(
     TextOptionError as :func:`prepare` when the sum passes ``limits``."""
     found = before or bounds.OutputEstimate()
     for text in texts:
-        found = found + (await _prepared(text, options, engine, store, None))[1]
+        found = found + (await _prepared(text, options, engine, store, workspace, None))[1]
     return _check(found, limits)
 
 
 async def _prepared(
-    text: str, options: TextOptions | None, engine: str, store: DictionaryStore | None, max_word_chars: int | None
+    text: str,
+    options: TextOptions | None,
+    engine: str,
+    store: DictionaryStore | None,
+    workspace: str,
+    max_word_chars: int | None,
 ) -> tuple[Spoken, bounds.OutputEstimate]:
-    lexicons = await _lexicons(options, store) if options is not None else []
+    lexicons = await _lexicons(options, store, workspace) if options is not None else []
     normalizing = options is not None and wants_normalization(options.normalization, engine)
     stage = functools.partial(
         _stage, text, options is not None, lexicons, engine, normalizing, word_bound(engine, max_word_chars)
@@ -188,18 +196,19 @@ def _stage(
     return spoken, bounds.estimate(spoken.text, normalized=normalizing)
 
 
-async def _lexicons(options: TextOptions, store: DictionaryStore | None) -> list[Lexicon]:
+async def _lexicons(options: TextOptions, store: DictionaryStore | None, workspace: str) -> list[Lexicon]:
     """The compiled versions the locators name, in their order (a version named twice counts once: the second could
-    never win)."""
+    never win). Another workspace's dictionary is refused as an unknown one is, before its version is read."""
     lexicons: dict[tuple[str, str], Lexicon] = {}
     for dictionary_id, version_id in options.locators:
         lexicon = None
         if store is not None:
             try:
-                if version_id is None:
-                    meta = await store.meta(dictionary_id)
-                    version_id = str(meta["latest_version_id"]) if meta else None
-                if version_id is not None:
+                # Another workspace's: what an unknown dictionary gets (the same message, its version named alike).
+                meta = await store.visible(dictionary_id, workspace)
+                if meta is not None and version_id is None:
+                    version_id = str(meta["latest_version_id"])
+                if meta is not None and version_id is not None:
                     lexicon = await store.lexicon(dictionary_id, version_id)
             except DictionaryUnreadable as err:  # stored by another program: the caller's to mend, not ours
                 raise TextOptionError(

@@ -3,9 +3,11 @@
 Objects under ``<prefix>``::
 
     <voice_id>/<reference name>    the reference clip (``reference.wav``, or ``reference-<revision>.wav`` after an edit)
-    <voice_id>/meta.json           the voice's metadata, written after its clip: a voice with a meta.json is complete
+    <voice_id>/meta.json           the voice's metadata, written after its clip: a voice with a meta.json is complete;
+                                   its ``workspace`` (absent: ``default``) is the workspace that owns the voice
     <voice_id>/tombstone.json      the voice was removed; kept for good, and it wins over any meta.json (ids are
-                                   random and never reused, so nothing newer can ever follow a removal)
+                                   random and never reused, so nothing newer can ever follow a removal); it names
+                                   the removed voice's workspace
     _settings/<voice_id>.json      saved settings of a built-in voice
 
 Every call raises one of :func:`~zsynth.core.optional.aws_errors` when the bucket cannot be reached; the callers
@@ -19,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
+from zsynth.core import workspaces
 from zsynth.core.aws import S3Prefix
 from zsynth.core.optional import client_error, is_client_error
 from zsynth.core.voices.clips import ADVICE, ClipError, check_clip
@@ -109,8 +112,11 @@ class VoiceBucket(S3Prefix):
             body.close()
         return bytes(data)
 
-    async def _put(self, key: str, body: bytes, content_type: str) -> None:
-        await self._s3.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType=content_type)
+    async def _put(self, key: str, body: bytes, content_type: str, owner: str | None = None) -> None:
+        # The owner rides in the object's metadata too (x-amz-meta-workspace), for operators' tools; a box reads it
+        # from the JSON body, which is what meta.json and tombstone.json are.
+        extra = {"Metadata": {workspaces.FIELD: owner}} if owner is not None else {}
+        await self._s3.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType=content_type, **extra)
 
     # ----- voices ------------------------------------------------------------------------------------------------
 
@@ -120,7 +126,7 @@ class VoiceBucket(S3Prefix):
         if reference is not None:
             await self._put(self.key(voice_id, reference_name(meta)), reference, "audio/wav")
         body = json.dumps(dict(meta), indent=1, ensure_ascii=False).encode()
-        await self._put(self.key(voice_id, META), body, "application/json")
+        await self._put(self.key(voice_id, META), body, "application/json", workspaces.owner_of(meta))
 
     async def is_removed(self, voice_id: str) -> bool:
         """Whether the bucket holds a tombstone for the voice."""
@@ -170,10 +176,11 @@ class VoiceBucket(S3Prefix):
             raise VoiceRefused(f"the reference clip of {voice_id} in the bucket is refused: {reason}") from err
         return RemoteVoice(meta, reference)
 
-    async def remove_voice(self, voice_id: str) -> None:
-        """Write the tombstone (this is the removal), then delete the voice's other objects."""
-        body = json.dumps({"voice_id": voice_id}).encode()
-        await self._put(self.key(voice_id, TOMBSTONE), body, "application/json")
+    async def remove_voice(self, voice_id: str, owner: str = workspaces.DEFAULT) -> None:
+        """Write the tombstone (this is the removal; it names the voice's workspace ``owner``), then delete the
+        voice's other objects."""
+        body = json.dumps({"voice_id": voice_id, workspaces.FIELD: owner}).encode()
+        await self._put(self.key(voice_id, TOMBSTONE), body, "application/json", owner)
         await self.purge(voice_id)
 
     async def purge(self, voice_id: str) -> None:

@@ -19,6 +19,9 @@ Every front and every worker runs one :class:`VoiceLibrary` on its box's :class:
   (:attr:`VoiceLibrary.catching_up`, and :attr:`VoiceLibrary.arriving` names the voices listed in the bucket and
   not yet on this disk). A bucket that is down at start is retried in the background.
 * **A cloned id this box lacks** is fetched on demand (:meth:`ensure`), waiting at most ``fetch_wait_s``.
+* **Owners.** Each clone's meta.json names the workspace that owns it (:mod:`zsynth.core.workspaces`; none, from
+  before workspaces: ``default``), so the bucket copy, every box's disk and a restore carry it; announcements and the
+  bucket's tombstones name it too. :meth:`require` refuses another workspace's clone as it refuses an unknown id.
 * **Every ``resync_s``** the disk is compared with the bucket again, so an announcement Redis did not take (the
   change itself is in the bucket) is settled within that time even without a restart. After the follower lost
   Redis (a restart, or a Sentinel promotion, which always drops the clients' connections) the comparison runs as
@@ -45,7 +48,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from redis.typing import EncodableT, FieldT
 
-from zsynth.core import protocol
+from zsynth.core import protocol, workspaces
 from zsynth.core.aws import client_config
 from zsynth.core.config import Settings
 from zsynth.core.optional import aws_errors
@@ -80,6 +83,11 @@ class VoiceMissing(LookupError):
         super().__init__(message)
         self.voice_id = voice_id
         self.message = message
+
+
+def not_found(voice_id: str) -> str:
+    """The message of a voice id the caller cannot use: unknown, and another workspace's, alike."""
+    return f"A voice with the voice_id {voice_id} was not found."
 
 
 class MissingIds:
@@ -311,11 +319,18 @@ class VoiceLibrary:
                 with contextlib.suppress(*aws_errors()):
                     await self.bucket.remove_voice(voice_id)
             raise
-        await self._announce("put", voice_id, revision(meta))
+        await self._announce("put", voice_id, revision(meta), workspaces.owner_of(meta))
         return voice
 
-    async def current_meta(self, voice_id: str) -> dict[str, Any]:
-        """A clone's metadata as the library holds it (the bucket's when there is one); VoiceGone when absent."""
+    async def current_meta(self, voice_id: str, workspace: str) -> dict[str, Any]:
+        """A clone's metadata as the library holds it (the bucket's when there is one); VoiceGone when absent, or
+        when it is another workspace's than ``workspace`` (to that workspace it does not exist)."""
+        meta = await self._current_meta(voice_id)
+        if not workspaces.visible(meta, workspace):
+            raise VoiceGone(voice_id)
+        return meta
+
+    async def _current_meta(self, voice_id: str) -> dict[str, Any]:
         if self.bucket is not None:
             try:
                 meta = await self.bucket.get_meta(voice_id)
@@ -349,7 +364,7 @@ class VoiceLibrary:
                 except aws_errors() as err:  # an unused clip left behind costs storage only
                     await self._failed(f"removing the replaced clip of {voice_id} failed", err)
         stored = await self._write_local(meta, reference)
-        await self._announce("put", voice_id, revision(meta))
+        await self._announce("put", voice_id, revision(meta), workspaces.owner_of(meta))
         return stored
 
     async def _write_local(self, meta: Mapping[str, Any], reference: bytes | None) -> StoredVoice:
@@ -370,16 +385,19 @@ class VoiceLibrary:
                 return await asyncio.to_thread(self.store.update, meta, reference)
 
     async def remove(self, voice_id: str) -> bool:
-        """Remove a clone everywhere: the bucket's tombstone first (that is the removal), then this disk."""
+        """Remove a clone everywhere: the bucket's tombstone first (that is the removal, and it names the voice's
+        workspace), then this disk."""
+        stored = await asyncio.to_thread(self.store.get, voice_id)
+        owner = workspaces.owner_of(stored.meta) if stored is not None else workspaces.DEFAULT
         if self.bucket is not None:
             try:
-                await self.bucket.remove_voice(voice_id)
+                await self.bucket.remove_voice(voice_id, owner)
             except aws_errors() as err:
                 await self._failed(f"removing {voice_id} from the bucket failed", err)
                 if not await self._tombstoned(voice_id):
                     raise StorageUnavailable(str(err)) from err
         removed = await self._drop_local(voice_id, here=True)
-        await self._announce("delete", voice_id, 0)
+        await self._announce("delete", voice_id, 0, owner)
         return removed
 
     async def _tombstoned(self, voice_id: str) -> bool:
@@ -405,8 +423,12 @@ class VoiceLibrary:
         await asyncio.to_thread(self.store.save_builtin_settings, voice_id, rev, settings)
         await self._announce("settings", voice_id, rev)
 
-    async def _announce(self, op: Op, voice_id: str, rev: int) -> None:
+    async def _announce(self, op: Op, voice_id: str, rev: int, owner: str | None = None) -> None:
+        # The owner travels with the news for the logs and tools; a box takes it from the bucket's meta.json (the
+        # log is a hint, anyone who can write to Redis can add to it).
         fields: dict[FieldT, EncodableT] = {"op": op, "voice_id": voice_id, "revision": str(rev), "box": self.box_id}
+        if owner is not None:
+            fields[workspaces.FIELD] = owner
         try:
             await self.redis.xadd(
                 protocol.VOICES_LOG,
@@ -441,20 +463,43 @@ class VoiceLibrary:
         except TimeoutError as err:
             raise StorageUnavailable(f"fetching {voice_id} took longer than {self.fetch_wait_s:g} s") from err
 
-    async def require(self, voice_id: str) -> None:
-        """Make sure a voice id a caller named is usable here: a cloned voice's id this disk lacks is fetched
-        (:meth:`ensure`). VoiceMissing when the library does not have it (or holds it in a form no box takes);
-        StorageUnavailable when the bucket did not answer. Other ids return at once (built-in voices, and the ids
-        the catalog gives the swap-out voice). The speech routes and the voice routes both ask here, after the
-        caller was authenticated."""
-        if not is_clone_id(voice_id) or self.store.has(voice_id):
+    async def require(self, voice_id: str, workspace: str, *, shared: str | None = None) -> None:
+        """Make sure a voice id a caller acting in ``workspace`` named is usable here: a cloned voice's id this disk
+        lacks is fetched (:meth:`ensure`). VoiceMissing when the library does not have it (or holds it in a form no
+        box takes), and, with the same message, when it is another workspace's (:func:`workspaces.visible`) unless it
+        is ``shared`` (the pinned swap-out voice, every workspace's); StorageUnavailable when the bucket did not
+        answer. Other ids return at once (built-in voices, and the ids the catalog gives the swap-out voice). Every
+        transport asks here (through :func:`zsynth.services.voices.require_voice`), after the caller was
+        authenticated."""
+        if not is_clone_id(voice_id):
             return
+        if not self.store.has(voice_id):
+            await self._require_fetched(voice_id, workspace, shared)
+        stored = self.store.get(voice_id)
+        if stored is None:  # removed in between
+            raise VoiceMissing(voice_id, not_found(voice_id))
+        if voice_id != shared and not workspaces.visible(stored.meta, workspace):
+            raise VoiceMissing(voice_id, not_found(voice_id))  # exactly what an id that never existed gets
+
+    async def _require_fetched(self, voice_id: str, workspace: str, shared: str | None) -> None:
         try:
             found = await self.ensure(voice_id)
         except VoiceRefused as err:  # the bucket holds it, but in a form no box takes (a clip over the limits)
+            if voice_id != shared and await self._foreign(voice_id, workspace):
+                raise VoiceMissing(voice_id, not_found(voice_id)) from err  # its reason is its owner's business
             raise VoiceMissing(voice_id, f"The voice {voice_id} cannot be used: {err}.") from err
         if not found:
-            raise VoiceMissing(voice_id, f"A voice with the voice_id {voice_id} was not found.")
+            raise VoiceMissing(voice_id, not_found(voice_id))
+
+    async def _foreign(self, voice_id: str, workspace: str) -> bool:
+        """Whether the bucket's meta.json of a voice no box takes names another workspace than ``workspace`` (False
+        when it cannot be read: then nobody can tell whose it is)."""
+        if self.bucket is None:
+            return False
+        with contextlib.suppress(*aws_errors(ValueError)):
+            meta = await self.bucket.get_meta(voice_id)
+            return meta is not None and not workspaces.visible(meta, workspace)
+        return False
 
     async def _fetch(self, voice_id: str) -> bool:
         assert self.bucket is not None
@@ -718,8 +763,10 @@ class VoiceLibrary:
                 removed.discard(voice_id)
             elif self.role == "front":
                 try:
-                    await self.bucket.remove_voice(voice_id)
-                except aws_errors() as err:
+                    alive_meta = await self.bucket.get_meta(voice_id)  # the tombstone names the voice's workspace
+                    owner = workspaces.owner_of(alive_meta) if alive_meta is not None else workspaces.DEFAULT
+                    await self.bucket.remove_voice(voice_id, owner)
+                except aws_errors(ValueError) as err:
                     await self._failed(f"uploading the tombstone of {voice_id} (removed on this box) failed", err)
                     continue
                 report.tombstones_uploaded += 1

@@ -32,9 +32,10 @@ from zsynth.core.protocol import Event
 from zsynth.core.voice_settings import InvalidParameter, check_seed
 from zsynth.core.voices.library import StorageUnavailable, VoiceMissing
 from zsynth.kit.endpoints import Access, Endpoints, refusal
-from zsynth.services.auth import CREDENTIAL
+from zsynth.services.auth import CREDENTIAL, workspace_of
 from zsynth.services.keys import REQUEST_ID
 from zsynth.services.synthesis import Speech, SynthesisFailed, SynthesisRequest, SynthesisService, classify, queue_owner
+from zsynth.services.voices import require_voice
 from zsynth.speech.schemas.apidoc import AUDIO_HEADERS, json_body
 from zsynth.speech.schemas.bodies import (
     LanguageCode,
@@ -224,12 +225,10 @@ class Dialogue:
     async def check_voices(self) -> None:
         """Every voice of the dialogue, checked before anything is queued: a clone this box lacks is fetched, one the
         library does not have gets 404, an unreachable library 503 (the envelope, before any byte)."""
-        library = self.service.library
-        if library is None:
-            return
+        workspace = workspace_of(self.request.get(CREDENTIAL))
         for voice_id in dict.fromkeys(item.voice_id for item in self.body.inputs):
             try:
-                await library.require(voice_id)
+                await require_voice(self.service.library, self.service.voices, voice_id, workspace)
             except (VoiceMissing, StorageUnavailable) as err:
                 raise failure_error(classify(err)) from err
 
@@ -241,6 +240,7 @@ class Dialogue:
             voice_id=item.voice_id,
             output_format=self.pcm.name,
             request_id=self.request[REQUEST_ID],
+            workspace=workspace_of(self.request.get(CREDENTIAL)),
             voice_settings=self.settings,
             seed=self.body.seed,
             options=self.options,
@@ -335,7 +335,8 @@ async def _start(
     await dialogue.check_voices()
     try:
         # Each input is its own job, checked as it is built; the bounds are the request's, so the inputs' sum too.
-        await dialogue.service.admit([item.text for item in body.inputs], dialogue.options)
+        texts = [item.text for item in body.inputs]
+        await dialogue.service.admit(texts, dialogue.options, workspace=workspace_of(request.get(CREDENTIAL)))
         return dialogue, await dialogue.speak(0)
     except SynthesisFailed as err:
         raise failure_error(err.failure) from err

@@ -32,6 +32,7 @@ from zsynth.core.text.dictionaries.store import Dictionary, DictionaryUnreadable
 from zsynth.kit.endpoints import Access, Endpoints, Later, refusal
 from zsynth.kit.errors import ApiError
 from zsynth.kit.multipart import BoundedMultipart
+from zsynth.services.auth import CREDENTIAL, workspace_of
 from zsynth.services.keys import DICTIONARIES, REQUEST_ID, SETTINGS
 from zsynth.speech.schemas.apidoc import json_body
 from zsynth.speech.schemas.bodies import one_of, refusing, require
@@ -225,6 +226,11 @@ def unreadable(err: DictionaryUnreadable) -> ApiError:
     return ApiError(422, "pronunciation_dictionary_unreadable", str(err), param="pronunciation_dictionary_id")
 
 
+def _workspace(request: web.Request) -> str:
+    """The caller's workspace: the only one whose dictionaries it sees (:mod:`zsynth.core.workspaces`)."""
+    return workspace_of(request.get(CREDENTIAL))
+
+
 async def _store_call(coro: Any) -> Any:
     try:
         return await coro
@@ -238,7 +244,8 @@ async def _store_call(coro: Any) -> Any:
 
 async def _dictionary(request: web.Request, *, with_rules: bool = True) -> Dictionary:
     dictionary_id = request.match_info["dictionary_id"]
-    dictionary = await _store_call(request.app[DICTIONARIES].get(dictionary_id, with_rules=with_rules))
+    store = request.app[DICTIONARIES]
+    dictionary = await _store_call(store.get(dictionary_id, _workspace(request), with_rules=with_rules))
     if dictionary is None:
         raise _not_found(dictionary_id)
     assert isinstance(dictionary, Dictionary)
@@ -258,7 +265,8 @@ async def _dictionary(request: web.Request, *, with_rules: bool = True) -> Dicti
 async def add_from_rules(request: web.Request, body: AddFromRulesRequest) -> web.Response:
     """A new dictionary from a JSON list of rules."""
     rules = [rule.to_rule() for rule in body.rules]
-    dictionary = await _store_call(request.app[DICTIONARIES].create(body.name, body.description, rules))
+    store = request.app[DICTIONARIES]
+    dictionary = await _store_call(store.create(body.name, body.description, rules, _workspace(request)))
     logger.info("request: dictionary %s created from %d rules", dictionary.id, len(rules))
     return web.json_response(_created(dictionary))
 
@@ -303,7 +311,7 @@ async def add_from_file(request: web.Request) -> web.Response:
         rules = await asyncio.to_thread(parse_pls, lexicon)
     except RuleError as err:
         raise ApiError(400, "invalid_pls", str(err), param="file") from err
-    dictionary = await _store_call(request.app[DICTIONARIES].create(name, description, rules))
+    dictionary = await _store_call(request.app[DICTIONARIES].create(name, description, rules, _workspace(request)))
     logger.info("request: dictionary %s created from a lexicon of %d rules", dictionary.id, len(rules))
     return web.json_response(_created(dictionary))
 
@@ -368,7 +376,9 @@ async def list_dictionaries(request: web.Request, query: DictionaryListQuery) ->
     page_size, offset, sort, archived = query.page_size, int(query.cursor or 0), query.sort, query.include_archived
     direction = query.sort_direction
     metas = [
-        m for m in await _store_call(request.app[DICTIONARIES].list()) if archived or not m.get("archived_time_unix")
+        m
+        for m in await _store_call(request.app[DICTIONARIES].list(_workspace(request)))
+        if archived or not m.get("archived_time_unix")
     ]
     by_name = sort == "name"
     descending = direction == "DESCENDING"
@@ -397,7 +407,7 @@ async def list_dictionaries(request: web.Request, query: DictionaryListQuery) ->
 async def get_dictionary(request: web.Request) -> web.Response:
     """The dictionary with its latest version's rules."""
     dictionary = await _dictionary(request)
-    meta = await _store_call(request.app[DICTIONARIES].meta(dictionary.id))
+    meta = await _store_call(request.app[DICTIONARIES].visible(dictionary.id, _workspace(request)))
     body = _metadata(meta or dictionary.meta()) | {"rules": [rule.to_json() for rule in dictionary.rules]}
     return web.json_response(body)
 
@@ -418,7 +428,7 @@ async def update_dictionary(request: web.Request, body: Later[DictionaryUpdate])
     dictionary = await _dictionary(request)
     update = await body.read()
     store = request.app[DICTIONARIES]
-    meta = dict(await _store_call(store.meta(dictionary.id, fresh=True)) or dictionary.meta())
+    meta = dict(await _store_call(store.visible(dictionary.id, _workspace(request), fresh=True)) or dictionary.meta())
     if update.name is not None:
         meta["name"] = update.name
     if update.archived is not None:
@@ -440,7 +450,7 @@ async def update_dictionary(request: web.Request, body: Later[DictionaryUpdate])
 async def delete_dictionary(request: web.Request) -> web.Response:
     """Delete a dictionary and its versions; requests that name it get 404 from then on, on every front."""
     dictionary_id = request.match_info["dictionary_id"]
-    if not await _store_call(request.app[DICTIONARIES].delete(dictionary_id)):
+    if not await _store_call(request.app[DICTIONARIES].delete(dictionary_id, _workspace(request))):
         raise _not_found(dictionary_id)
     logger.info("request %s: dictionary %s deleted", request[REQUEST_ID], dictionary_id)
     return web.json_response({"status": "ok"})
@@ -509,7 +519,10 @@ async def set_rules(request: web.Request, body: Later[RulesRequest]) -> web.Resp
 async def download(request: web.Request) -> web.Response:
     """One version as a PLS lexicon."""
     dictionary_id, version_id = request.match_info["dictionary_id"], request.match_info["version_id"]
-    rules = await _store_call(request.app[DICTIONARIES].rules(dictionary_id, version_id))
+    store = request.app[DICTIONARIES]
+    # Another workspace's dictionary: its versions are as missing as those of a dictionary that never existed.
+    visible = await _store_call(store.visible(dictionary_id, _workspace(request)))
+    rules = await _store_call(store.rules(dictionary_id, version_id)) if visible is not None else None
     if rules is None:
         raise ApiError(
             404,

@@ -16,6 +16,7 @@ from typing import Any, Final
 from aiohttp import web
 from pydantic import BaseModel
 
+from zsynth.core import workspaces
 from zsynth.core.engines import profile
 from zsynth.kit.endpoints import Access, Endpoints
 from zsynth.kit.envelope import Refusal
@@ -51,18 +52,19 @@ class ModelChoices(BaseModel):
     models: list[Choice]
 
 
-async def _sees_clones(request: web.Request) -> bool:
-    """Whether the caller may list cloned voices: any accepted credential, or a server without keys. A credential
-    presented and refused is answered 401 in OpenAI's envelope, never silently treated as none."""
+async def _sees_clones(request: web.Request) -> str | None:
+    """The workspace whose cloned voices the caller may list (None: none): any accepted credential's, or on a server
+    without keys the default one. A credential presented and refused is answered 401 in OpenAI's envelope, never
+    silently treated as none."""
     presented = read_credential(request)
     if presented.secret is None:
-        return request.app[AUTHENTICATOR].is_open
+        return workspaces.DEFAULT if request.app[AUTHENTICATOR].is_open else None
     try:
-        await admit(request, HTTP_GATE, Access.TOKEN, presented)
+        credential = await admit(request, HTTP_GATE, Access.TOKEN, presented)
     except AuthError as err:
         headers = {"WWW-Authenticate": "Bearer"} if err.http_status == 401 else {"Retry-After": "1"}
         raise Refusal(err.http_status, err.status, err.message, headers=headers) from err
-    return True
+    return credential.workspace
 
 
 @routes.get(
@@ -80,11 +82,11 @@ async def _sees_clones(request: web.Request) -> bool:
 async def list_voices(request: web.Request) -> web.Response:
     """The voices the caller may speak, built-in first, then the OpenAI names, then (with a credential) the clones."""
     catalog = request.app[VOICES]
-    clones = await _sees_clones(request)
+    workspace = await _sees_clones(request)
     voices: list[dict[str, Any]] = []
     names: dict[str, str] = {}
-    for voice in catalog.all():
-        if voice["category"] == "premade" or clones:
+    for voice in catalog.all(workspace or workspaces.DEFAULT):
+        if voice["category"] == "premade" or workspace is not None:
             names[voice["voice_id"]] = voice["name"]
             voices.append({"id": voice["voice_id"], "name": voice["name"]})
     builtin_count = len(catalog.builtins)

@@ -11,6 +11,7 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
 from zsynth.kit.endpoints import Access, Endpoints
+from zsynth.services.auth import CREDENTIAL, workspace_of
 from zsynth.services.voices import VOICES
 from zsynth.speech.schemas.apidoc import json_body, optional
 
@@ -98,7 +99,7 @@ def subscription(voices_used: int) -> dict[str, Any]:
 )
 async def get_subscription(request: web.Request) -> web.Response:
     """``GET /v1/user/subscription``."""
-    return web.json_response(subscription(request.app[VOICES].clone_count()))
+    return web.json_response(subscription(request.app[VOICES].clone_count(workspace_of(request.get(CREDENTIAL)))))
 
 
 @routes.get(
@@ -115,7 +116,7 @@ async def get_user(request: web.Request) -> web.Response:
         {
             "user_id": "zsynth",
             "workspace_id": "zsynth",
-            "subscription": subscription(request.app[VOICES].clone_count()),
+            "subscription": subscription(request.app[VOICES].clone_count(workspace_of(request.get(CREDENTIAL)))),
             "subscription_extras": None,
             "is_new_user": False,
             "xi_api_key": None,

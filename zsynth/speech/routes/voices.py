@@ -23,6 +23,7 @@ import pydantic
 from aiohttp import web
 from pydantic import BaseModel, Field
 
+from zsynth.core import workspaces
 from zsynth.core.voices import StoredVoice
 from zsynth.core.voices.clips import ADVICE, STORE_RATE, Clip, ClipError, decode_clips, encode_wav
 from zsynth.core.voices.library import StorageUnavailable, VoiceGone, VoiceMissing
@@ -31,8 +32,9 @@ from zsynth.kit.endpoints import Access, Endpoints, json_body_bytes, refusal, va
 from zsynth.kit.errors import ApiError
 from zsynth.kit.jsonbody import BadJson, loads
 from zsynth.kit.multipart import BoundedMultipart
+from zsynth.services.auth import AUTHENTICATOR, CREDENTIAL, workspace_of
 from zsynth.services.keys import REQUEST_ID, SETTINGS, VOICE_LIBRARY
-from zsynth.services.voices import DEFAULT_SETTINGS, VOICES, VoiceCatalog, clone_object, new_clone_meta
+from zsynth.services.voices import DEFAULT_SETTINGS, VOICES, VoiceCatalog, clone_object, new_clone_meta, require_voice
 from zsynth.speech.schemas.apidoc import json_body
 from zsynth.speech.schemas.bodies import api_error, checked_voice_settings, one_of, refusing
 from zsynth.speech.schemas.voices import (
@@ -113,13 +115,14 @@ async def voice_or_404(request: web.Request, voice_id: str) -> dict[str, Any]:
     """The voice object of ``voice_id``; a cloned voice this box lacks is fetched from the library first (waiting at
     most ``ZSYNTH_VOICES_FETCH_WAIT``). 404 ``voice_not_found`` when there is no such voice here or in the bucket
     (or the bucket holds it in a form no box takes), 503 when the bucket does not answer; never the swap-out voice."""
+    workspace = workspace_of(request.get(CREDENTIAL))
     try:
-        await request.app[VOICE_LIBRARY].require(voice_id)
+        await require_voice(request.app[VOICE_LIBRARY], request.app[VOICES], voice_id, workspace)
     except StorageUnavailable as err:
         raise storage_unavailable(err) from err
     except VoiceMissing as err:
         raise ApiError(404, "voice_not_found", err.message, param="voice_id") from err
-    voice = request.app[VOICES].get(voice_id)
+    voice = request.app[VOICES].get(voice_id, workspace)
     if voice is None:
         raise voice_not_found(voice_id)
     return voice
@@ -128,11 +131,14 @@ async def voice_or_404(request: web.Request, voice_id: str) -> dict[str, Any]:
 def _arriving(request: web.Request, body: dict[str, Any]) -> dict[str, Any]:
     """While the start-up is still catching up with the bucket, the listing says so: ``voices_arriving`` is true and
     ``arriving_voice_ids`` names the cloned voices the bucket lists that this box has not fetched yet (an id among
-    them is fetched on demand when asked for). Both fields are absent once the box is caught up."""
+    them is fetched on demand when asked for). Both fields are absent once the box is caught up.
+
+    The bucket's listing names ids, not their workspaces, so the ids are shown only on a server without keys (one
+    workspace): with keys the list is empty, or it would name other workspaces' clones."""
     library = request.app.get(VOICE_LIBRARY)
     if library is not None and library.catching_up:
         body["voices_arriving"] = True
-        body["arriving_voice_ids"] = sorted(library.arriving)
+        body["arriving_voice_ids"] = sorted(library.arriving) if request.app[AUTHENTICATOR].is_open else []
     return body
 
 
@@ -146,7 +152,8 @@ def _arriving(request: web.Request, body: dict[str, Any]) -> dict[str, Any]:
 )
 async def list_v1(request: web.Request) -> web.Response:
     """``GET /v1/voices``: every voice, built-in first."""
-    return web.json_response(_arriving(request, {"voices": request.app[VOICES].all()}))
+    voices = request.app[VOICES].all(workspace_of(request.get(CREDENTIAL)))
+    return web.json_response(_arriving(request, {"voices": voices}))
 
 
 def _page_token(offset: int) -> str:
@@ -267,7 +274,8 @@ def _sort(voices: list[dict[str, Any]], sort: str | None, direction: str | None)
 async def list_v2(request: web.Request, query: VoiceListQuery) -> web.Response:
     """``GET /v2/voices``: filtered, sorted and paged with an opaque ``next_page_token``."""
     page_size, offset = query.page_size, query.offset
-    voices = _sort(_filter(request.app[VOICES].all(), query), query.sort, query.sort_direction)
+    voices = request.app[VOICES].all(workspace_of(request.get(CREDENTIAL)))
+    voices = _sort(_filter(voices, query), query.sort, query.sort_direction)
     page = voices[offset : offset + page_size]
     has_more = offset + page_size < len(voices)
     return web.json_response(
@@ -418,7 +426,8 @@ async def create_voice(request: web.Request) -> StoredVoice:
     labels = _labels(upload.fields.get("labels"))
     clips, pcm = await _reference(request, upload)
     description = upload.fields.get("description") or None
-    meta = new_clone_meta(name, description, labels, [clip.sample() for clip in clips], len(pcm) / STORE_RATE)
+    samples, seconds = [clip.sample() for clip in clips], len(pcm) / STORE_RATE
+    meta = new_clone_meta(name, description, labels, samples, seconds, workspace=workspace_of(request.get(CREDENTIAL)))
     try:
         voice = await request.app[VOICE_LIBRARY].add(meta, await asyncio.to_thread(encode_wav, pcm))
     except StorageUnavailable as err:
@@ -529,7 +538,7 @@ async def edit(request: web.Request) -> web.Response:
 async def _save_edit(request: web.Request, voice_id: str, changes: dict[str, Any], reference: bytes | None) -> None:
     library = request.app[VOICE_LIBRARY]
     try:
-        current = await library.current_meta(voice_id)
+        current = await library.current_meta(voice_id, workspace_of(request.get(CREDENTIAL)))
         rev = revision(current) + 1
         meta = {**current, **changes, "revision": rev}
         old_reference = reference_name(current)
@@ -589,6 +598,14 @@ async def edit_settings(request: web.Request) -> web.Response:
         raise ApiError(400, "invalid_json", f"The body is not valid JSON: {err}") from err
     sent = validate(VoiceSettingsEdit, raw, api_error).model_dump(exclude_none=True)
     saved = {**dict(voice["settings"]), **sent}
+    if voice_id in catalog.builtins and workspace_of(request.get(CREDENTIAL)) != workspaces.DEFAULT:
+        # A built-in voice's saved settings are every workspace's: only the operator's workspace may change them.
+        raise ApiError(
+            400,
+            "voice_not_editable",
+            f"{voice_id} is a built-in voice shared by every workspace; only keys of the default workspace may "
+            "save its settings. Send voice_settings with each request instead.",
+        )
     if voice_id in catalog.builtins:
         try:
             await request.app[VOICE_LIBRARY].save_builtin_settings(voice_id, saved)

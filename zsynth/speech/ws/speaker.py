@@ -27,6 +27,7 @@ from zsynth.core.alignment import CharAlignment, Timeline
 from zsynth.core.protocol import Event
 from zsynth.core.text.prepare import TextOptions
 from zsynth.core.text.spoken import AlignmentMapper
+from zsynth.services.auth import workspace_of
 from zsynth.services.keys import SETTINGS
 from zsynth.services.synthesis import (
     Failure,
@@ -104,6 +105,7 @@ class Speaker:
         self._segments: asyncio.Queue[tuple[str, str | None] | Mark | None] = asyncio.Queue()
         self._queued_chars = 0  # characters in _segments (not yet submitted)
         self._owner = queue_owner(conn.credential)
+        self._workspace = workspace_of(conn.credential)
         self._speeches: asyncio.Queue[Speech | Mark | None] = asyncio.Queue()
         self._slots = asyncio.Semaphore(LOOKAHEAD)
         self._live: set[Speech] = set()
@@ -138,7 +140,7 @@ class Speaker:
         if self.ended or not any(text.strip() for text in texts):
             return
         try:
-            await SynthesisService.of(self.conn.request.app).admit(texts, self.options)
+            await SynthesisService.of(self.conn.request.app).admit(texts, self.options, workspace=self._workspace)
         except SynthesisFailed as err:
             raise WsError(err.failure.realtime_code, err.failure.message) from err
 
@@ -242,6 +244,7 @@ class Speaker:
                 voice_id=voice_id or self.params.voice_id,
                 output_format=self.params.fmt.name,
                 request_id=self.conn.socket_id,
+                workspace=self._workspace,
                 voice_settings=self.voice_settings,
                 seed=self.params.seed,
                 options=self.options,

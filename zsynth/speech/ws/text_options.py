@@ -13,6 +13,7 @@ from typing import Any
 from zsynth.core.text.bounds import UNBOUNDED
 from zsynth.core.text.dictionaries.store import StorageUnavailable
 from zsynth.core.text.prepare import TextOptionError, TextOptions, parse_options, prepare
+from zsynth.services.auth import workspace_of
 from zsynth.services.keys import DICTIONARIES, SETTINGS
 from zsynth.services.synthesis import classify
 from zsynth.speech.ws.connection import Connection, StreamParams, WsError
@@ -23,7 +24,15 @@ async def socket_text_options(conn: Connection, params: StreamParams, message: d
     request = conn.request
     try:
         options = parse_options(message, params.normalization)
-        await prepare("", options, request.app[SETTINGS].engine, request.app.get(DICTIONARIES), limits=UNBOUNDED)
+        workspace = workspace_of(conn.credential)  # another workspace's dictionary: as unknown as a made-up one
+        await prepare(
+            "",
+            options,
+            request.app[SETTINGS].engine,
+            request.app.get(DICTIONARIES),
+            workspace=workspace,
+            limits=UNBOUNDED,
+        )
     except (TextOptionError, StorageUnavailable) as err:
         failure = classify(err)
         raise WsError(failure.realtime_code, failure.message) from err

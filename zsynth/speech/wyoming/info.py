@@ -30,8 +30,9 @@ def _voice(voice_id: str, name: str, attribution: dict[str, str], languages: lis
     }
 
 
-def voices(engine: str, catalog: VoiceCatalog | None) -> list[dict[str, Any]]:
-    """The voices of this box: the engine's built-in voices, then the cloned voices (oldest first)."""
+def voices(engine: str, catalog: VoiceCatalog | None, workspace: str) -> list[dict[str, Any]]:
+    """The voices of this box a Wyoming client sees: the engine's built-in voices, then the cloned voices of
+    ``workspace`` (ZSYNTH_WYOMING_WORKSPACE), oldest first."""
     card = profile(engine).model
     builtin = {"name": card.attribution[0], "url": card.attribution[1]}
     languages = list(profile(engine).languages)
@@ -39,11 +40,11 @@ def voices(engine: str, catalog: VoiceCatalog | None) -> list[dict[str, Any]]:
         return [_voice(v.voice_id, v.name, builtin, languages) for v in builtin_voices(engine)]
     return [
         _voice(v["voice_id"], str(v["name"]), builtin if v["category"] == "premade" else _ZSYNTH, languages)
-        for v in catalog.all()
+        for v in catalog.all(workspace)
     ]
 
 
-def info(engine: str, catalog: VoiceCatalog | None) -> dict[str, Any]:
+def info(engine: str, catalog: VoiceCatalog | None, workspace: str) -> dict[str, Any]:
     """The ``info`` event's data."""
     program = {
         "name": PROGRAM,
@@ -51,7 +52,7 @@ def info(engine: str, catalog: VoiceCatalog | None) -> dict[str, Any]:
         "installed": True,
         "description": "zsynth: Piper and cloned voices, streamed sentence by sentence",
         "version": __version__,
-        "voices": voices(engine, catalog),
+        "voices": voices(engine, catalog, workspace),
         "supports_synthesize_streaming": True,
     }
     return {"asr": [], "tts": [program], "handle": [], "intent": [], "wake": [], "mic": [], "snd": []}

@@ -14,7 +14,10 @@ the requests came.
   stream, after an ``error`` too.
 * Audio is 16-bit mono PCM at the engine's rate, in ``audio-chunk`` events of :data:`SAMPLES_PER_CHUNK` samples.
 
-Every job counts against the queue owner :data:`OWNER`, so Home Assistant has one share of the queue like a key.
+Wyoming carries no credential: every connection acts in the workspace ``ZSYNTH_WYOMING_WORKSPACE`` (``default``
+unless set; :mod:`zsynth.core.workspaces`): ``describe`` lists that workspace's clones only, a voice id of another
+workspace's clone is refused as an unknown one, and every job counts against that workspace's queue owner
+(:func:`~zsynth.core.workspaces.queue_owner`), so Home Assistant has one share of the queue like a key.
 A client that goes away (end of stream, reset) or stops reading for ``ZSYNTH_WRITE_TIMEOUT`` ends the connection, and
 every job it still had is cancelled.
 """
@@ -35,6 +38,7 @@ from aiohttp import web
 from zsynth.core.engines import profile
 from zsynth.core.text.bounds import OutputEstimate
 from zsynth.core.text.prepare import TextOptions
+from zsynth.core.workspaces import queue_owner
 from zsynth.services.keys import SETTINGS
 from zsynth.services.synthesis import Speech, SynthesisFailed, SynthesisRequest, SynthesisService, unreachable
 from zsynth.services.voices import VOICES
@@ -44,7 +48,6 @@ from zsynth.speech.wyoming.text import SentenceStream, plain_text
 
 logger = logging.getLogger(__name__)
 
-OWNER: Final = "wyoming"  # the queue owner every Wyoming job counts against
 LOOKAHEAD: Final = 2
 SAMPLES_PER_CHUNK: Final = 1024  # as wyoming-piper
 MAX_OPEN_ANSWERS: Final = 4  # answers one connection may have under way (the rest are refused with an error event)
@@ -206,7 +209,8 @@ class Session:
                     logger.info("%s: %s refused: %s", self.id, event.type, err.message)
                     await self._write(encode_event("error", {"text": err.message, "code": err.code}))
                 if event.type == "describe":
-                    await self._write(encode_event("info", describe(self.settings.engine, self.app.get(VOICES))))
+                    info = describe(self.settings.engine, self.app.get(VOICES), self.settings.wyoming_workspace)
+                    await self._write(encode_event("info", info))
                 elif event.type == "ping":
                     await self._write(encode_event("pong", {"text": event.data.get("text")}))
         finally:
@@ -288,7 +292,9 @@ class Session:
         the chunk's pieces are queued (each is a job of its own, checked again as it is built); if not, the stream
         fails at once, so none of its pieces still to come is spoken."""
         try:
-            stream.asked = await self._service.admit([text], TextOptions(), before=stream.asked)
+            stream.asked = await self._service.admit(
+                [text], TextOptions(), workspace=self.settings.wyoming_workspace, before=stream.asked
+            )
             return True
         except SynthesisFailed as err:
             failure = err.failure
@@ -337,11 +343,12 @@ class Session:
                 voice_id=item.answer.voice_id,
                 output_format=f"pcm_{self.frames.rate}",
                 request_id=self.id,
+                workspace=self.settings.wyoming_workspace,
                 options=TextOptions(),
                 priority="realtime",
             )
             try:
-                speech = await self._service.speak(request, owner=OWNER)
+                speech = await self._service.speak(request, owner=queue_owner(self.settings.wyoming_workspace))
             except SynthesisFailed as err:
                 self._slots.release()
                 logger.info("%s: piece not queued: %s", self.id, err.failure.message)

@@ -4,7 +4,13 @@ Where: the voices' bucket (ZSYNTH_VOICES_BUCKET) under ``<ZSYNTH_DICTIONARIES_PR
 directory (``<data_dir>/dictionaries/``, shared by the fronts of the box). Objects::
 
     <id>/<version_id>.json   one version: its rules (written once, never changed)
-    <id>/meta.json           name, description, creation time, latest version: written after the version it names
+    <id>/meta.json           name, description, creation time, latest version, and the ``workspace`` that owns it
+                             (absent on dictionaries from before workspaces: ``default``): written after the
+                             version it names
+
+Every dictionary belongs to one workspace (:mod:`zsynth.core.workspaces`): :meth:`DictionaryStore.list`,
+:meth:`~DictionaryStore.get`, :meth:`~DictionaryStore.visible` and :meth:`~DictionaryStore.delete` take the caller's
+workspace, and another workspace's dictionary is to them one that does not exist.
 
 A version is immutable, so a front keeps the versions it has read or written in memory, compiled for matching
 (:class:`~zsynth.core.text.dictionaries.matcher.Lexicon`, built on a thread), least recently used dropped first past
@@ -32,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol
 
+from zsynth.core import workspaces
 from zsynth.core.aws import S3Prefix
 from zsynth.core.optional import aws_errors, client_error
 from zsynth.core.text.dictionaries.cache import ByteBudgetCache
@@ -76,11 +83,13 @@ class Dictionary:
     created_at: int
     version_id: str
     rules: list[Rule] = field(default_factory=list)
+    workspace: str = workspaces.DEFAULT
 
     def meta(self) -> dict[str, Any]:
         """What meta.json holds."""
         return {
             "id": self.id,
+            workspaces.FIELD: self.workspace,
             "name": self.name,
             "description": self.description,
             "creation_time_unix": self.created_at,
@@ -288,9 +297,24 @@ class DictionaryStore:
         self._versions.put(key, lexicon, lexicon_bytes(lexicon))
         return lexicon
 
-    async def get(self, dictionary_id: str, *, with_rules: bool = True) -> Dictionary | None:
-        """The dictionary with its latest rules (none unless ``with_rules``), read fresh."""
-        meta = await self.meta(dictionary_id, fresh=True)
+    async def visible(self, dictionary_id: str, workspace: str, *, fresh: bool = False) -> dict[str, Any] | None:
+        """The dictionary's meta.json when a caller in ``workspace`` may see it; None when there is no such
+        dictionary or it is another workspace's (the same answer: to that caller it does not exist).
+
+        A meta.json nobody can read names no owner: DictionaryUnreadable for the default workspace (whose everything
+        from before workspaces is), None for every other one, which must not learn that it exists."""
+        try:
+            meta = await self.meta(dictionary_id, fresh=fresh)
+        except DictionaryUnreadable:
+            if workspace != workspaces.DEFAULT:
+                return None
+            raise
+        return meta if meta is not None and workspaces.visible(meta, workspace) else None
+
+    async def get(self, dictionary_id: str, workspace: str, *, with_rules: bool = True) -> Dictionary | None:
+        """The dictionary with its latest rules (none unless ``with_rules``), read fresh; None when there is none,
+        or it is another workspace's than ``workspace``."""
+        meta = await self.visible(dictionary_id, workspace, fresh=True)
         if meta is None:
             return None
         version_id = str(meta["latest_version_id"])
@@ -302,6 +326,7 @@ class DictionaryStore:
             int(meta["creation_time_unix"]),
             version_id,
             rules,
+            workspaces.owner_of(meta),
         )
 
     async def save(self, dictionary: Dictionary, rules: list[Rule]) -> Dictionary:
@@ -313,7 +338,13 @@ class DictionaryStore:
         await self._call(self.backend.put(f"{dictionary.id}/{version_id}.json", body))
         self._versions.put((dictionary.id, version_id), lexicon, lexicon_bytes(lexicon))
         saved = Dictionary(
-            dictionary.id, dictionary.name, dictionary.description, dictionary.created_at, version_id, rules
+            dictionary.id,
+            dictionary.name,
+            dictionary.description,
+            dictionary.created_at,
+            version_id,
+            rules,
+            dictionary.workspace,
         )
         previous = await self.meta(dictionary.id, fresh=True) if dictionary.version_id else None
         meta = {**(previous or {}), **saved.meta()}
@@ -328,26 +359,27 @@ class DictionaryStore:
         await self._call(self.backend.put(f"{dictionary_id}/{META}", body))
         self._remember_meta(dictionary_id, meta, len(body))
 
-    async def create(self, name: str, description: str | None, rules: list[Rule]) -> Dictionary:
-        """A new dictionary whose first version holds ``rules``."""
-        return await self.save(Dictionary(new_id(), name, description, int(time.time()), ""), rules)
+    async def create(self, name: str, description: str | None, rules: list[Rule], workspace: str) -> Dictionary:
+        """A new dictionary of ``workspace`` whose first version holds ``rules``."""
+        created = Dictionary(new_id(), name, description, int(time.time()), "", workspace=workspace)
+        return await self.save(created, rules)
 
-    async def delete(self, dictionary_id: str) -> bool:
-        """Remove a dictionary and its versions from the storage (False: there was none); other fronts stop using it
-        within :data:`LATEST_TTL_S`."""
+    async def delete(self, dictionary_id: str, workspace: str) -> bool:
+        """Remove a dictionary of ``workspace`` and its versions from the storage (False: there was none, or it is
+        another workspace's); other fronts stop using it within :data:`LATEST_TTL_S`."""
         try:
-            if await self.meta(dictionary_id, fresh=True) is None:
+            if await self.visible(dictionary_id, workspace, fresh=True) is None:
                 return False
         except DictionaryUnreadable:
-            pass  # a meta.json nobody can use is deleted all the same
+            pass  # a meta.json nobody can use is deleted all the same (only the default workspace gets here)
         await self._call(self.backend.remove(dictionary_id))
         self._remember_meta(dictionary_id, None, 0)
         self._versions.drop(lambda key: key[0] == dictionary_id)
         self._misses.drop(lambda key: key[0] == dictionary_id)
         return True
 
-    async def list(self) -> list[dict[str, Any]]:
-        """Every dictionary's meta.json (those that cannot be read are left out)."""
+    async def list(self, workspace: str) -> list[dict[str, Any]]:
+        """Every meta.json of ``workspace``'s dictionaries (those that cannot be read are left out)."""
         metas = []
         for dictionary_id in await self._call(self.backend.ids()):
             try:
@@ -355,7 +387,7 @@ class DictionaryStore:
             except DictionaryUnreadable as err:
                 logger.warning("dictionary %s left out of the list: %s", dictionary_id, err)
                 continue
-            if meta is not None:
+            if meta is not None and workspaces.visible(meta, workspace):
                 metas.append(meta)
         return metas
 
