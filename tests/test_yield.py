@@ -40,11 +40,21 @@ Pool = tuple[str, Path, list[WorkerProcess]]
 
 @pytest.fixture(scope="module")
 def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
-    """Its own redis-server and two Piper workers whose jobs yield after every piece of PIECE characters."""
+    """Its own redis-server and two Piper workers whose jobs yield after every piece of PIECE characters.
+
+    Each worker holds one stream at most (ZSYNTH_MAX_STREAMS=1), so it is full whenever it speaks: the yield is what a
+    full worker does when a realtime or unstarted job waits (a worker with room takes it as a stream of its own,
+    tests/test_streams.py)."""
     server = RedisServer().start()
     data = tmp_path_factory.mktemp("yield")
     workers = [
-        WorkerProcess(server.url, f"yield-{n}-{time.monotonic_ns()}", data, ZSYNTH_PIECE_MAX_CHARS=str(PIECE))
+        WorkerProcess(
+            server.url,
+            f"yield-{n}-{time.monotonic_ns()}",
+            data,
+            ZSYNTH_PIECE_MAX_CHARS=str(PIECE),
+            ZSYNTH_MAX_STREAMS="1",
+        )
         for n in range(2)
     ]
     try:

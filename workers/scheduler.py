@@ -80,13 +80,14 @@ def pick(streams: Iterable[S]) -> S | None:
 
 
 def _events(demands: Sequence[Demand], now: float, until: float) -> list[tuple[float, float]]:
-    """Every chunk the demands owe by ``until``: (deadline, audio seconds), a late one's deadline taken as now."""
+    """Every chunk the demands owe by ``until``: (deadline, audio seconds). A late stream's playback restarts when its
+    next chunk lands, so its next chunk is due now and the ones after it a period apart from then."""
     events: list[tuple[float, float]] = []
     for demand in demands:
         period = max(demand.period_s, 1e-3)
-        due = demand.deadline
+        due = max(demand.deadline, now)
         while due <= until:
-            events.append((max(due, now), period))
+            events.append((due, period))
             due += period
     events.sort()
     return events
@@ -97,22 +98,32 @@ def horizon_s(rate: SlotRate) -> float:
     return max(HORIZON_S, HORIZON_CHUNKS * rate.chunk_audio_s)
 
 
-def feasible(demands: Sequence[Demand], now: float, rate: SlotRate) -> bool:
-    """Whether EDF meets every deadline the demands owe over the horizon, at the measured rate.
+def lateness(demands: Sequence[Demand], now: float, rate: SlotRate) -> float:
+    """The latest any chunk owed over the horizon would come, computed in deadline order from now at the measured
+    rate (seconds past its deadline; negative: every chunk is early by at least that much)."""
+    assert rate.rtf is not None
+    worst = -horizon_s(rate)
+    owed = 0.0
+    for due, audio_s in _events(demands, now, now + horizon_s(rate)):
+        owed += rate.rtf * audio_s
+        worst = max(worst, now + owed - due)
+    return worst
+
+
+def feasible(demands: Sequence[Demand], now: float, rate: SlotRate, newcomer: Demand | None = None) -> bool:
+    """Whether EDF meets every deadline the demands (and the newcomer) owe over the horizon, at the measured rate.
 
     Processor demand: in deadline order, the work owed by each deadline (chunks of ``period_s`` audio, each costing
-    ``rtf * period_s`` of the slot) must be done by then, give or take one chunk (a chunk under way is not cut).
+    ``rtf * period_s`` of the slot) must be done by then, give or take one chunk (a chunk under way is not cut). When
+    a stream is already late (a hiccup), a newcomer is still taken if it makes no chunk later than the latest one.
     """
     if rate.rtf is None:
         return True
-    until = now + horizon_s(rate)
-    owed = 0.0
-    for due, audio_s in _events(demands, now, until):
-        cost = rate.rtf * audio_s
-        owed += cost
-        if now + owed > due + cost + SLACK_S:
-            return False
-    return True
+    everyone = [*demands, newcomer] if newcomer is not None else list(demands)
+    late = lateness(everyone, now, rate)
+    if late <= rate.rtf * rate.chunk_audio_s + SLACK_S:
+        return True
+    return newcomer is not None and late <= lateness(demands, now, rate) + SLACK_S
 
 
 def load(demands: Sequence[Demand], now: float, rate: SlotRate) -> float:

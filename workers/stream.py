@@ -101,6 +101,9 @@ class Stream:
         queued_for = max(0.0, time.time() - (job.queued_at or job.created_at))
         self.first_due = time.monotonic() - queued_for + budget
         self.first_sent_at: float | None = None  # monotonic, when this part's first chunk went out
+        # When its listener's playback runs dry (monotonic): it starts a jitter buffer after the first chunk went out,
+        # grows by each chunk's audio, and restarts when a chunk goes out after it (the listener heard a gap).
+        self.dry_at = 0.0
         self.sent_samples = 0  # engine samples this part published
         self.parked = False  # its next chunk waits for credit
         self.pending_bytes = 0  # the size of that chunk
@@ -118,11 +121,9 @@ class Stream:
     @property
     def deadline(self) -> float:
         """When its listener's playback would run dry (monotonic): its first chunk's time plus the jitter buffer plus
-        the audio sent; before its first chunk, when it was queued plus the first-audio budget."""
-        if self.first_sent_at is None:
-            return self.first_due
-        rate = self.host.engine.sample_rate
-        return self.first_sent_at + self.host.settings.playback_jitter_s + self.sent_samples / rate
+        the audio sent (from the last gap, if it had one); before its first chunk, when it was queued plus the
+        first-audio budget."""
+        return self.first_due if self.first_sent_at is None else self.dry_at
 
     @property
     def runnable(self) -> bool:
@@ -272,9 +273,12 @@ class Stream:
                 pipe.execute()
         else:
             redis.publish(job.reply_to, event.encode())
+        now = time.monotonic()
         if self.first_sent_at is None:
-            self.first_sent_at = time.monotonic()
+            self.first_sent_at = now
+            self.dry_at = now + self.host.settings.playback_jitter_s
         samples = int(meta.get("samples", 0))
+        self.dry_at = max(self.dry_at, now) + samples / self.host.engine.sample_rate
         self.seq += 1
         self.samples += samples
         self.sent_samples += samples

@@ -233,7 +233,7 @@ class Worker:
         room = not self._stopping.is_set() and not self._orphans and len(self.streams) < self.max_streams
         # The newcomer: its first chunk due within the realtime first-audio budget, then one per chunk played.
         newcomer = Demand(now + self.settings.first_audio_budget_s, period)
-        self._admitting = room and feasible([*demands, newcomer], now, self.rate)
+        self._admitting = room and feasible(demands, now, self.rate, newcomer)
         self.metrics.held(len(self.streams), self.max_streams, not self._admitting, booked)
 
     async def _idle(self, burst: bool) -> bool:
