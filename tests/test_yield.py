@@ -317,7 +317,9 @@ def test_queue_order_realtime_then_new_batch_then_remainders(tmp_path):
 def lone_worker(tmp_path: Path) -> Iterator[tuple[str, WorkerProcess]]:
     """Its own redis-server and one worker, which the test kills."""
     server = RedisServer().start()
-    worker = WorkerProcess(server.url, "doomed", tmp_path, ZSYNTH_PIECE_MAX_CHARS=str(PIECE)).wait_ready()
+    worker = WorkerProcess(
+        server.url, "doomed", tmp_path, ZSYNTH_PIECE_MAX_CHARS=str(PIECE), ZSYNTH_MAX_STREAMS="1"
+    ).wait_ready()
     try:
         yield server.url, worker
     finally:
@@ -356,7 +358,7 @@ async def test_split_jobs_survive_a_worker_killed_between_and_during_pieces(aioh
         await _wait_until(resumed_first_running, 20, "the first job resumed while the second one's remainder waits")
         await short
         doomed.kill()  # during a piece of the resumed first job, between two pieces of the second
-        rescuer = WorkerProcess(url, "rescuer", tmp_path, ZSYNTH_PIECE_MAX_CHARS=str(PIECE))
+        rescuer = WorkerProcess(url, "rescuer", tmp_path, ZSYNTH_PIECE_MAX_CHARS=str(PIECE), ZSYNTH_MAX_STREAMS="1")
         await asyncio.to_thread(rescuer.wait_ready)
 
         # The second job continues on the new worker: every character once, in order, nothing repeated.
