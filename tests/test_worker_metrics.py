@@ -39,6 +39,8 @@ async def test_the_workers_export_their_jobs_engine_time_rtf_waits_and_memory(cl
     assert grew("zsynth_worker_first_chunk_seconds_count") == 3
     assert grew("zsynth_worker_engine_seconds_count") >= 4  # a chunk per sentence at least
     assert grew("zsynth_worker_engine_seconds_sum") > 0
+    # The slot is held from each claim to the job's end: at least the engine's own time in it.
+    assert grew("zsynth_worker_busy_seconds_total") >= grew("zsynth_worker_engine_seconds_sum") > 0
     assert grew("zsynth_worker_real_time_factor_count") >= 3
     # Piper on a CPU core: well under 1 (every job above was spoken faster than it plays).
     for scraped in after:

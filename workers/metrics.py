@@ -127,9 +127,11 @@ class WorkerMetrics:
             "The share of the next seconds the slot owes to the streams held (at the measured real-time factor).",
             registry=r,
         )
-        self.slot_seconds = Counter(
-            "zsynth_worker_slot_seconds",
-            "Seconds the engine slot computed chunks (the share of time it is held).",
+        # The share of time the slot is held is this counter's rate (the capacity run reads it per level); the gauges
+        # above say what the worker holds at the instant of a scrape.
+        self.busy_seconds = Counter(
+            "zsynth_worker_busy_seconds",
+            "Seconds this worker's slot was held: computing, encoding and publishing a chunk of one of its streams.",
             registry=r,
         )
         ProcessCollector(registry=r)  # process_resident_memory_bytes, process_cpu_seconds_total, process_start_time

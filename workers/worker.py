@@ -259,7 +259,7 @@ class Worker:
         finally:
             compute_s, audio_s = await step
         self.rate.observe(compute_s, audio_s)
-        self.metrics.slot_seconds.inc(compute_s)
+        self.metrics.busy_seconds.inc(compute_s)
         if stream.finished:
             await self._end(stream)
 

@@ -3,17 +3,21 @@
 botocore's own defaults (60 s to connect, 60 s per read, several attempts) let a silent endpoint hold a request, or a
 start, for minutes. With these, a call to an endpoint that accepts and never answers fails after about
 ``attempts x read timeout`` plus a short backoff (8 s with the defaults), and one that refuses connections at once.
+
+aioboto3 and botocore are imported here only when a client is configured (``zsynth.core.optional``): a process with
+no bucket and no keys table never loads them.
 """
 
 from __future__ import annotations
 
 from contextlib import AsyncExitStack
-from typing import Any
-
-import aioboto3
-from botocore.config import Config
+from typing import TYPE_CHECKING, Any
 
 from zsynth.core.config import AWS_CONNECT_TIMEOUT_S, AWS_MAX_ATTEMPTS, AWS_READ_TIMEOUT_S, Settings
+from zsynth.core.optional import load
+
+if TYPE_CHECKING:
+    from botocore.config import Config
 
 
 def client_config(settings: Settings | None = None) -> Config:
@@ -21,7 +25,8 @@ def client_config(settings: Settings | None = None) -> Config:
     connect = settings.aws_connect_timeout_s if settings is not None else AWS_CONNECT_TIMEOUT_S
     read = settings.aws_read_timeout_s if settings is not None else AWS_READ_TIMEOUT_S
     attempts = settings.aws_max_attempts if settings is not None else AWS_MAX_ATTEMPTS
-    return Config(
+    config: type[Config] = load("botocore.config", "an S3 bucket or a DynamoDB table").Config
+    return config(
         connect_timeout=connect,
         read_timeout=read,
         retries={"total_max_attempts": attempts, "mode": "standard"},
@@ -41,6 +46,7 @@ class S3Prefix:
 
     async def open(self) -> None:
         """Open the S3 client (no request is made: a bucket that is down does not stop a start)."""
+        aioboto3 = load("aioboto3", f"the bucket s3://{self.bucket}")
         self._s3 = await self._stack.enter_async_context(aioboto3.Session().client("s3", config=self.config))
 
     async def close(self) -> None:

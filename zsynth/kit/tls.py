@@ -11,9 +11,8 @@ import logging
 import ssl
 from pathlib import Path
 
-from cryptography import x509
-
 from zsynth.core.config import Settings
+from zsynth.core.optional import load
 
 logger = logging.getLogger(__name__)
 
@@ -59,9 +58,14 @@ def reload(context: ssl.SSLContext, settings: Settings) -> bool:
 
 
 def certificate_expiry(cert: Path) -> float | None:
-    """The Unix time the first certificate of the PEM file ``cert`` (the server's own) expires; None if unreadable."""
+    """The Unix time the first certificate of the PEM file ``cert`` (the server's own) expires; None if unreadable.
+
+    cryptography is imported here, only when TLS is configured.
+    """
+    x509 = load("cryptography.x509", "reading the TLS certificate's expiry")
     try:
-        return x509.load_pem_x509_certificate(cert.read_bytes()).not_valid_after_utc.timestamp()
+        expiry: float = x509.load_pem_x509_certificate(cert.read_bytes()).not_valid_after_utc.timestamp()
+        return expiry
     except (OSError, ValueError) as err:
         logger.warning("TLS certificate %s: expiry not read (%s)", cert, err)
         return None

@@ -13,13 +13,13 @@ import asyncio
 import logging
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from typing import Any, Final
-
-import aioboto3
-from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+from typing import TYPE_CHECKING, Any, Final
 
 from zsynth.core.aws import client_config
+from zsynth.core.optional import botocore_error, client_error, load
+
+if TYPE_CHECKING:
+    from botocore.config import Config
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ class KeyStore:
 
     def __init__(self, table: str, session: Any = None, config: Config | None = None) -> None:
         self.table = table
-        self._session = session or aioboto3.Session()
+        self._session = session or load("aioboto3", f"the keys table {table}").Session()
         self.config = config or client_config()  # timeouts and retries: zsynth/core/aws.py
         self._stack = AsyncExitStack()
         self._client: Any = None
@@ -118,11 +118,11 @@ class KeyStore:
         """Whether the table exists."""
         try:
             await self.client.describe_table(TableName=self.table)
-        except ClientError as err:
+        except client_error() as err:
             if err.response.get("Error", {}).get("Code") == "ResourceNotFoundException":
                 return False
             raise KeyStoreError(f"describe_table {self.table}: {err}") from err
-        except BotoCoreError as err:
+        except botocore_error() as err:
             raise KeyStoreError(f"describe_table {self.table}: {err}") from err
         return True
 
@@ -145,7 +145,7 @@ class KeyStore:
             await self.client.update_time_to_live(
                 TableName=self.table, TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL_ATTR}
             )
-        except (ClientError, BotoCoreError) as err:
+        except (client_error(), botocore_error()) as err:
             raise KeyStoreError(f"create_table {self.table}: {err}") from err
         logger.info("created keys table %s", self.table)
         return True
@@ -156,7 +156,7 @@ class KeyStore:
         key = {HASH_ATTR: {"S": key_hash}}
         try:
             resp = await self.client.get_item(TableName=self.table, Key=key, ConsistentRead=True)
-        except (ClientError, BotoCoreError) as err:
+        except (client_error(), botocore_error()) as err:
             raise KeyStoreError(f"get_item {self.table}: {err}") from err
         item = resp.get("Item")
         if item is None:
@@ -176,7 +176,7 @@ class KeyStore:
                 ConditionExpression="attribute_not_exists(#h)",
                 ExpressionAttributeNames={"#h": HASH_ATTR},
             )
-        except (ClientError, BotoCoreError) as err:
+        except (client_error(), botocore_error()) as err:
             raise KeyStoreError(f"put_item {self.table}: {err}") from err
 
     async def scan(self) -> list[tuple[str, KeyRecord]]:
@@ -191,7 +191,7 @@ class KeyStore:
                 if "LastEvaluatedKey" not in resp:
                     return rows
                 kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
-        except (ClientError, BotoCoreError) as err:
+        except (client_error(), botocore_error()) as err:
             raise KeyStoreError(f"scan {self.table}: {err}") from err
 
     async def revoke(self, key_id: str, now: int) -> int:
@@ -207,7 +207,7 @@ class KeyStore:
                     UpdateExpression="SET revoked_at = :now",
                     ExpressionAttributeValues={":now": {"N": str(now)}},
                 )
-            except (ClientError, BotoCoreError) as err:
+            except (client_error(), botocore_error()) as err:
                 raise KeyStoreError(f"update_item {self.table}: {err}") from err
             changed += 1
         return changed

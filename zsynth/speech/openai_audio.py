@@ -6,7 +6,8 @@ and flac are made in the front from the worker's ``pcm_24000`` (24 kHz, 16-bit, 
 * pcm: the worker's bytes unchanged.
 * wav: a RIFF header whose sizes say "unknown" (0xFFFFFFFF, as streamed WAV from OpenAI), then the samples as they
   come; libsndfile, ffmpeg and browsers read it.
-* aac: AAC-LC in ADTS frames (PyAV, libavcodec's encoder), streamed; each ADTS frame stands alone.
+* aac: AAC-LC in ADTS frames (PyAV, libavcodec's encoder), streamed; each ADTS frame stands alone. PyAV is imported
+  on the first aac response only: a front without it serves every other format and refuses aac (:func:`usable`).
 * flac: libsndfile's FLAC encoder. A FLAC header carries the stream's length and checksum, and decoders such as
   libsndfile refuse a stream without them, so flac is sent whole once the audio is complete.
 
@@ -20,11 +21,12 @@ from __future__ import annotations
 import io
 import struct
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
-import av
 import numpy as np
 import soundfile as sf
+
+from zsynth.core.optional import available, load
 
 RATE: Final = 24000
 MIN_SPEED: Final = 0.25
@@ -88,8 +90,9 @@ class _Aac:
     """AAC-LC at 64 kbit/s in ADTS, through PyAV."""
 
     def __init__(self) -> None:
+        self._av: Any = load("av", "response_format aac")
         self._sink = io.BytesIO()
-        self._container = av.open(self._sink, "w", format="adts")
+        self._container = self._av.open(self._sink, "w", format="adts")
         self._stream = self._container.add_stream("aac", rate=RATE)
         self._stream.layout = "mono"
         self._stream.bit_rate = 64000
@@ -104,7 +107,7 @@ class _Aac:
         samples = np.frombuffer(audio, dtype="<i2").reshape(1, -1)
         if samples.size == 0:
             return b""
-        frame = av.AudioFrame.from_ndarray(samples, format="s16", layout="mono")
+        frame = self._av.AudioFrame.from_ndarray(samples, format="s16", layout="mono")
         frame.sample_rate = RATE
         for packet in self._stream.encode(frame):
             self._container.mux(packet)
@@ -132,6 +135,19 @@ class _Flac:
     def finish(self) -> bytes:
         self._file.close()
         return self._sink.getvalue()
+
+
+#: The libraries a format needs beyond the front's own (imported on its first use).
+NEEDS: Final = {"aac": ("av", "PyAV")}
+
+
+def usable(name: str) -> str | None:
+    """Why ``name`` cannot be served here (a library it needs does not import), or None when it can."""
+    need = NEEDS.get(name)
+    if need is None or available(need[0]):
+        return None
+    served = ", ".join(fmt for fmt in RESPONSE_FORMATS if fmt not in NEEDS)
+    return f"response_format {name!r} needs {need[1]}, which this server lacks: use one of {served}."
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,25 +8,25 @@ Objects under ``<prefix>``::
                                    random and never reused, so nothing newer can ever follow a removal)
     _settings/<voice_id>.json      saved settings of a built-in voice
 
-Every call raises :data:`S3_ERRORS` when the bucket cannot be reached; the callers decide what the API answers.
+Every call raises one of :func:`~zsynth.core.optional.aws_errors` when the bucket cannot be reached; the callers
+decide what the API answers.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
-
-from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+from typing import TYPE_CHECKING, Any, Final
 
 from zsynth.core.aws import S3Prefix
+from zsynth.core.optional import client_error, is_client_error
 from zsynth.core.voices.clips import ADVICE, ClipError, check_clip
 from zsynth.core.voices.store import META, check_meta, is_clone_id, reference_name, revision
 
-S3_ERRORS: Final = (BotoCoreError, ClientError, OSError, asyncio.TimeoutError)
+if TYPE_CHECKING:
+    from botocore.config import Config
+
 TOMBSTONE: Final = "tombstone.json"
 SETTINGS_DIR: Final = "_settings"
 # A meta.json or a saved setting is a few kilobytes; anything larger is refused unread.
@@ -47,9 +47,10 @@ class ObjectTooLarge(VoiceRefused):
 
 def is_missing(err: BaseException) -> bool:
     """True when an S3 error means the object is not there (as opposed to the bucket being unreachable)."""
-    if not isinstance(err, ClientError):
+    if not is_client_error(err):
         return False
-    code = str(err.response.get("Error", {}).get("Code", ""))
+    response: dict[str, Any] = getattr(err, "response", {})
+    code = str(response.get("Error", {}).get("Code", ""))
     return code in ("NoSuchKey", "404", "NotFound")
 
 
@@ -125,7 +126,7 @@ class VoiceBucket(S3Prefix):
         """Whether the bucket holds a tombstone for the voice."""
         try:
             await self._s3.head_object(Bucket=self.bucket, Key=self.key(voice_id, TOMBSTONE))
-        except ClientError as err:
+        except client_error() as err:
             if is_missing(err):
                 return False
             raise
@@ -137,7 +138,7 @@ class VoiceBucket(S3Prefix):
             return None
         try:
             meta = json.loads(await self._get(self.key(voice_id, META)))
-        except ClientError as err:
+        except client_error() as err:
             if is_missing(err):
                 return None
             raise
@@ -157,7 +158,7 @@ class VoiceBucket(S3Prefix):
         name = reference_name(meta)
         try:
             reference = await self._get(self.key(voice_id, name), self.clip_max_bytes)
-        except ClientError as err:
+        except client_error() as err:
             if is_missing(err):
                 return None  # an edit replaced the clip between the two reads; its announcement brings the new one
             raise
@@ -217,7 +218,7 @@ class VoiceBucket(S3Prefix):
         """A built-in voice's saved revision and settings, or None."""
         try:
             saved = json.loads(await self._get(self._settings_key(voice_id)))
-        except ClientError as err:
+        except client_error() as err:
             if is_missing(err):
                 return None
             raise

@@ -48,9 +48,10 @@ from redis.typing import EncodableT, FieldT
 from zsynth.core import protocol
 from zsynth.core.aws import client_config
 from zsynth.core.config import Settings
+from zsynth.core.optional import aws_errors
 from zsynth.core.redis_link import async_client
 from zsynth.core.supervise import Supervisor, cancel_and_wait
-from zsynth.core.voices.bucket import S3_ERRORS, VoiceBucket, VoiceRefused
+from zsynth.core.voices.bucket import VoiceBucket, VoiceRefused
 from zsynth.core.voices.store import StoredVoice, VoiceStore, is_clone_id, reference_name, revision
 
 logger = logging.getLogger(__name__)
@@ -300,14 +301,14 @@ class VoiceLibrary:
         if self.bucket is not None:
             try:
                 await self.bucket.put_voice(meta, reference)
-            except S3_ERRORS as err:
+            except aws_errors() as err:
                 await self._failed(f"storing the new voice {voice_id} in the bucket failed", err)
                 raise StorageUnavailable(str(err)) from err
         try:
             voice = await asyncio.to_thread(self.store.install, meta, reference)
         except BaseException:
             if self.bucket is not None:  # the client gets an error: the voice must not exist anywhere
-                with contextlib.suppress(*S3_ERRORS):
+                with contextlib.suppress(*aws_errors()):
                     await self.bucket.remove_voice(voice_id)
             raise
         await self._announce("put", voice_id, revision(meta))
@@ -318,7 +319,7 @@ class VoiceLibrary:
         if self.bucket is not None:
             try:
                 meta = await self.bucket.get_meta(voice_id)
-            except (*S3_ERRORS, ValueError) as err:
+            except aws_errors(ValueError) as err:
                 await self._failed(f"reading {voice_id} from the bucket failed", err)
                 raise StorageUnavailable(str(err)) from err
             if meta is None:
@@ -339,13 +340,13 @@ class VoiceLibrary:
         if self.bucket is not None:
             try:
                 await self.bucket.put_voice(meta, reference)
-            except S3_ERRORS as err:
+            except aws_errors() as err:
                 await self._failed(f"storing the edit of {voice_id} in the bucket failed", err)
                 raise StorageUnavailable(str(err)) from err
             if old_reference is not None and old_reference != reference_name(meta):
                 try:
                     await self.bucket.delete_object(voice_id, old_reference)
-                except S3_ERRORS as err:  # an unused clip left behind costs storage only
+                except aws_errors() as err:  # an unused clip left behind costs storage only
                     await self._failed(f"removing the replaced clip of {voice_id} failed", err)
         stored = await self._write_local(meta, reference)
         await self._announce("put", voice_id, revision(meta))
@@ -373,7 +374,7 @@ class VoiceLibrary:
         if self.bucket is not None:
             try:
                 await self.bucket.remove_voice(voice_id)
-            except S3_ERRORS as err:
+            except aws_errors() as err:
                 await self._failed(f"removing {voice_id} from the bucket failed", err)
                 if not await self._tombstoned(voice_id):
                     raise StorageUnavailable(str(err)) from err
@@ -385,7 +386,7 @@ class VoiceLibrary:
         assert self.bucket is not None
         try:
             return await self.bucket.is_removed(voice_id)
-        except S3_ERRORS:
+        except aws_errors():
             return False
 
     async def save_builtin_settings(self, voice_id: str, settings: Mapping[str, Any]) -> None:
@@ -396,7 +397,7 @@ class VoiceLibrary:
                 remote = await self.bucket.get_settings(voice_id)
                 rev = max(rev, remote[0] if remote else 0) + 1
                 await self.bucket.put_settings(voice_id, rev, settings)
-            except (*S3_ERRORS, ValueError) as err:
+            except aws_errors(ValueError) as err:
                 await self._failed(f"saving the settings of {voice_id} in the bucket failed", err)
                 raise StorageUnavailable(str(err)) from err
         else:
@@ -463,7 +464,7 @@ class VoiceLibrary:
         except VoiceRefused as err:
             await self._failed(f"refusing {voice_id} from the bucket", err)
             raise
-        except (*S3_ERRORS, ValueError) as err:
+        except aws_errors(ValueError) as err:
             await self._failed(f"fetching {voice_id} from the bucket failed", err)
             raise StorageUnavailable(str(err)) from err
         if remote is None:
@@ -514,7 +515,7 @@ class VoiceLibrary:
     async def _apply_safely(self, fields: Mapping[str, str]) -> None:
         try:
             await self.apply(fields)
-        except (*S3_ERRORS, ValueError) as err:
+        except aws_errors(ValueError) as err:
             # The voice stays fetchable on demand; the next start settles it.
             await self._failed(f"applying {dict(fields)} failed", err)
         except Exception:
@@ -666,7 +667,7 @@ class VoiceLibrary:
             return report
         try:
             listing = await self.bucket.listing()
-        except S3_ERRORS as err:
+        except aws_errors() as err:
             await self._failed(f"cannot list s3://{self.bucket.bucket}/{self.bucket.prefix}; serving this disk", err)
             report.bucket_ok = False
             return report
@@ -718,7 +719,7 @@ class VoiceLibrary:
             elif self.role == "front":
                 try:
                     await self.bucket.remove_voice(voice_id)
-                except S3_ERRORS as err:
+                except aws_errors() as err:
                     await self._failed(f"uploading the tombstone of {voice_id} (removed on this box) failed", err)
                     continue
                 report.tombstones_uploaded += 1
@@ -735,7 +736,7 @@ class VoiceLibrary:
         for voice_id in sorted(voice_ids):
             try:
                 done += await self._refresh(voice_id, None)
-            except (*S3_ERRORS, ValueError) as err:
+            except aws_errors(ValueError) as err:
                 await self._failed(f"{what} {voice_id} failed", err)
             self.arriving.discard(voice_id)
         return done
@@ -750,7 +751,7 @@ class VoiceLibrary:
             try:
                 await self.bucket.put_voice(json.loads(files[0]), files[1])
                 done += 1
-            except (*S3_ERRORS, ValueError) as err:
+            except aws_errors(ValueError) as err:
                 await self._failed(f"uploading {voice_id} failed", err)
         return done
 
@@ -759,7 +760,7 @@ class VoiceLibrary:
         for voice_id in sorted(voice_ids):
             try:
                 remote = await self.bucket.get_settings(voice_id)
-            except (*S3_ERRORS, ValueError) as err:
+            except aws_errors(ValueError) as err:
                 await self._failed(f"reading the settings of {voice_id} failed", err)
                 continue
             if remote is not None and remote[0] > (await asyncio.to_thread(self.store.builtin_settings, voice_id))[0]:

@@ -36,7 +36,7 @@ from zsynth.core.audio import parse_output_format
 from zsynth.core.protocol import Event
 from zsynth.kit.endpoints import Access, Endpoints, refusal
 from zsynth.services.keys import SETTINGS
-from zsynth.speech.openai_audio import MAX_SPEED, MIN_SPEED, RESPONSE_FORMATS, STREAM_FORMATS, ResponseFormat
+from zsynth.speech.openai_audio import MAX_SPEED, MIN_SPEED, RESPONSE_FORMATS, STREAM_FORMATS, ResponseFormat, usable
 from zsynth.speech.schemas.apidoc import AUDIO_HEADERS, OpenAIError
 from zsynth.speech.schemas.bodies import (
     Locators,
@@ -138,7 +138,11 @@ class OpenAISpeechRequest(BaseModel):
     @pydantic.field_validator("response_format", mode="before")
     @classmethod
     def _response_format(cls, value: object) -> object:
-        return _choice("response_format", value, tuple(RESPONSE_FORMATS))
+        _choice("response_format", value, tuple(RESPONSE_FORMATS))
+        lacking = usable(value) if isinstance(value, str) else None
+        if lacking is not None:  # a format whose library this installation lacks (aac without PyAV)
+            raise refusal("invalid_response_format", lacking, 400)
+        return value
 
     @pydantic.field_validator("stream_format", mode="before")
     @classmethod

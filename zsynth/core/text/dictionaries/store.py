@@ -32,9 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol
 
-from botocore.exceptions import BotoCoreError, ClientError
-
 from zsynth.core.aws import S3Prefix
+from zsynth.core.optional import aws_errors, client_error
 from zsynth.core.text.dictionaries.cache import ByteBudgetCache
 from zsynth.core.text.dictionaries.matcher import Lexicon
 from zsynth.core.text.dictionaries.rules import MAX_RULES, MAX_STRING_CHARS, Rule, RuleError, parse_rules
@@ -43,7 +42,6 @@ from zsynth.core.voices.bucket import is_missing
 logger = logging.getLogger(__name__)
 
 LATEST_TTL_S: Final = 2.0
-STORAGE_ERRORS: Final = (BotoCoreError, ClientError, OSError, asyncio.TimeoutError)
 META: Final = "meta.json"
 # The largest version object read: MAX_RULES rules of two strings at their longest, each character written as a
 # six-byte JSON escape at worst, with room for the field names. A larger one was not written by these checks.
@@ -157,7 +155,7 @@ class BucketBackend(S3Prefix):
     async def get(self, key: str, limit: int) -> bytes | None:
         try:
             obj = await self._s3.get_object(Bucket=self.bucket, Key=self.prefix + key)
-        except ClientError as err:
+        except client_error() as err:
             if is_missing(err):
                 return None
             raise
@@ -208,7 +206,7 @@ class DictionaryStore:
     async def _call(self, coro: Any) -> Any:
         try:
             return await coro
-        except STORAGE_ERRORS as err:
+        except aws_errors() as err:
             raise StorageUnavailable(str(err)) from err
 
     def _remember_meta(self, dictionary_id: str, meta: dict[str, Any] | None, size: int) -> None:
