@@ -104,6 +104,10 @@ class Stream:
         # When its listener's playback runs dry (monotonic): it starts a jitter buffer after the first chunk went out,
         # grows by each chunk's audio, and restarts when a chunk goes out after it (the listener heard a gap).
         self.dry_at = 0.0
+        # The stream whose audio this one's plays right after (Job.follows, held by this worker): this one waits
+        # until that one is made. Then ``anchor`` is where that one's playback ends: this one's playback continues it.
+        self.after: Stream | None = None
+        self.anchor: float | None = None
         self.sent_samples = 0  # engine samples this part published
         self.parked = False  # its next chunk waits for credit
         self.pending_bytes = 0  # the size of that chunk
@@ -127,8 +131,21 @@ class Stream:
 
     @property
     def runnable(self) -> bool:
-        """Whether a step may run now: not parked (an aborted or given-up stream runs, to end)."""
-        return not self.finished and (not self.parked or self.abort.is_set() or bool(self.gate.stalled))
+        """Whether a step may run now: not parked, and the stream it follows made (an aborted or given-up stream
+        runs, to end)."""
+        if self.finished:
+            return False
+        if self.abort.is_set() or self.gate.stalled:
+            return True
+        return not self.parked and self.after is None
+
+    def follow(self, played_until: float | None) -> None:
+        """The stream this one follows was made: this one's playback continues where that one's ends (monotonic;
+        None when that one sent nothing), which is also when this one's first chunk is due."""
+        self.after = None
+        if played_until is not None:
+            self.anchor = played_until
+            self.first_due = played_until
 
     def credit_arrived(self) -> bool:
         """Whether the parked chunk may go now (the loop asks after reading the credit list)."""
@@ -276,7 +293,9 @@ class Stream:
         now = time.monotonic()
         if self.first_sent_at is None:
             self.first_sent_at = now
-            self.dry_at = now + self.host.settings.playback_jitter_s
+            # A turn's playback starts a jitter buffer after its first chunk lands; a following segment's goes on
+            # from the previous one's.
+            self.dry_at = now + self.host.settings.playback_jitter_s if self.anchor is None else self.anchor
         samples = int(meta.get("samples", 0))
         self.dry_at = max(self.dry_at, now) + samples / self.host.engine.sample_rate
         self.seq += 1

@@ -28,6 +28,7 @@ import logging
 import os
 import signal
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -63,6 +64,7 @@ CLAIM_BLOCK_S = 1.0  # BLMOVE timeout: how often an idle worker notices a stop r
 # How often the loop reads the credit lists of parked streams (and how long it waits for a job when every stream it
 # holds is parked): a parked stream is a window of audio ahead of its client, so this is never heard.
 PARKED_POLL_S = 0.025
+PLAYED_KEPT = 1024  # ended streams whose playback clock a following segment may continue
 # Longest pause between tries while Redis is unreachable: a Sentinel promotion takes a few seconds, and a worker
 # should claim again within a second of it.
 MAX_BACKOFF_S = 1.0
@@ -119,6 +121,9 @@ class Worker:
         self._force = False
         self._admitting = True  # the last admission test's answer (read by the engine thread: may a stream yield)
         self.rate = SlotRate()  # the slot's measured real-time factor and audio per chunk
+        # Where the playback of the streams that ended last runs dry (monotonic), by job id: a segment that follows
+        # one of them (Job.follows) continues its clock. Bounded: the oldest go first.
+        self._played_until: OrderedDict[str, float] = OrderedDict()
         self._credit_read_at = 0.0
         self.jobs_done = 0
         self._reap = redis.register_script(protocol.REAP_LUA)
@@ -312,6 +317,12 @@ class Worker:
             await self._record_terminal(job, terminal, release=raw)
             return
         stream = Stream(self.host, job, raw, fmt, log)
+        if job.follows:
+            before = next((s for s in self.streams if s.job.job_id == job.follows), None)
+            if before is not None:
+                stream.after = before
+            elif job.follows in self._played_until:
+                stream.follow(self._played_until[job.follows])
         self.streams.append(stream)
         log.info(
             "claimed (%d chars, part %d, voice %s, %s; %d streams held)",
@@ -327,6 +338,14 @@ class Worker:
     async def _end(self, stream: Stream) -> None:
         """Record the end of a stream whose work ended: its terminal event, or the job claimed in its place."""
         self.streams.remove(stream)
+        played_until = stream.dry_at if stream.first_sent_at is not None else None
+        for follower in self.streams:
+            if follower.after is stream:
+                follower.follow(played_until)
+        if played_until is not None:
+            self._played_until[stream.job.job_id] = played_until
+            while len(self._played_until) > PLAYED_KEPT:
+                self._played_until.popitem(last=False)
         if not stream.owned:  # the memory guard recorded its end and is restarting the process
             return
         job, log = stream.job, stream.log

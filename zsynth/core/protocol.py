@@ -395,6 +395,10 @@ class Job:
     granted_bytes: int = 0
     # The W3C trace context (traceparent) of the front's span that queued the job, when traces are on (tracing.py).
     trace: dict[str, str] = field(default_factory=dict)
+    # The job whose audio this one's plays right after (a socket context's previous segment, unfinished when this one
+    # was pushed), or "": a worker holding both computes this one once that one is made, and times its deadlines
+    # from where that one's playback ends (docs/scheduling.md).
+    follows: str = ""
 
     def to_json(self) -> str:
         """Serialise for the queue, the fields PUSH_BOUNDED_LUA reads first (QUEUE_LEAD_FIELDS)."""
