@@ -61,3 +61,86 @@ def test_one_worker_at_rtf_0_04_carries_24_conversing_agents(private_redis_url, 
 @pytest.mark.timeout(300)
 def test_one_worker_at_rtf_0_072_carries_16_conversing_agents(private_redis_url, tmp_path):
     _level(private_redis_url, tmp_path, 0.072, 16)
+
+
+KEY_A, KEY_B = "proof-key-a", "proof-key-b"
+SENTENCE = "Key B asks for one short sentence."
+READING = " ".join(
+    f"Paragraph {n} of key A's long reading goes on at an even pace, and its client takes the audio very slowly."
+    for n in range(40)
+)[:4000]
+
+
+async def _answer_s(session: object, base: str) -> float:
+    """Seconds to key B's whole answer for SENTENCE (checked as speech)."""
+    from .helpers import assert_speech, decode_audio
+
+    started = time.monotonic()
+    async with session.post(  # type: ignore[attr-defined]
+        f"{base}/v1/text-to-speech/v?output_format=pcm_16000", json={"text": SENTENCE}, headers={"xi-api-key": KEY_B}
+    ) as resp:
+        assert resp.status == 200, await resp.text()
+        body = await resp.read()
+    elapsed = time.monotonic() - started
+    assert_speech(*decode_audio(body, "pcm_16000"), SENTENCE)
+    return elapsed
+
+
+async def _slow_reader(session: object, base: str, stop: asyncio.Event, started: asyncio.Event) -> int:
+    """Key A's stream of READING at pcm_44100, read at 1 KB/s until told to stop; the bytes it read."""
+    url = f"{base}/v1/text-to-speech/v/stream?output_format=pcm_44100"
+    read = 0
+    async with session.post(url, json={"text": READING}, headers={"xi-api-key": KEY_A}) as resp:  # type: ignore[attr-defined]
+        assert resp.status == 200, await resp.text()
+        while not stop.is_set():
+            data = await resp.content.read(1024)
+            if not data:
+                break
+            read += len(data)
+            started.set()
+            await asyncio.sleep(1.0)
+    return read
+
+
+@pytest.mark.timeout(300)
+def test_key_a_s_slow_readers_do_not_hold_key_b_s_sentence_on_piper(private_redis_url, tmp_path):
+    """The live probe of the issue on the default box (two Piper workers, one engine thread each): key A keeps 8
+    streams of 4,000 characters open and reads each at 1 KB/s (``POST .../stream``, ``pcm_44100``). Key B's one
+    sentence is still answered within 2 s plus its synthesis alone (measured first, on the same stack); before the
+    slot was shared, it waited for a worker that a client that does not read held (5.6 s with 2 such streams, 8.7 s
+    with 8)."""
+    import aiohttp
+
+    workers = [WorkerProcess(private_redis_url, f"proof-piper-{n}-{time.monotonic_ns()}", tmp_path) for n in range(2)]
+    try:
+        for worker in workers:
+            worker.wait_ready()
+        env = {"ZSYNTH_API_KEYS": f"{KEY_A},{KEY_B}", "ZSYNTH_LOG_LEVEL": "WARNING"}
+        with front_process(private_redis_url, tmp_path, **env) as (_, base):
+
+            async def probe() -> tuple[list[float], list[float], list[int]]:
+                async with aiohttp.ClientSession() as session:
+                    idle = [await _answer_s(session, base) for _ in range(3)]
+                    stop = asyncio.Event()
+                    reading = [asyncio.Event() for _ in range(8)]
+                    readers = [asyncio.create_task(_slow_reader(session, base, stop, r)) for r in reading]
+                    await asyncio.wait_for(asyncio.gather(*(r.wait() for r in reading)), 60)
+                    loaded = []
+                    for _ in range(3):
+                        await asyncio.sleep(1.0)
+                        loaded.append(await _answer_s(session, base))
+                    stop.set()
+                    read = await asyncio.gather(*readers, return_exceptions=True)
+                    return idle, loaded, [r if isinstance(r, int) else -1 for r in read]
+
+            idle, loaded, read = asyncio.run(probe())
+    finally:
+        for worker in workers:
+            worker.stop()
+    alone = sorted(idle)[1]
+    print(
+        f"\nkey B alone {[round(s, 3) for s in idle]} s;"
+        f" beside key A's 8 slow readers {[round(s, 3) for s in loaded]} s"
+    )
+    assert max(loaded) <= 2.0 + alone, f"key B's sentence took {max(loaded):.2f} s beside the slow readers"
+    assert all(n > 0 for n in read), read  # every slow reader was served
