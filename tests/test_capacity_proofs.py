@@ -102,6 +102,12 @@ async def _slow_reader(session: object, base: str, stop: asyncio.Event, started:
     return read
 
 
+async def _first(events: list[asyncio.Event], count: int) -> None:
+    """Wait until ``count`` of ``events`` are set."""
+    while sum(1 for event in events if event.is_set()) < count:
+        await asyncio.sleep(0.05)
+
+
 @pytest.mark.timeout(300)
 def test_key_a_s_slow_readers_do_not_hold_key_b_s_sentence_on_piper(private_redis_url, tmp_path):
     """The live probe of the issue on the default box (two Piper workers, one engine thread each): key A keeps 8
@@ -124,7 +130,9 @@ def test_key_a_s_slow_readers_do_not_hold_key_b_s_sentence_on_piper(private_redi
                     stop = asyncio.Event()
                     reading = [asyncio.Event() for _ in range(8)]
                     readers = [asyncio.create_task(_slow_reader(session, base, stop, r)) for r in reading]
-                    await asyncio.wait_for(asyncio.gather(*(r.wait() for r in reading)), 60)
+                    # Every worker is inside key A's streams (the others wait for a worker to take them).
+                    await asyncio.wait_for(_first(reading, 2), 60)
+                    await asyncio.sleep(3.0)
                     loaded = []
                     for _ in range(3):
                         await asyncio.sleep(1.0)

@@ -14,13 +14,33 @@ from zsynth.core.engines import PROFILES
 class _Stream:
     deadline: float
     runnable: bool = True
+    owner: str = ""
+    finishing: bool = False
 
 
 def test_the_runnable_stream_with_the_earliest_deadline_goes_first() -> None:
-    late, early, parked = _Stream(5.0), _Stream(1.0), _Stream(0.5, runnable=False)
-    assert pick([late, early, parked]) is early
-    assert pick([parked]) is None
-    assert pick([]) is None
+    later, early, parked = _Stream(5.0), _Stream(1.0), _Stream(0.5, runnable=False)
+    assert pick([later, early, parked], now=0.0, urgent_s=1.0) is early
+    assert pick([parked], now=0.0, urgent_s=1.0) is None
+    assert pick([], now=0.0, urgent_s=1.0) is None
+    # Late streams of one owner (every agent of an open server) stay in EDF order.
+    late, later_late = _Stream(8.0), _Stream(9.0)
+    assert pick([later_late, late], now=10.0, urgent_s=1.0) is late
+
+
+def test_one_key_s_many_streams_due_together_do_not_keep_another_key_s_turn_waiting() -> None:
+    flood = [_Stream(8.0 + i / 10, owner="A") for i in range(4)]  # late: more than the engine feeds
+    turn = _Stream(10.6, owner="B")
+    ahead = _Stream(14.0, owner="C")
+    assert pick([*flood, turn, ahead], now=10.0, urgent_s=1.0) is turn
+    assert pick([_Stream(10.2, owner="A"), _Stream(10.3, owner="A"), turn], now=10.0, urgent_s=1.0) is turn
+    # Once that turn is out of the way, key A's streams go in EDF order; a stream far ahead waits for them.
+    assert pick([*flood, ahead], now=10.0, urgent_s=1.0) is flood[0]
+    # A stream whose text is all sent only needs ending: it goes first.
+    done = _Stream(15.0, owner="A", finishing=True)
+    assert pick([*flood, turn, done], now=10.0, urgent_s=1.0) is done
+    # Nothing due soon: plain EDF, whoever owns it.
+    assert pick([_Stream(13.0, owner="A"), _Stream(12.0, owner="A"), ahead], now=10.0, urgent_s=1.0).deadline == 12.0
 
 
 def test_the_rate_is_measured_from_the_steps() -> None:

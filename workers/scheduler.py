@@ -2,7 +2,8 @@
 
 Each stream a worker holds has a deadline: the moment its listener's playback would run dry (before its first chunk,
 when it was queued plus the first-audio budget). The slot always computes the next chunk of the runnable stream whose
-deadline comes first (:func:`pick`): earliest deadline first, one chunk (the engine's grain) at a time.
+deadline comes first (:func:`pick`): earliest deadline first, one chunk (the engine's grain) at a time, and among
+the streams due soon, the key that holds the fewest streams first (fair shares between owners).
 
 A worker takes a new stream only while the deadlines of the streams it holds, and the new one's, stay feasible at the
 slot's measured real-time factor (:func:`feasible`): the processor-demand test of EDF over a short horizon. Each
@@ -14,7 +15,8 @@ Nothing here touches Redis or the engine: the worker (``workers/worker.py``) fee
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol, TypeVar
 
@@ -40,6 +42,16 @@ class Scheduled(Protocol):
     @property
     def runnable(self) -> bool:
         """Whether its next chunk may be computed now (not parked on credit)."""
+        ...
+
+    @property
+    def owner(self) -> str:
+        """Whose turn it takes: the key it counts against (Job.owner)."""
+        ...
+
+    @property
+    def finishing(self) -> bool:
+        """Whether its text is all spoken and sent, so its next step only ends it."""
         ...
 
 
@@ -70,13 +82,29 @@ class SlotRate:
 S = TypeVar("S", bound=Scheduled)
 
 
-def pick(streams: Iterable[S]) -> S | None:
-    """The runnable stream whose deadline comes first (None when none may run)."""
-    best: S | None = None
-    for stream in streams:
-        if stream.runnable and (best is None or stream.deadline < best.deadline):
-            best = stream
-    return best
+def pick(streams: Sequence[S], now: float, urgent_s: float) -> S | None:
+    """The runnable stream to compute next (None when none may run): earliest deadline first, fair between owners.
+
+    A stream whose text is all spoken and sent goes first: its next step only ends it.
+
+    The streams due within ``urgent_s`` (the late ones included) go first, by their owner's share: the stream of the
+    owner that holds the fewest streams on this worker, then the earliest deadline. The others (further ahead of
+    their listeners) go after them, earliest deadline first. So one key's many streams, due or late together (a
+    burst, or more listeners than the engine feeds), never keep another key's one turn waiting behind all of them,
+    and the streams of one owner (every agent of an open server) are plain EDF. This is the queue's own order (keys
+    in turns) kept inside a worker.
+    """
+    runnable = [stream for stream in streams if stream.runnable]
+    if not runnable:
+        return None
+    for stream in runnable:
+        if stream.finishing:  # a moment's work that ends a stream (and answers its client) goes first
+            return stream
+    urgent = [stream for stream in runnable if stream.deadline <= now + urgent_s]
+    if not urgent:
+        return min(runnable, key=lambda stream: stream.deadline)
+    held = Counter(stream.owner for stream in streams)
+    return min(urgent, key=lambda stream: (held[stream.owner], stream.deadline))
 
 
 def _events(demands: Sequence[Demand], now: float, until: float) -> list[tuple[float, float]]:

@@ -41,6 +41,11 @@ from .synthesis import YIELDING_CODECS, ChunkMeta, first_piece, speak_cut, text_
 from .voice_sync import VoiceUnavailable
 
 
+def _visible(text: str) -> int:
+    """Characters of ``text`` other than white space."""
+    return sum(1 for ch in text if not ch.isspace())
+
+
 class JobLog(logging.LoggerAdapter[logging.Logger]):
     """Prefixes every line with the job id and the worker id."""
 
@@ -119,6 +124,11 @@ class Stream:
         self.yielded = False
         self.too_long = False  # stopped at the hard bound on audio per job
         self._work: Generator[Step, None, None] | None = None
+        # Characters (white space aside) of the job's text and of the chunks made so far: when they meet, the text is
+        # spoken and the next step only ends the stream (closes the engine's generator, flushes the encoder, sends the
+        # terminal event), so it goes first (``finishing``).
+        self._text_chars = _visible(job.text)
+        self._made_chars = 0
 
     # ----- what the scheduler reads ----------------------------------------------------------------------------
 
@@ -128,6 +138,11 @@ class Stream:
         the audio sent (from the last gap, if it had one); before its first chunk, when it was queued plus the
         first-audio budget."""
         return self.first_due if self.first_sent_at is None else self.dry_at
+
+    @property
+    def owner(self) -> str:
+        """Whose turn it takes: the key its job counts against (fair shares between owners, in an overload)."""
+        return self.job.owner
 
     @property
     def runnable(self) -> bool:
@@ -146,6 +161,11 @@ class Stream:
         if played_until is not None:
             self.anchor = played_until
             self.first_due = played_until
+
+    @property
+    def finishing(self) -> bool:
+        """Whether the whole text has been spoken and sent: the next step only ends the stream (a moment's work)."""
+        return self._made_chars >= self._text_chars and self.published and not self.parked
 
     def credit_arrived(self) -> bool:
         """Whether the parked chunk may go now (the loop asks after reading the credit list)."""
@@ -228,6 +248,7 @@ class Stream:
                     waited_s = None
                 if not (yield from self._publish(audio, meta)):
                     return
+                self._made_chars += _visible(chunk.text)
                 offset += len(chunk.pcm)
                 if offset > host.hard_audio_s * engine.sample_rate:
                     self.too_long = True

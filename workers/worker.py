@@ -119,7 +119,11 @@ class Worker:
         self._orphans: list[tuple[bytes, bool]] = []
         self._stopping = asyncio.Event()
         self._force = False
-        self._admitting = True  # the last admission test's answer (read by the engine thread: may a stream yield)
+        self._admitting = True  # the last admission test's answer
+        # Whether it holds fewer than its most streams and is not stopping: a worker whose schedule is full still takes
+        # a key's first stream on it (CLAIM_NEW_OWNER_LUA); one with no room at all lets a batch stream yield instead.
+        self._room = True
+        self._claim_new_owner = redis.register_script(protocol.CLAIM_NEW_OWNER_LUA)
         self.rate = SlotRate()  # the slot's measured real-time factor and audio per chunk
         # Where the playback of the streams that ended last runs dry (monotonic), by job id: a segment that follows
         # one of them (Job.follows) continues its clock. Bounded: the oldest go first.
@@ -145,7 +149,7 @@ class Worker:
             # Run from the engine thread, on its blocking connection.
             should_yield=chunk_redis.register_script(protocol.SHOULD_YIELD_LUA),
             yield_slot=chunk_redis.register_script(protocol.YIELD_LUA),
-            may_yield=lambda: not self._admitting and not self._stopping.is_set(),
+            may_yield=lambda: not self._room and not self._stopping.is_set(),
             forced=lambda: self._force,
         )
         #: Exit status for the process once the serving loop ends (non-zero: systemd restarts the worker).
@@ -216,7 +220,12 @@ class Worker:
                     await self._settle_orphans()
                 await self._read_credit()
                 self._assess()
-                stream = pick(self.streams)
+                # A job waiting now is taken before the choice, so that its first chunk can be the next one made.
+                if self._admitting:
+                    await self._claim(0.0)
+                elif self._room:
+                    await self._claim(0.0, new_owner_only=True)
+                stream = pick(self.streams, time.monotonic(), self.settings.batch_first_audio_budget_s)
                 if stream is None:
                     claimed = await self._idle(burst)
                     if burst and not claimed and not self.streams and not self._orphans:
@@ -238,12 +247,15 @@ class Worker:
         room = not self._stopping.is_set() and not self._orphans and len(self.streams) < self.max_streams
         # The newcomer: its first chunk due within the realtime first-audio budget, then one per chunk played.
         newcomer = Demand(now + self.settings.first_audio_budget_s, period)
+        self._room = room
         self._admitting = room and feasible(demands, now, self.rate, newcomer)
         self.metrics.held(len(self.streams), self.max_streams, not self._admitting, booked)
 
     async def _idle(self, burst: bool) -> bool:
         """No stream may run: wait for a job (or, when the worker takes none, a moment); True when one was claimed."""
         if not self._admitting:
+            if self._room and await self._claim(0.0, new_owner_only=True):
+                return True
             await asyncio.sleep(PARKED_POLL_S)
             return False
         if self.streams:  # every stream is parked: come back for their credit soon
@@ -253,25 +265,21 @@ class Worker:
         return await self._claim(block)
 
     async def _run_step(self, stream: Stream) -> None:
-        """Compute one chunk of ``stream`` on the engine thread; meanwhile, claim a job when the worker takes one."""
+        """Compute one chunk of ``stream`` on the engine thread."""
         loop = asyncio.get_running_loop()
-        step = loop.run_in_executor(self._engine_thread, stream.step)
-        try:
-            if self._admitting:
-                await self._claim(0.0)
-        except (RedisError, OSError) as err:
-            logger.warning("worker %s: claim failed while a chunk was computed: %s", self.worker_id, err)
-        finally:
-            compute_s, audio_s = await step
+        compute_s, audio_s = await loop.run_in_executor(self._engine_thread, stream.step)
         self.rate.observe(compute_s, audio_s)
         self.metrics.busy_seconds.inc(compute_s)
         if stream.finished:
             await self._end(stream)
 
-    async def _claim(self, block: float) -> bool:
-        """Move the next job of the queue into the in-flight list (waiting up to ``block`` seconds); True when one
-        was claimed."""
-        if block > 0:
+    async def _claim(self, block: float, *, new_owner_only: bool = False) -> bool:
+        """Move the next job of the queue into the in-flight list (waiting up to ``block`` seconds; with
+        ``new_owner_only``, only a job of an owner none of its streams has); True when one was claimed."""
+        if new_owner_only:
+            owners = sorted({stream.job.owner for stream in self.streams})
+            reply = await self._claim_new_owner(keys=[protocol.QUEUE, self.processing], args=owners)
+        elif block > 0:
             # A bytes reply (the client decodes nothing); redis-py types it bytes or str.
             reply = await self.redis.blmove(protocol.QUEUE, self.processing, block, "RIGHT", "LEFT")  # type: ignore[arg-type]  # redis accepts float seconds
         else:
