@@ -103,7 +103,8 @@ async def _slow_reader(session: object, base: str, stop: asyncio.Event, started:
 
 
 async def _engines_idle(metrics_urls: list[str], quiet_s: float, timeout_s: float) -> None:
-    """Wait until no worker's engine has computed for ``quiet_s`` (their engine seconds stand still), at most
+    """Wait until no worker's engine has computed for ``quiet_s`` (longer than one sentence: the engine seconds are
+    counted when a chunk is made), at most
     ``timeout_s`` (a busy box: the probe then goes ahead anyway)."""
     from .helpers import sample_sum, scrape
 
@@ -159,7 +160,7 @@ def test_key_a_s_slow_readers_do_not_hold_key_b_s_sentence_on_piper(private_redi
                     # Every worker is inside key A's streams (the others wait for a worker to take them), until the
                     # streams it runs are a window ahead of their readers: its engine stops (the issue's probe).
                     await asyncio.wait_for(_first(reading, 2), 60)
-                    await _engines_idle([w.metrics_url for w in workers], 0.5, 90.0)
+                    await _engines_idle([w.metrics_url for w in workers], 5.0, 120.0)
                     loaded = []
                     for _ in range(3):
                         await asyncio.sleep(1.0)
