@@ -135,9 +135,9 @@ create_app(settings)
 metrics = WorkerMetrics(settings, SimulatedEngine(0.01, 0.1), lambda: 1)
 assert Tracing.from_settings(settings, "zsynth-front") is None and metrics.tracing is None
 job = protocol.Job("Hello.", "joe", "pcm_16000", trace={"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"})
-metrics.claimed(job)
-list(metrics.chunks(job, [EngineChunk(np.zeros(1600, dtype=np.float32), "Hello.")]))
-metrics.ended(job, protocol.Event("done", 1))
+figures = metrics.claimed(job)
+list(metrics.chunks(job, [EngineChunk(np.zeros(1600, dtype=np.float32), "Hello.")], figures))
+metrics.ended(job, protocol.Event("done", 1), figures)
 ours = [(name, where) for name, where in attempts if where.startswith((str(ROOT / "zsynth"), str(ROOT / "workers")))]
 print("zsynth's imports of opentelemetry:", ours)
 sys.exit(1 if ours else 0)

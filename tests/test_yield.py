@@ -40,11 +40,21 @@ Pool = tuple[str, Path, list[WorkerProcess]]
 
 @pytest.fixture(scope="module")
 def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
-    """Its own redis-server and two Piper workers whose jobs yield after every piece of PIECE characters."""
+    """Its own redis-server and two Piper workers whose jobs yield after every piece of PIECE characters.
+
+    Each worker holds one stream at most (ZSYNTH_MAX_STREAMS=1), so it is full whenever it speaks: the yield is what a
+    full worker does when a realtime or unstarted job waits (a worker with room takes it as a stream of its own,
+    tests/test_streams.py)."""
     server = RedisServer().start()
     data = tmp_path_factory.mktemp("yield")
     workers = [
-        WorkerProcess(server.url, f"yield-{n}-{time.monotonic_ns()}", data, ZSYNTH_PIECE_MAX_CHARS=str(PIECE))
+        WorkerProcess(
+            server.url,
+            f"yield-{n}-{time.monotonic_ns()}",
+            data,
+            ZSYNTH_PIECE_MAX_CHARS=str(PIECE),
+            ZSYNTH_MAX_STREAMS="1",
+        )
         for n in range(2)
     ]
     try:
@@ -312,7 +322,9 @@ def test_queue_order_realtime_then_new_batch_then_remainders(tmp_path):
 def lone_worker(tmp_path: Path) -> Iterator[tuple[str, WorkerProcess]]:
     """Its own redis-server and one worker, which the test kills."""
     server = RedisServer().start()
-    worker = WorkerProcess(server.url, "doomed", tmp_path, ZSYNTH_PIECE_MAX_CHARS=str(PIECE)).wait_ready()
+    worker = WorkerProcess(
+        server.url, "doomed", tmp_path, ZSYNTH_PIECE_MAX_CHARS=str(PIECE), ZSYNTH_MAX_STREAMS="1"
+    ).wait_ready()
     try:
         yield server.url, worker
     finally:
@@ -352,7 +364,7 @@ async def test_split_jobs_survive_a_worker_killed_between_and_during_pieces(aioh
         await _wait_until(resumed_first_running, 20, "the first job resumed while the second one's remainder waits")
         await short
         doomed.kill()  # during a piece of the resumed first job, between two pieces of the second
-        rescuer = WorkerProcess(url, "rescuer", tmp_path, ZSYNTH_PIECE_MAX_CHARS=str(PIECE))
+        rescuer = WorkerProcess(url, "rescuer", tmp_path, ZSYNTH_PIECE_MAX_CHARS=str(PIECE), ZSYNTH_MAX_STREAMS="1")
         await asyncio.to_thread(rescuer.wait_ready)
 
         # The second job continues on the new worker: every character once, in order, nothing repeated.

@@ -1,9 +1,11 @@
 """Flow control on the worker: publish a job's next chunk only within the credit its front granted.
 
-The front grants credit as its transport takes the job's audio (``zsynth/services/flow.py``); this side waits for it
-in the engine thread, between chunks, on the job's credit list (BLPOP, in short slices so a cancel or a stop is
-seen at once). A job whose front takes nothing for ``ZSYNTH_FLOW_WAIT`` seconds, or whose front has no subscriber on
-its reply channel for :data:`FRONT_GONE_S` (the front process died), is stopped: its slot goes to the next job.
+The front grants credit as its transport takes the job's audio (``zsynth/services/flow.py``). The worker's scheduler
+waits for it without holding the slot: a stream whose next chunk is past its credit is parked, and the worker's loop
+reads its credit list between other streams' chunks (:meth:`CreditGate.wait_from`, :meth:`CreditGate.take`,
+:meth:`CreditGate.given_up`). :meth:`CreditGate.admit` is the same wait done in one blocking call (BLPOP, in short
+slices so a cancel or a stop is seen at once). A job whose front takes nothing for ``ZSYNTH_FLOW_WAIT`` seconds, or
+whose front has no subscriber on its reply channel for :data:`FRONT_GONE_S` (the front process died), is stopped.
 """
 
 from __future__ import annotations
@@ -35,6 +37,10 @@ class CreditGate:
         self.consumed = job.consumed_bytes
         self.granted = job.granted_bytes
         self.stalled = ""  # why the gate gave up on the job's front ("" while it has not)
+        # A parked wait (the scheduler's): when it gives up unless a grant comes, and since when the front is gone.
+        self._wait_until: float | None = None
+        self._gone_since: float | None = None
+        self._next_look = 0.0
 
     @property
     def paced(self) -> bool:
@@ -80,6 +86,53 @@ class CreditGate:
                 return False
             deadline = time.monotonic() + self.wait_s
         return True
+
+    # ----- the parked wait, driven by the worker's loop ------------------------------------------------------------
+
+    def wait_from(self, now: float) -> None:
+        """A parked wait starts at ``now`` (monotonic), unless one is under way."""
+        if self._wait_until is None:
+            self._wait_until = now + self.wait_s
+            self._gone_since = None
+            self._next_look = now + SLICE_S
+
+    def take(self, entries: list[bytes | str], now: float) -> bool:
+        """Apply what the credit list held (the loop LPOPs it); False on a cancel. A grant restarts the wait."""
+        if not entries:
+            return True
+        if not self._read(entries):
+            return False
+        if self._wait_until is not None:
+            self._wait_until = now + self.wait_s
+        return True
+
+    def wants_look(self, now: float) -> bool:
+        """Whether the parked wait should ask, now, whether the job's front still listens (every SLICE_S)."""
+        return self._wait_until is not None and now >= self._next_look
+
+    def looked(self, listening: bool, now: float) -> None:
+        """The answer to :meth:`wants_look`: whether the job's reply channel has a subscriber."""
+        self._next_look = now + SLICE_S
+        if listening:
+            self._gone_since = None
+        elif self._gone_since is None:
+            self._gone_since = now
+
+    def given_up(self, now: float) -> bool:
+        """Whether the parked wait gives up now (``stalled`` then says why): no grant for ``wait_s``, or the front
+        gone for :data:`FRONT_GONE_S`."""
+        if self._wait_until is None:
+            return False
+        if now >= self._wait_until:
+            self.stalled = f"its front took no audio for {self.wait_s:g} s"
+        elif self._gone_since is not None and now - self._gone_since >= FRONT_GONE_S:
+            self.stalled = "its front is gone (no listener on its reply channel)"
+        return bool(self.stalled)
+
+    def wait_over(self) -> None:
+        """The parked wait ended (the chunk may go)."""
+        self._wait_until = None
+        self._gone_since = None
 
     def _read(self, entries: list[bytes | str]) -> bool:
         """Apply grants (the newest counts); False on a cancel."""

@@ -153,23 +153,24 @@ class MemoryWatch:
 
 
 class JobGuard:
-    """The ceiling applied to a worker's running job: marks and stops it when it crosses, and when it will not stop,
-    records its end, frees its slot and exits the process (``on_fatal``).
+    """The ceiling applied to the stream whose chunk the engine is computing: marks and stops it when it crosses, and
+    when it will not stop, records its end, frees its slot and exits the process (``on_fatal``).
 
-    ``begin``/``finish`` bracket each job; the lock makes a job's terminal recorded once, by the worker's loop or by
-    the guard's restart, never both. Redis is reached through the engine thread's blocking client (thread-safe), as
-    the event loop may be waiting on the engine.
+    ``begin``/``finish`` bracket each step of a stream (one chunk: memory grows while the engine computes); the lock
+    makes a stream's terminal recorded once, by the worker's loop or by the guard's restart, never both. The other
+    streams a restarting worker held stay in its in-flight list and are ended by its next life (worker_restarted).
+    Redis is reached through the engine thread's blocking client (thread-safe), as the event loop may be waiting on
+    the engine.
     """
 
-    def __init__(self, settings: Settings, redis: SyncRedis, processing: str, abort: threading.Event) -> None:
+    def __init__(self, settings: Settings, redis: SyncRedis, processing: str) -> None:
         self.settings = settings
         self.redis = redis
         self.processing = processing
-        self.abort = abort
         self.watch = MemoryWatch(ceiling_for(settings.engine, settings.worker_max_rss), self._over, self._stuck)
         self.on_fatal: Callable[[int], object] = os._exit  # the only way to stop an engine thread that ignores us
         self._lock = threading.Lock()
-        self._running: tuple[protocol.Job, bytes, Callable[[], int]] | None = None
+        self._running: tuple[protocol.Job, bytes, Callable[[], int], threading.Event] | None = None
         self._taken = False
 
     @property
@@ -185,10 +186,11 @@ class JobGuard:
         """Stop watching."""
         self.watch.close()
 
-    def begin(self, job: protocol.Job, raw: bytes, seq: Callable[[], int]) -> None:
-        """A job starts: ``raw`` is its JSON as claimed, ``seq()`` the sequence number its terminal would carry."""
+    def begin(self, job: protocol.Job, raw: bytes, seq: Callable[[], int], abort: threading.Event) -> None:
+        """A stream's step starts: ``raw`` is its JSON as claimed, ``seq()`` the sequence number its terminal would
+        carry, ``abort`` the flag its engine reads between calls."""
         with self._lock:
-            self._running = (job, raw, seq)
+            self._running = (job, raw, seq, abort)
             self._taken = False
         self.watch.arm()
 
@@ -207,7 +209,7 @@ class JobGuard:
         running = self._running
         if running is None:
             return
-        job = running[0]
+        job, abort = running[0], running[3]
         logger.error(
             "[job %s worker %s] RSS %d MB passed the ceiling of %d MB: stopping the job",
             job.job_id,
@@ -220,7 +222,7 @@ class JobGuard:
             pipe.hset(protocol.job_key(job.job_id), protocol.MEMORY_FIELD, str(rss))
             pipe.expire(protocol.job_key(job.job_id), self.settings.job_ttl_s)
             pipe.execute()
-        self.abort.set()
+        abort.set()
 
     def _stuck(self, rss: int) -> None:
         """The job did not stop in time (or grew past the hard limit): publish its end, free its slot, exit."""
@@ -228,7 +230,7 @@ class JobGuard:
             if self._taken or self._running is None:
                 return  # it ended meanwhile; the worker sheds the memory
             self._taken = True
-            job, raw, seq = self._running
+            job, raw, seq, _ = self._running
         worker_id = self.settings.worker_id
         ids = (job.job_id, worker_id)
         logger.critical("[job %s worker %s] RSS %d MB and the job has not stopped: restarting", *ids, rss // 10**6)

@@ -8,10 +8,11 @@ memory and utilisation through NVML (``nvidia-ml-py``) where it imports. Every n
 ``docs/operations.md`` ("Monitoring").
 
 The worker calls four hooks, one line each: :meth:`WorkerMetrics.claimed`, :meth:`WorkerMetrics.chunks` (around
-the engine's chunks, in the engine thread), :meth:`WorkerMetrics.ended` and :meth:`WorkerMetrics.dropped`. A job
-runs alone on a worker, so the running job's figures are plain attributes, set by the loop before the engine thread
-starts and read by it after the thread returned. Values that are state rather than events (RSS, the ceiling, the
-voice look-ups, the GPU) are read at scrape time.
+the engine's chunks, in the engine thread), :meth:`WorkerMetrics.ended` and :meth:`WorkerMetrics.dropped`. A worker
+holds several streams at once, so each stream's figures are a :class:`StreamFigures` of its own, made by ``claimed``
+and passed back to the other hooks; the loop and the engine thread never touch one stream's figures at the same time
+(the loop schedules a stream's chunk and waits for it). :meth:`WorkerMetrics.held` sets how full the worker is. Values
+that are state rather than events (RSS, the ceiling, the voice look-ups, the GPU) are read at scrape time.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import sys
 import time
 from collections import Counter as CountBy
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any, Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, start_http_server
@@ -41,6 +43,18 @@ logger = logging.getLogger(__name__)
 _WAIT_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 _CHUNK_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0, 10.0)
 _RTF_BUCKETS: Final = (0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 5.0)
+
+
+@dataclass(slots=True)
+class StreamFigures:
+    """One stream's figures: when it was claimed (monotonic), its engine seconds and samples so far, its spans."""
+
+    claimed_at: float
+    engine_s: float = 0.0
+    samples: int = 0
+    first_seen: bool = False
+    job_span: Any = None
+    first_span: Any = None
 
 
 class WorkerMetrics:
@@ -99,12 +113,25 @@ class WorkerMetrics:
             registry=r,
         )
         self.audio_seconds = Counter("zsynth_worker_audio_seconds", "Seconds of audio this worker made.", registry=r)
-        self.busy = Gauge("zsynth_worker_busy", "1 while this worker runs a job.", registry=r)
-        # The share of time the slot is held is this counter's rate (the capacity run reads it per level); the gauge
-        # above only says whether a job runs at the instant of a scrape.
+        self.busy = Gauge("zsynth_worker_busy", "1 while this worker holds a stream.", registry=r)
+        self.streams = Gauge("zsynth_worker_streams", "Streams this worker holds open now.", registry=r)
+        self.max_streams = Gauge("zsynth_worker_max_streams", "The most streams this worker holds at once.", registry=r)
+        self.full = Gauge(
+            "zsynth_worker_full",
+            "1 while this worker takes no new stream (its deadline schedule would not stay feasible, or it holds its "
+            "most streams).",
+            registry=r,
+        )
+        self.load = Gauge(
+            "zsynth_worker_load",
+            "The share of the next seconds the slot owes to the streams held (at the measured real-time factor).",
+            registry=r,
+        )
+        # The share of time the slot is held is this counter's rate (the capacity run reads it per level); the gauges
+        # above say what the worker holds at the instant of a scrape.
         self.busy_seconds = Counter(
             "zsynth_worker_busy_seconds",
-            "Seconds this worker held its slot: from each claim to that job's end (or its yield).",
+            "Seconds this worker's slot was held: computing, encoding and publishing a chunk of one of its streams.",
             registry=r,
         )
         ProcessCollector(registry=r)  # process_resident_memory_bytes, process_cpu_seconds_total, process_start_time
@@ -113,15 +140,8 @@ class WorkerMetrics:
         if gpu is not None:
             r.register(gpu)
         self._server: Any = None
-        # Spans of the running job, children of the front's "queued" span (its context rides in Job.trace).
+        # Spans of each stream, children of the front's "queued" span (its context rides in Job.trace).
         self.tracing = Tracing.from_settings(settings, "zsynth-worker")
-        self._job_span: Any = None
-        self._first_span: Any = None
-        # The running job: when it was claimed (monotonic), its engine seconds and samples so far.
-        self._claimed_at = 0.0
-        self._engine_s = 0.0
-        self._samples = 0
-        self._first_seen = False
 
     # ----- the endpoint --------------------------------------------------------------------------------------------
 
@@ -158,15 +178,19 @@ class WorkerMetrics:
 
     # ----- the hooks -------------------------------------------------------------------------------------------
 
-    def claimed(self, job: protocol.Job) -> None:
+    def held(self, streams: int, max_streams: int, full: bool, load: float) -> None:
+        """How full the worker is: the streams it holds, its bound, whether it takes more, the slot's load ahead."""
+        self.busy.set(1 if streams else 0)
+        self.streams.set(streams)
+        self.max_streams.set(max_streams)
+        self.full.set(1 if full else 0)
+        self.load.set(round(load, 4))
+
+    def claimed(self, job: protocol.Job) -> StreamFigures:
         """A job was claimed and will run: its queue wait; its figures start."""
         waited = max(0.0, time.time() - (job.queued_at or job.created_at))
         self.queue_wait.labels(job.priority, "resumed" if job.resumed else "first").observe(waited)
-        self._claimed_at = time.monotonic()
-        self._engine_s = 0.0
-        self._samples = 0
-        self._first_seen = False
-        self.busy.set(1)
+        figures = StreamFigures(claimed_at=time.monotonic())
         if self.tracing is not None and job.trace:
             attributes = {
                 "zsynth.job_id": job.job_id,
@@ -175,10 +199,11 @@ class WorkerMetrics:
                 "zsynth.part": job.part,
                 "zsynth.queue_wait_s": round(waited, 4),
             }
-            self._job_span = self.tracing.start("claimed", attributes, carrier=job.trace)
-            self._first_span = self.tracing.start("first chunk", parent=self._job_span)
+            figures.job_span = self.tracing.start("claimed", attributes, carrier=job.trace)
+            figures.first_span = self.tracing.start("first chunk", parent=figures.job_span)
+        return figures
 
-    def chunks(self, job: protocol.Job, made: Iterable[EngineChunk]) -> Iterator[EngineChunk]:
+    def chunks(self, job: protocol.Job, made: Iterable[EngineChunk], figures: StreamFigures) -> Iterator[EngineChunk]:
         """The engine's chunks, each timed (in the engine thread): engine seconds, and the first chunk's delay."""
         source = iter(made)
         while True:
@@ -189,45 +214,50 @@ class WorkerMetrics:
             except StopIteration:
                 return
             spent = time.perf_counter() - started
-            if self._job_span is not None:
-                self._trace_chunk(chunk, began_ns)
+            if figures.job_span is not None:
+                self._trace_chunk(figures, chunk, began_ns)
             self.engine_seconds.observe(spent)
-            self._engine_s += spent
-            self._samples += len(chunk.pcm)
-            if not self._first_seen:
-                self._first_seen = True
-                self.first_chunk.labels(job.priority).observe(time.monotonic() - self._claimed_at)
+            figures.engine_s += spent
+            figures.samples += len(chunk.pcm)
+            if not figures.first_seen:
+                figures.first_seen = True
+                self.first_chunk.labels(job.priority).observe(time.monotonic() - figures.claimed_at)
             yield chunk
 
-    def _trace_chunk(self, chunk: EngineChunk, began_ns: int) -> None:
+    def _trace_chunk(self, figures: StreamFigures, chunk: EngineChunk, began_ns: int) -> None:
         """The span of one chunk the engine made (a sentence on Piper), and the end of the first-chunk span."""
         assert self.tracing is not None
         audio_s = round(len(chunk.pcm) / self.sample_rate, 3) if self.sample_rate else 0.0
         made = self.tracing.start(
             "sentence",
             {"zsynth.chars": len(chunk.text), "zsynth.audio_s": audio_s},
-            parent=self._job_span,
+            parent=figures.job_span,
             start_time=began_ns,
         )
         self.tracing.end(made)
-        if self._first_span is not None:
-            self.tracing.end(self._first_span)
-            self._first_span = None
+        if figures.first_span is not None:
+            self.tracing.end(figures.first_span)
+            figures.first_span = None
 
-    def _end_spans(self, outcome: str, message: str) -> None:
-        """End the running job's spans: an error status unless it ended done (or yielded its slot)."""
+    def _end_spans(self, figures: StreamFigures, outcome: str, message: str) -> None:
+        """End the stream's spans: an error status unless it ended done (or yielded its slot)."""
         assert self.tracing is not None
-        if self._first_span is not None:
-            self.tracing.end(self._first_span)
-        self._job_span.add_event(outcome)
-        self.tracing.end(self._job_span, None if outcome in ("done", "yielded") else outcome, message)
-        self._job_span = self._first_span = None
+        if figures.first_span is not None:
+            self.tracing.end(figures.first_span)
+        figures.job_span.add_event(outcome)
+        self.tracing.end(figures.job_span, None if outcome in ("done", "yielded") else outcome, message)
+        figures.job_span = figures.first_span = None
 
-    def ended(self, job: protocol.Job, terminal: protocol.Event | None, *, memory_over: bool = False) -> None:
+    def ended(
+        self,
+        job: protocol.Job,
+        terminal: protocol.Event | None,
+        figures: StreamFigures,
+        *,
+        memory_over: bool = False,
+    ) -> None:
         """The claimed job ended with ``terminal``, or yielded its slot (None)."""
-        self.busy.set(0)
-        self.busy_seconds.inc(max(0.0, time.monotonic() - self._claimed_at))
-        audio_s = self._samples / self.sample_rate if self.sample_rate else 0.0
+        audio_s = figures.samples / self.sample_rate if self.sample_rate else 0.0
         self.audio_seconds.inc(audio_s)
         if terminal is None:
             self.yields.inc()
@@ -238,11 +268,11 @@ class WorkerMetrics:
             outcome = str(terminal.meta.get("code") or "error")
         self.jobs.labels(outcome, job.priority).inc()
         if outcome in ("done", "yielded") and audio_s > 0:
-            self.rtf.labels(job.priority).observe(self._engine_s / audio_s)
+            self.rtf.labels(job.priority).observe(figures.engine_s / audio_s)
         if memory_over and outcome == protocol.ErrorCode.INPUT_TOO_COMPLEX:
             self.ceiling_stops.inc()
-        if self._job_span is not None:
-            self._end_spans(outcome, str(terminal.meta.get("message", "")) if terminal is not None else "")
+        if figures.job_span is not None:
+            self._end_spans(figures, outcome, str(terminal.meta.get("message", "")) if terminal is not None else "")
 
     def dropped(self, job: protocol.Job, code: str) -> None:
         """A claimed job was dropped unrun (cancelled, past its deadline, refused): its outcome is ``code``."""

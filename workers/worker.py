@@ -1,33 +1,36 @@
-"""The worker: one engine, one slot, a claim loop on Redis, and events published as audio is made.
+"""The worker: one engine, one slot shared chunk by chunk between the streams it holds, and a claim loop on Redis.
 
 Lifecycle: load and warm the engine, recover whatever a previous life of this worker id left in its in-flight list,
-start the heartbeat and the cancel listener, then claim jobs one at a time with BLMOVE until told to stop.
+start the heartbeat and the cancel listener, then serve streams until told to stop.
 
-A batch job is spoken one piece (whole sentences, at most ZSYNTH_PIECE_MAX_CHARS) at a time. After each piece
-but the last, one Redis command asks whether the next job in the queue is realtime or has not started; if so the
-worker yields: it flushes its encoder, puts the rest of the job back in the queue (it continues, on this worker
-or another, with the next sequence number and sample offset) and claims the waiting job in the same atomic step.
+Serving (docs/scheduling.md): a claimed job is a :class:`~workers.stream.Stream`, recorded in the worker's in-flight
+list until its terminal event is. The engine thread always computes the next chunk of the runnable stream whose
+deadline comes first (:mod:`workers.scheduler`); a stream waiting for flow-control credit is parked and holds
+nothing. While the engine computes, the loop claims another job (BLMOVE/LMOVE into the in-flight list) when the
+worker's deadline schedule stays feasible with one more stream at its measured real-time factor and it holds fewer
+than its most streams; otherwise the job stays queued for another worker. A batch stream of a full worker still
+yields its place to a waiting realtime or unstarted job between pieces (see :mod:`workers.stream`).
 
-Stopping follows the two-stage convention: the first SIGTERM/SIGINT stops claiming and lets the running job finish
-(exit 0); a second one aborts the running job with a terminal ``error`` event to its client.
+Stopping follows the two-stage convention: the first SIGTERM/SIGINT stops claiming and lets the streams held finish
+(exit 0); a second one aborts every one of them with a terminal ``error`` event to its client.
 
-Memory: a job that takes the worker's RSS past its ceiling ends with ``input_too_complex`` and is never run again
-(see :mod:`.memory`). The worker stays up when its RSS comes back under the ceiling, and otherwise (or when the
-engine does not stop in time) records the job's end, frees its slot and exits with ``MEMORY_EXIT_CODE``.
+Memory: a stream whose chunk takes the worker's RSS past its ceiling ends with ``input_too_complex`` and is never
+run again (see :mod:`.memory`). The worker stays up when its RSS comes back under the ceiling, and otherwise (or when
+the engine does not stop in time) records that stream's end, frees its slot and exits with ``MEMORY_EXIT_CODE``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import logging
 import os
 import signal
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -41,23 +44,27 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.typing import EncodableT
 
 from zsynth.core import protocol
-from zsynth.core.audio import Encoder, OutputFormat, OutputFormatError, parse_output_format
+from zsynth.core.audio import OutputFormatError, parse_output_format
 from zsynth.core.config import Settings
 from zsynth.core.engines import profile
 from zsynth.core.protocol import ErrorCode
 from zsynth.core.redis_link import async_client
 from zsynth.core.supervise import Supervisor
 
-from .engines import Engine, EngineChunk, VoiceSpec
-from .flow import CreditGate
+from .engines import Engine, VoiceSpec
 from .memory import MEMORY_EXIT_CODE, TOO_COMPLEX_MESSAGE, JobGuard, rss_bytes
 from .metrics import WorkerMetrics
-from .synthesis import YIELDING_CODECS, ChunkMeta, first_piece, speak_cut, text_pieces
-from .voice_sync import VoiceUnavailable, WorkerVoices
+from .scheduler import Demand, SlotRate, feasible, load, pick
+from .stream import JobLog, Stream, StreamHost
+from .voice_sync import WorkerVoices
 
 logger = logging.getLogger(__name__)
 
 CLAIM_BLOCK_S = 1.0  # BLMOVE timeout: how often an idle worker notices a stop request
+# How often the loop reads the credit lists of parked streams (and how long it waits for a job when every stream it
+# holds is parked): a parked stream is a window of audio ahead of its client, so this is never heard.
+PARKED_POLL_S = 0.025
+PLAYED_KEPT = 1024  # ended streams whose playback clock a following segment may continue
 # Longest pause between tries while Redis is unreachable: a Sentinel promotion takes a few seconds, and a worker
 # should claim again within a second of it.
 MAX_BACKOFF_S = 1.0
@@ -79,15 +86,6 @@ def heartbeat_client(settings: Settings) -> Redis:
     )
 
 
-class JobLog(logging.LoggerAdapter[logging.Logger]):
-    """Prefixes every line with the job id and the worker id."""
-
-    def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
-        assert self.extra is not None
-        kwargs["extra"] = {**self.extra, **kwargs.get("extra", {})}  # JSON logs carry the ids as fields
-        return f"[job {self.extra['job_id']} worker {self.extra['worker_id']}] {msg}", kwargs
-
-
 @dataclass(frozen=True, slots=True)
 class _Duplicate:
     """A claimed job another copy of which was claimed before (by ``owner``)."""
@@ -95,21 +93,8 @@ class _Duplicate:
     owner: str
 
 
-@dataclass(slots=True)
-class _Progress:
-    """What the engine thread has published of the running job: the next sequence number and the samples sent."""
-
-    seq: int = 0
-    samples: int = 0
-    # Set when the job yielded its slot: the JSON of the job claimed in its place (already in our in-flight list).
-    handed_to: bytes | None = None
-    yielded: bool = False
-    gate: CreditGate | None = None  # the job's flow-control credit (workers/flow.py)
-    too_long: bool = False  # stopped at the hard bound on audio per job
-
-
 class Worker:
-    """Runs the claim loop for one engine slot."""
+    """Serves the streams of one engine slot: claims them, schedules their chunks, records their ends."""
 
     def __init__(
         self, settings: Settings, engine: Engine, redis: Redis, chunk_redis: SyncRedis, beat_redis: Redis | None = None
@@ -127,36 +112,60 @@ class Worker:
         self.worker_id = settings.worker_id
         self.processing = protocol.processing_key(self.worker_id)
         self.voices = WorkerVoices(settings, engine)  # the voice library: follows it, loads each job's voice
-        self.current: protocol.Job | None = None
-        # The job (its queue JSON) that lost Redis while it ran, and what it had published, until it is settled.
-        self._orphan: tuple[bytes, _Progress | None] | None = None
-        self._progress: _Progress | None = None
-        self._abort = threading.Event()  # read by the engine thread between chunks
+        #: The streams this worker holds, each recorded in its in-flight list until its terminal event is.
+        self.streams: list[Stream] = []
+        self.max_streams = settings.max_streams or profile(settings.engine).max_streams
+        # Streams that lost Redis while they ran ((their queue JSON, whether they published), until settled.
+        self._orphans: list[tuple[bytes, bool]] = []
         self._stopping = asyncio.Event()
         self._force = False
+        self._admitting = True  # the last admission test's answer
+        # Whether it holds fewer than its most streams and is not stopping: a worker whose schedule is full still takes
+        # a key's first stream on it (CLAIM_NEW_OWNER_LUA); one with no room at all lets a batch stream yield instead.
+        self._room = True
+        self._claim_new_owner = redis.register_script(protocol.CLAIM_NEW_OWNER_LUA)
+        self.rate = SlotRate()  # the slot's measured real-time factor and audio per chunk
+        # Where the playback of the streams that ended last runs dry (monotonic), by job id: a segment that follows
+        # one of them (Job.follows) continues its clock. Bounded: the oldest go first.
+        self._played_until: OrderedDict[str, float] = OrderedDict()
+        self._credit_read_at = 0.0
         self.jobs_done = 0
         self._reap = redis.register_script(protocol.REAP_LUA)
         # Restarts come at least every heartbeat interval: a heartbeat silent past its TTL gets this worker reaped.
         beat = settings.heartbeat_interval_s
         self.supervisor = Supervisor(first_backoff_s=min(0.5, beat), max_backoff_s=beat)
-        # Run from the engine thread, on its blocking connection.
-        self._should_yield = chunk_redis.register_script(protocol.SHOULD_YIELD_LUA)
-        self._yield = chunk_redis.register_script(protocol.YIELD_LUA)
-        self.memory = JobGuard(settings, chunk_redis, self.processing, self._abort)
+        # The one engine thread: every step of every stream runs on it, one at a time (batch size 1).
+        self._engine_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
+        self.memory = JobGuard(settings, chunk_redis, self.processing)
         self.metrics = WorkerMetrics(settings, engine, lambda: self.memory.watch.ceiling, self.voices.lookups)
-        #: Exit status for the process once the claim loop ends (non-zero: systemd restarts the worker).
+        self.host = StreamHost(
+            settings=settings,
+            engine=engine,
+            chunk_redis=chunk_redis,
+            metrics=self.metrics,
+            memory=self.memory,
+            processing=self.processing,
+            voice_spec=self.voice_spec,
+            # Run from the engine thread, on its blocking connection.
+            should_yield=chunk_redis.register_script(protocol.SHOULD_YIELD_LUA),
+            yield_slot=chunk_redis.register_script(protocol.YIELD_LUA),
+            may_yield=lambda: not self._room and not self._stopping.is_set(),
+            forced=lambda: self._force,
+        )
+        #: Exit status for the process once the serving loop ends (non-zero: systemd restarts the worker).
         self.exit_code = 0
 
     # ----- lifecycle -------------------------------------------------------------------------------------------
 
     def request_stop(self) -> None:
-        """First call: finish the current job, then exit. Second call: abort it too."""
+        """First call: finish the streams held, then exit. Second call: abort them too."""
         if self._stopping.is_set():
             self._force = True
-            self._abort.set()
-            logger.warning("worker %s: second stop signal, aborting the running job", self.worker_id)
+            for stream in self.streams:
+                stream.abort.set()
+            logger.warning("worker %s: second stop signal, aborting %d streams", self.worker_id, len(self.streams))
         else:
-            logger.info("worker %s: stopping after the current job", self.worker_id)
+            logger.info("worker %s: stopping after the %d streams it holds", self.worker_id, len(self.streams))
         self._stopping.set()
 
     def install_signal_handlers(self) -> None:
@@ -166,7 +175,7 @@ class Worker:
             loop.add_signal_handler(sig, self.request_stop)
 
     async def run(self, *, burst: bool = False, on_ready: Callable[[], object] | None = None) -> None:
-        """Serve jobs until stopped (or, with ``burst``, until the queue is empty)."""
+        """Serve jobs until stopped (or, with ``burst``, until the queue is empty and every stream ended)."""
         await self.voices.start()
         await self._recover_in_flight()
         await self._beat()
@@ -179,9 +188,15 @@ class Worker:
         self.supervisor.spawn("cancel-listener", self._cancel_listener)
         if on_ready is not None:
             on_ready()
-        logger.info("worker %s ready: engine %s at %d Hz", self.worker_id, self.engine.name, self.engine.sample_rate)
+        logger.info(
+            "worker %s ready: engine %s at %d Hz, at most %d streams",
+            self.worker_id,
+            self.engine.name,
+            self.engine.sample_rate,
+            self.max_streams,
+        )
         try:
-            await self._claim_loop(burst)
+            await self._serve(burst)
         finally:
             self.memory.close()
             await self.supervisor.close()
@@ -191,79 +206,243 @@ class Worker:
             if self._own_beat_redis:
                 with contextlib.suppress(Exception):
                     await self.beat_redis.aclose()
+            self._engine_thread.shutdown(wait=False)
             logger.info("worker %s stopped after %d jobs", self.worker_id, self.jobs_done)
 
-    async def _claim_loop(self, burst: bool) -> None:
+    # ----- serving: admission and the earliest deadline first ----------------------------------------------------
+
+    async def _serve(self, burst: bool) -> None:
+        """Claim and schedule until stopped (first stop: once every stream held has ended)."""
         backoff = 0.1
-        while not self._stopping.is_set():
+        while not (self._stopping.is_set() and not self.streams):
             try:
-                if self._orphan is not None:
-                    await self._settle_orphan()
-                # A bytes reply (the client decodes nothing); redis-py types it bytes or str.
-                raw = cast(
-                    bytes | None,
-                    await self.redis.blmove(
-                        protocol.QUEUE,
-                        self.processing,
-                        0.01 if burst else CLAIM_BLOCK_S,  # type: ignore[arg-type]  # redis accepts float seconds
-                        "RIGHT",
-                        "LEFT",
-                    ),
-                )
+                if self._orphans:
+                    await self._settle_orphans()
+                await self._read_credit()
+                self._assess()
+                # A job waiting now is taken before the choice, so that its first chunk can be the next one made.
+                if self._admitting:
+                    await self._claim(0.0)
+                elif self._room:
+                    await self._claim(0.0, new_owner_only=True)
+                stream = pick(self.streams, time.monotonic(), self.settings.batch_first_audio_budget_s)
+                if stream is None:
+                    claimed = await self._idle(burst)
+                    if burst and not claimed and not self.streams and not self._orphans:
+                        return
+                else:
+                    await self._run_step(stream)
                 backoff = 0.1
             except (RedisError, OSError) as err:  # error replies too (OOM, READONLY): retried, never fatal
                 logger.warning("worker %s: redis unavailable (%s); retrying in %.1fs", self.worker_id, err, backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(MAX_BACKOFF_S, backoff * 2)
-                continue
-            if raw is None:
-                if burst:
-                    return
-                continue
-            current = raw
-            try:
-                # A job that yields its slot hands back the job it claimed in its place.
-                next_raw: bytes | None = raw
-                while next_raw is not None:
-                    current = next_raw
-                    self._progress = None
-                    next_raw = await self._handle(next_raw)
-            except (RedisConnectionError, RedisTimeoutError, OSError) as err:
-                # The job stays in our in-flight list until Redis answers again: then it is queued again (its audio
-                # had not started) or ended with a clear error (_settle_orphan).
-                logger.error("worker %s: redis lost during a job: %s", self.worker_id, err)
-                self._orphan = (current, self._progress)
-                await asyncio.sleep(backoff)
 
-    async def _settle_orphan(self) -> None:
-        """Settle the job that lost Redis while it ran, once Redis answers (raises while it does not).
+    def _assess(self) -> None:
+        """Decide whether the worker takes another stream now, and publish how full it is."""
+        now = time.monotonic()
+        period = self.rate.chunk_audio_s
+        demands = [Demand(s.deadline, period) for s in self.streams if s.runnable]
+        booked = load(demands, now, self.rate)
+        room = not self._stopping.is_set() and not self._orphans and len(self.streams) < self.max_streams
+        # The newcomer: its first chunk due within the realtime first-audio budget, then one per chunk played.
+        newcomer = Demand(now + self.settings.first_audio_budget_s, period)
+        self._room = room
+        self._admitting = room and feasible(demands, now, self.rate, newcomer)
+        self.metrics.held(len(self.streams), self.max_streams, not self._admitting, booked)
+
+    async def _idle(self, burst: bool) -> bool:
+        """No stream may run: wait for a job (or, when the worker takes none, a moment); True when one was claimed."""
+        if not self._admitting:
+            if self._room and await self._claim(0.0, new_owner_only=True):
+                return True
+            await asyncio.sleep(PARKED_POLL_S)
+            return False
+        if self.streams:  # every stream is parked: come back for their credit soon
+            block = PARKED_POLL_S
+        else:
+            block = 0.01 if burst else CLAIM_BLOCK_S
+        return await self._claim(block)
+
+    async def _run_step(self, stream: Stream) -> None:
+        """Compute one chunk of ``stream`` on the engine thread."""
+        loop = asyncio.get_running_loop()
+        compute_s, audio_s = await loop.run_in_executor(self._engine_thread, stream.step)
+        self.rate.observe(compute_s, audio_s)
+        self.metrics.busy_seconds.inc(compute_s)
+        if stream.finished:
+            await self._end(stream)
+
+    async def _claim(self, block: float, *, new_owner_only: bool = False) -> bool:
+        """Move the next job of the queue into the in-flight list (waiting up to ``block`` seconds; with
+        ``new_owner_only``, only a job of an owner none of its streams has); True when one was claimed."""
+        if new_owner_only:
+            owners = sorted({stream.job.owner for stream in self.streams})
+            reply = await self._claim_new_owner(keys=[protocol.QUEUE, self.processing], args=owners)
+        elif block > 0:
+            # A bytes reply (the client decodes nothing); redis-py types it bytes or str.
+            reply = await self.redis.blmove(protocol.QUEUE, self.processing, block, "RIGHT", "LEFT")  # type: ignore[arg-type]  # redis accepts float seconds
+        else:
+            reply = await self.redis.lmove(protocol.QUEUE, self.processing, "RIGHT", "LEFT")
+        raw = cast(bytes | None, reply)
+        if raw is None:
+            return False
+        try:
+            await self._open(raw)
+        except (RedisConnectionError, RedisTimeoutError, OSError) as err:
+            # The job stays in our in-flight list until Redis answers again: then it is queued again (its audio
+            # had not started) or ended with a clear error (_settle_orphans).
+            logger.error("worker %s: redis lost while a job was claimed: %s", self.worker_id, err)
+            self._orphans.append((raw, False))
+        return True
+
+    async def _open(self, raw: bytes) -> None:
+        """Make a claimed job (or remainder) a stream of this worker, or drop it unrun."""
+        try:
+            job = protocol.Job.from_json(raw)
+        except (ValueError, TypeError) as err:
+            logger.error("worker %s: dropping malformed job: %s", self.worker_id, err)
+            await self.redis.lrem(self.processing, 1, raw)  # type: ignore[arg-type]  # redis-py types the value str
+            return
+        log = JobLog(logger, {"job_id": job.job_id, "worker_id": self.worker_id})
+        skip = await self._skip_reason(job)
+        if isinstance(skip, _Duplicate):
+            log.warning("dropped unrun, silently: a copy of this job was claimed before (by %s)", skip.owner)
+            await self.redis.lrem(self.processing, 1, raw)  # type: ignore[arg-type]  # redis-py types the value str
+            return
+        if skip is not None:
+            log.info("dropped unrun: %s", skip[1])
+            self.metrics.dropped(job, skip[0])
+            await self._record_terminal(job, protocol.error_event(job.seq, *skip), release=raw)
+            return
+        try:
+            fmt = parse_output_format(job.output_format, route="convert")
+        except OutputFormatError as err:
+            figures = self.metrics.claimed(job)
+            terminal = protocol.error_event(0, ErrorCode.INVALID_OUTPUT_FORMAT, str(err))
+            self.metrics.ended(job, terminal, figures)
+            terminal.meta.update(worker_id=self.worker_id, started_at=time.time(), finished_at=time.time())
+            await self._record_terminal(job, terminal, release=raw)
+            return
+        stream = Stream(self.host, job, raw, fmt, log)
+        if job.follows:
+            before = next((s for s in self.streams if s.job.job_id == job.follows), None)
+            if before is not None:
+                stream.after = before
+            elif job.follows in self._played_until:
+                stream.follow(self._played_until[job.follows])
+        self.streams.append(stream)
+        log.info(
+            "claimed (%d chars, part %d, voice %s, %s; %d streams held)",
+            len(job.text),
+            job.part,
+            job.voice_id,
+            job.output_format,
+            len(self.streams),
+        )
+        if self._force:
+            stream.abort.set()
+
+    async def _end(self, stream: Stream) -> None:
+        """Record the end of a stream whose work ended: its terminal event, or the job claimed in its place."""
+        self.streams.remove(stream)
+        played_until = stream.dry_at if stream.first_sent_at is not None else None
+        for follower in self.streams:
+            if follower.after is stream:
+                follower.follow(played_until)
+        if played_until is not None:
+            self._played_until[stream.job.job_id] = played_until
+            while len(self._played_until) > PLAYED_KEPT:
+                self._played_until.popitem(last=False)
+        if not stream.owned:  # the memory guard recorded its end and is restarting the process
+            return
+        job, log = stream.job, stream.log
+        if isinstance(stream.error, (RedisConnectionError, RedisTimeoutError)):
+            # Redis went away mid-job (redis-py wraps socket errors in these; a bare OSError comes from the engine,
+            # e.g. a missing file, and fails the job): settled once Redis answers again.
+            log.error("redis lost during the job: %s", stream.error)
+            self._orphans.append((stream.raw, stream.published))
+            return
+        terminal = stream.ending()
+        self.metrics.ended(job, terminal, stream.figures, memory_over=stream.memory_over)
+        if terminal is None:
+            log.info("yielded its slot after chunk #%d; the rest waits in the queue", stream.seq - 1)
+            if stream.handed_to is not None:
+                try:
+                    await self._open(stream.handed_to)
+                except (RedisConnectionError, RedisTimeoutError, OSError) as err:
+                    logger.error("worker %s: redis lost while a job was claimed: %s", self.worker_id, err)
+                    self._orphans.append((stream.handed_to, False))
+            return
+        terminal.meta.update(worker_id=self.worker_id, started_at=stream.started, finished_at=time.time())
+        try:
+            await self._record_terminal(job, terminal, release=stream.raw)
+        except (RedisConnectionError, RedisTimeoutError, OSError) as err:
+            log.error("redis lost while the job's end was recorded: %s", err)
+            self._orphans.append((stream.raw, True))
+            return
+        self.jobs_done += 1
+        log.info(
+            "%s in %.3fs (peak RSS %d MB)", terminal.kind, time.time() - stream.started, self.memory.watch.peak // 10**6
+        )
+        if stream.memory_over:
+            await self._shed_memory(log)
+
+    async def _read_credit(self) -> None:
+        """Read the credit lists of the parked streams (every PARKED_POLL_S at most): a grant lets a stream run
+        again, a cancel aborts it, and a front that took nothing for the flow wait, or is gone, ends it."""
+        parked = [s for s in self.streams if s.parked and not s.abort.is_set() and not s.gate.stalled]
+        now = time.monotonic()
+        if not parked or now - self._credit_read_at < PARKED_POLL_S:
+            return
+        self._credit_read_at = now
+        looks = [s for s in parked if s.gate.wants_look(now)]
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for stream in parked:
+                pipe.lpop(stream.gate.key, 64)
+            for stream in looks:
+                pipe.pubsub_numsub(stream.job.reply_to)
+            replies = await pipe.execute()
+        now = time.monotonic()
+        for stream, entries in zip(parked, replies[: len(parked)], strict=True):
+            if not stream.gate.take(list(entries or []), now):
+                stream.abort.set()  # its front cancelled it
+        for stream, listeners in zip(looks, replies[len(parked) :], strict=True):
+            stream.gate.looked(bool(listeners and int(listeners[0][1]) > 0), now)
+        for stream in parked:
+            if stream.credit_arrived():
+                stream.parked = False
+            else:
+                stream.gate.given_up(now)  # sets gate.stalled: the stream runs once more, to end
+
+    async def _settle_orphans(self) -> None:
+        """Settle the streams that lost Redis while they ran, once Redis answers (raises while it does not).
 
         A job that had published nothing and is not marked started goes back to the head of the queue, to be run
         once; any other ends with ``redis_failover`` (its client may have heard part of it: never again).
         """
-        assert self._orphan is not None
-        raw, progress = self._orphan
-        job = protocol.Job.from_json(raw)
-        log = JobLog(logger, {"job_id": job.job_id, "worker_id": self.worker_id})
-        published = progress is not None and progress.seq > job.seq
-        key = protocol.job_key(job.job_id)
-        started = job.resumed or published or bool(await self.redis.hexists(key, protocol.STARTED_FIELD))
-        if not started:
-            async with self.redis.pipeline(transaction=True) as pipe:
-                pipe.lrem(self.processing, 1, raw)  # type: ignore[arg-type]  # redis-py types the value str
-                pipe.hdel(key, protocol.OWNER_FIELD)  # unowned again: the next worker to claim it runs it
-                pipe.rpush(protocol.QUEUE, raw)  # the end workers claim from: it goes first
-                await pipe.execute()
-            log.warning("queued again: redis was lost before its audio started")
-        else:
-            error = protocol.error_event(
-                protocol.ANY_SEQ,
-                ErrorCode.REDIS_FAILOVER,
-                "Redis failed over while this job was speaking; part of its audio was lost. Retry the request.",
-            )
-            await self._record_terminal(job, error, release=raw)
-            log.warning("failed: redis was lost after its audio started")
-        self._orphan = None
+        while self._orphans:
+            raw, published = self._orphans[0]
+            job = protocol.Job.from_json(raw)
+            log = JobLog(logger, {"job_id": job.job_id, "worker_id": self.worker_id})
+            key = protocol.job_key(job.job_id)
+            started = job.resumed or published or bool(await self.redis.hexists(key, protocol.STARTED_FIELD))
+            if not started:
+                async with self.redis.pipeline(transaction=True) as pipe:
+                    pipe.lrem(self.processing, 1, raw)  # type: ignore[arg-type]  # redis-py types the value str
+                    pipe.hdel(key, protocol.OWNER_FIELD)  # unowned again: the next worker to claim it runs it
+                    pipe.rpush(protocol.QUEUE, raw)  # the end workers claim from: it goes first
+                    await pipe.execute()
+                log.warning("queued again: redis was lost before its audio started")
+            else:
+                error = protocol.error_event(
+                    protocol.ANY_SEQ,
+                    ErrorCode.REDIS_FAILOVER,
+                    "Redis failed over while this job was speaking; part of its audio was lost. Retry the request.",
+                )
+                await self._record_terminal(job, error, release=raw)
+                log.warning("failed: redis was lost after its audio started")
+            self._orphans.pop(0)
 
     async def _recover_in_flight(self) -> None:
         """Fail the jobs a previous life of this worker id left claimed but unfinished."""
@@ -285,13 +464,18 @@ class Worker:
     # ----- heartbeat and cancellation --------------------------------------------------------------------------
 
     async def _beat(self) -> None:
-        job = self.current
+        streams = list(self.streams)
         status = {
             "worker_id": self.worker_id,
             "engine": self.engine.name,
             "pid": os.getpid(),
-            "state": "busy" if job else "idle",
-            "job_id": job.job_id if job else None,
+            "state": "busy" if streams else "idle",
+            "job_id": streams[0].job.job_id if streams else None,  # the oldest stream held
+            # How full it is (the fronts' /readyz and zsynth_worker_streams): the streams held, its bound, and
+            # whether it takes another now.
+            "streams": len(streams),
+            "max_streams": self.max_streams,
+            "full": not self._admitting,
             "ts": time.time(),
             "restarts": self.supervisor.restarts + self.voices.library.supervisor.restarts,
             "rss": rss_bytes(),
@@ -401,68 +585,25 @@ class Worker:
         return failed_total
 
     async def _cancel_listener(self) -> None:
+        """Stop the stream of each job id published on the cancel channel (a cancel or barge-in stops one stream)."""
         while True:
             try:
                 pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
                 await pubsub.subscribe(protocol.CANCEL_CHANNEL)
                 async for message in pubsub.listen():
-                    job = self.current
                     data = message.get("data")
-                    if job is not None and isinstance(data, bytes) and data.decode() == job.job_id:
-                        JobLog(logger, {"job_id": job.job_id, "worker_id": self.worker_id}).info("cancelled")
-                        self._abort.set()
+                    if not isinstance(data, bytes):
+                        continue
+                    job_id = data.decode()
+                    for stream in self.streams:
+                        if stream.job.job_id == job_id:
+                            stream.log.info("cancelled")
+                            stream.abort.set()
             except (RedisConnectionError, RedisTimeoutError, OSError) as err:
                 logger.warning("worker %s: cancel listener lost redis: %s", self.worker_id, err)
                 await asyncio.sleep(1.0)
 
-    # ----- one job ---------------------------------------------------------------------------------------------
-
-    async def _handle(self, raw: bytes) -> bytes | None:
-        """Run one claimed job (or remainder); return the job claimed in its place when it yielded its slot."""
-        try:
-            job = protocol.Job.from_json(raw)
-        except (ValueError, TypeError) as err:
-            logger.error("worker %s: dropping malformed job: %s", self.worker_id, err)
-            await self.redis.lrem(self.processing, 1, raw)  # type: ignore[arg-type]  # redis-py types the value str
-            return None
-        log = JobLog(logger, {"job_id": job.job_id, "worker_id": self.worker_id})
-        skip = await self._skip_reason(job)
-        if isinstance(skip, _Duplicate):
-            log.warning("dropped unrun, silently: a copy of this job was claimed before (by %s)", skip.owner)
-            await self.redis.lrem(self.processing, 1, raw)  # type: ignore[arg-type]  # redis-py types the value str
-            return None
-        if skip is not None:
-            log.info("dropped unrun: %s", skip[1])
-            self.metrics.dropped(job, skip[0])
-            await self._record_terminal(job, protocol.error_event(job.seq, *skip), release=raw)
-            return None
-        self.current = job
-        self.metrics.claimed(job)
-        self._abort.clear()
-        started = time.time()
-        log.info("claimed (%d chars, part %d, voice %s, %s)", len(job.text), job.part, job.voice_id, job.output_format)
-        progress = _Progress(seq=job.seq, samples=job.sample_offset)
-        progress.gate = CreditGate(self.chunk_redis, job, self.settings.flow_wait_s, self._abort)
-        self._progress = progress
-        self.memory.begin(job, raw, lambda: progress.seq)
-        try:
-            terminal = await self._synthesize(job, raw, progress, log)
-        finally:
-            owned = self.memory.finish()
-            self.current = None
-        if not owned:  # the memory guard recorded the job's end and is restarting the process
-            return None
-        self.metrics.ended(job, terminal, memory_over=self.memory.over)
-        if terminal is None:
-            log.info("yielded its slot after chunk #%d; the rest waits in the queue", progress.seq - 1)
-            return progress.handed_to
-        terminal.meta.update(worker_id=self.worker_id, started_at=started, finished_at=time.time())
-        await self._record_terminal(job, terminal, release=raw)
-        self.jobs_done += 1
-        log.info("%s in %.3fs (peak RSS %d MB)", terminal.kind, time.time() - started, self.memory.watch.peak // 10**6)
-        if self.memory.over:
-            await self._shed_memory(log)
-        return None
+    # ----- one claimed job -------------------------------------------------------------------------------------
 
     async def _skip_reason(self, job: protocol.Job) -> tuple[ErrorCode, str] | None | _Duplicate:
         """Why a claimed job is dropped unrun, or None to run it (this worker now owns it).
@@ -494,199 +635,14 @@ class Worker:
             return ErrorCode.CANCELLED, "The client went away before the job started."
         return None
 
-    async def _synthesize(
-        self,
-        job: protocol.Job,
-        raw: bytes,
-        progress: _Progress,
-        log: logging.LoggerAdapter[logging.Logger],
-    ) -> protocol.Event | None:
-        """Run the engine in a thread that publishes each encoded chunk as it is made; return the terminal event,
-        or None when the job yielded its slot (``progress.handed_to`` then holds the job claimed in its place).
-
-        The chunks are published from the engine thread with a blocking client: a publish there is one write and
-        one read, where handing each chunk to the event loop first cost a wake-up, a queue and a pooled async
-        command (profiled: most of a simulated worker's CPU). The terminal event is published by the loop after the
-        thread has returned, so it always comes after the last chunk.
-        """
-        try:
-            fmt = parse_output_format(job.output_format, route="convert")
-        except OutputFormatError as err:
-            return protocol.error_event(0, ErrorCode.INVALID_OUTPUT_FORMAT, str(err))
-        loop = asyncio.get_running_loop()
-        try:
-            await loop.run_in_executor(None, self._produce, job, raw, fmt, progress)
-        except (RedisConnectionError, RedisTimeoutError):
-            # Redis went away mid-job: handled by the claim loop, as for any Redis failure. (redis-py wraps socket
-            # errors in these; a bare OSError here comes from the engine, e.g. a missing file, and fails the job.)
-            raise
-        except VoiceUnavailable as err:  # never another voice instead
-            log.error("voice refused: %s", err)
-            return protocol.error_event(progress.seq, err.code, str(err))
-        except MemoryError:
-            log.error("synthesis ran out of memory")
-            return protocol.error_event(progress.seq, ErrorCode.INPUT_TOO_COMPLEX, TOO_COMPLEX_MESSAGE)
-        except Exception as err:
-            if self.memory.over:  # what an engine raises while memory runs out is not the cause
-                log.error("synthesis failed over the memory ceiling: %r", err)
-                return protocol.error_event(progress.seq, ErrorCode.INPUT_TOO_COMPLEX, TOO_COMPLEX_MESSAGE)
-            log.error("synthesis failed: %r", err)
-            return protocol.error_event(progress.seq, ErrorCode.SYNTHESIS_FAILED, f"Synthesis failed: {err}")
-        return self._ending(job, progress, log)
-
-    def _ending(
-        self, job: protocol.Job, progress: _Progress, log: logging.LoggerAdapter[logging.Logger]
-    ) -> protocol.Event | None:
-        """The terminal event of a job whose engine run returned (None: it yielded its slot)."""
-        if self.memory.over:
-            return protocol.error_event(progress.seq, ErrorCode.INPUT_TOO_COMPLEX, TOO_COMPLEX_MESSAGE)
-        if progress.yielded:
-            return None
-        if progress.gate is not None and progress.gate.stalled:
-            log.warning("stopped: %s", progress.gate.stalled)
-            return protocol.error_event(
-                progress.seq, ErrorCode.CLIENT_TOO_SLOW, f"The job was stopped: {progress.gate.stalled}."
-            )
-        if progress.too_long:
-            log.warning("stopped at the hard bound of %g s of audio per job", self._hard_audio_s)
-            return protocol.error_event(
-                progress.seq,
-                ErrorCode.AUDIO_TOO_LONG,
-                f"The audio passed the bound of {self._hard_audio_s:g} s per request; split the text.",
-            )
-        if self._abort.is_set():
-            if self._force:
-                return protocol.error_event(
-                    progress.seq, ErrorCode.WORKER_STOPPING, "The worker was stopped during this job."
-                )
-            return protocol.error_event(progress.seq, ErrorCode.CANCELLED, "The job was cancelled.")
-        return protocol.Event(
-            "done",
-            progress.seq,
-            {
-                "samples": progress.samples,
-                "sample_rate": self.engine.sample_rate,
-                "chars": job.total_chars or len(job.text),
-            },
-        )
-
-    def _produce(self, job: protocol.Job, raw: bytes, fmt: OutputFormat, progress: _Progress) -> None:
-        """In the engine thread: synthesise, encode and publish every chunk, counting them in ``progress``.
-
-        Between pieces, yield the slot when the next job in the queue should go first (SHOULD_YIELD_LUA).
-        """
-        encoder = Encoder(fmt, self.engine.sample_rate)
-        metas = ChunkMeta(fmt, self.engine.sample_rate, job.alignment, continues=job.resumed)
-        voice = self.voice_spec(job.voice_id)
-        waited_s: float | None = round(max(0.0, time.time() - (job.queued_at or job.created_at)), 4)
-        offset = job.sample_offset
-        # A batch job gives way to any fresh job, a realtime segment to another owner's (SHOULD_YIELD_LUA); a segment
-        # that fits in one piece (an agent's usual flush) is never cut.
-        may_yield = fmt.codec in YIELDING_CODECS and (
-            job.priority == "batch" or len(job.text) > self.settings.piece_max_chars
-        )
-        # Only a job that may yield is cut into pieces: the others go to the engine whole (one call, one seeding).
-        pieces = text_pieces(job.text, self.settings.piece_max_chars) if may_yield else [job.text]
-        # A job's first sentence may be spoken in two calls, the first one short (docs/scaling.md): not a remainder's.
-        cuts_first = self.settings.first_piece and not job.resumed and profile(self.settings.engine).cuts_first_piece
-
-        def speak(text: str) -> Iterator[EngineChunk]:
-            return self.engine.synthesize(text, voice, job.voice_settings, self._abort.is_set, seed=job.seed)
-
-        for index, piece in enumerate(pieces):
-            if self._abort.is_set():
-                return
-            cut = first_piece(piece, cuts_first and index == 0)
-            made = speak_cut(speak, piece, cut, self.engine.sample_rate)
-            for chunk in self.metrics.chunks(job, made):
-                audio = encoder.encode(chunk.pcm)
-                meta = metas.chunk(chunk, audio, offset)
-                if waited_s is not None:
-                    # The part's first chunk says how long it waited for the slot (the front's slot-wait figure).
-                    meta.update(part=job.part, waited_s=waited_s)
-                    waited_s = None
-                if not self._publish_chunk(job, progress, audio, meta):
-                    return
-                offset += len(chunk.pcm)
-                if offset > self._hard_audio_s * self.engine.sample_rate:
-                    progress.too_long = True
-                    return
-                if self._abort.is_set():
-                    return
-            rest = pieces[index + 1 :]
-            if (
-                rest
-                and may_yield
-                and not self._stopping.is_set()
-                and not self._abort.is_set()
-                and self._should_yield(keys=[protocol.QUEUE], args=[job.priority, job.owner, job.turn])
-            ):
-                self._finish_encoding(job, progress, encoder, metas)
-                gate = progress.gate
-                assert gate is not None
-                remainder = dataclasses.replace(
-                    job,
-                    sent_bytes=gate.sent,
-                    consumed_bytes=gate.consumed,
-                    granted_bytes=gate.granted,
-                    text=" ".join(rest),
-                    part=job.part + 1,
-                    seq=progress.seq,
-                    sample_offset=offset,
-                    total_chars=job.total_chars or len(job.text),
-                    queued_at=time.time(),
-                )
-                progress.handed_to = self._yield(
-                    keys=[protocol.QUEUE, self.processing], args=[raw, remainder.to_json(), job.priority]
-                )
-                progress.yielded = True
-                return
-        self._finish_encoding(job, progress, encoder, metas)
-
-    def _finish_encoding(self, job: protocol.Job, progress: _Progress, encoder: Encoder, metas: ChunkMeta) -> None:
-        """Flush the encoder and publish what it held back (with the alignment still owed) as a last chunk."""
-        tail = encoder.finish()
-        tail_meta = metas.tail(tail)
-        if tail_meta is not None:
-            self._publish_chunk(job, progress, tail, tail_meta)
-
-    @property
-    def _hard_audio_s(self) -> float:
-        """The most audio one job may make: twice the front's estimate bound (ZSYNTH_MAX_AUDIO), which reads fast."""
-        return 2 * self.settings.max_audio_s
-
-    def _publish_chunk(self, job: protocol.Job, progress: _Progress, audio: bytes, meta: dict[str, Any]) -> bool:
-        """In the engine thread: publish one chunk event within the job's credit (the first one also marks the job
-        as started); False when the job must stop instead (cancelled, or its front takes nothing)."""
-        gate = progress.gate
-        if gate is not None:
-            if not gate.admit(len(audio)):
-                return False
-            gate.sent_chunk(len(audio))
-        event = protocol.Event("chunk", progress.seq, meta, audio, job_id=job.job_id)
-        if progress.seq == 0:
-            # Mark the job as started in the same round trip, and before its first audio goes out: a reaper never
-            # re-runs a started job, and whoever hears the first chunk finds the job marked (a large chunk can reach
-            # Redis in several reads, so a mark sent after it could land after a client's look).
-            with self.chunk_redis.pipeline(transaction=False) as pipe:
-                pipe.hset(protocol.job_key(job.job_id), protocol.STARTED_FIELD, str(time.time()))
-                pipe.expire(protocol.job_key(job.job_id), self.settings.job_ttl_s)
-                pipe.publish(job.reply_to, event.encode())
-                pipe.execute()
-        else:
-            self.chunk_redis.publish(job.reply_to, event.encode())
-        progress.seq += 1
-        progress.samples += int(meta.get("samples", 0))
-        return True
-
     # ----- the memory ceiling ----------------------------------------------------------------------------------
 
     async def _shed_memory(self, log: logging.LoggerAdapter[logging.Logger]) -> None:
-        """After a job stopped for memory: give the engine's caches back; restart if the RSS stays over."""
+        """After a stream stopped for memory: give the engine's caches back; restart if the RSS stays over."""
         release = getattr(self.engine, "release_memory", None)
         if callable(release):
             with contextlib.suppress(Exception):
-                await asyncio.get_running_loop().run_in_executor(None, release)
+                await asyncio.get_running_loop().run_in_executor(self._engine_thread, release)
         rss = rss_bytes() or 0
         if rss > self.memory.watch.ceiling:
             log.error("RSS still %d MB after the job: restarting the worker", rss // 10**6)

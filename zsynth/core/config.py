@@ -81,6 +81,13 @@ def _positive_float(raw: str) -> float:
     return value
 
 
+def _non_negative_float(raw: str) -> float:
+    value = float(raw)
+    if not value >= 0:
+        raise ValueError("expected a number of at least 0")
+    return value
+
+
 def _positive_int(raw: str) -> int:
     value = int(raw)
     if value < 1:
@@ -261,6 +268,15 @@ class Settings:
     # Largest piece of a batch job (characters, whole sentences packed up to it; a longer sentence is one piece) a
     # worker speaks before it checks for waiting realtime or unstarted work and, if any, yields its slot.
     piece_max_chars: int = _env("PIECE_MAX_CHARS", _positive_int, default=100)
+    # ----- the stream scheduler (docs/scheduling.md "Streams and deadlines") -----
+    # The most streams one worker holds open at once; 0: the engine's profile bound (piper 16, turbo 32, simulated 64).
+    max_streams: int = _env("MAX_STREAMS", _non_negative_int, default=0)
+    # A stream's deadline before its first chunk: when it was queued plus this budget (realtime; a batch job gets
+    # BATCH_FIRST_AUDIO_BUDGET), and afterwards the moment its listener's playback would run dry, its first chunk's
+    # time plus PLAYBACK_JITTER (the listener's jitter buffer) plus the audio sent.
+    first_audio_budget_s: float = _env("FIRST_AUDIO_BUDGET", _positive_float, default=0.25)
+    batch_first_audio_budget_s: float = _env("BATCH_FIRST_AUDIO_BUDGET", _positive_float, default=1.0)
+    playback_jitter_s: float = _env("PLAYBACK_JITTER", _non_negative_float, default=0.15)
     # A worker's memory ceiling (bytes, or with a unit: 2GiB): a job that takes its RSS past it ends with 400
     # input_too_complex and is never run again (workers/memory.py). 0: the engine's default (piper 2 GiB, turbo
     # 12 GiB, simulated 1 GiB).

@@ -72,6 +72,14 @@ class EngineProfile:
     cuts_first_piece: bool
     # Where the worker finds the engine: "module:function", called with the settings (workers/engines/__init__.py).
     loader: str
+    # The grain at which the worker's one slot is shared between its streams (docs/scheduling.md): one step of a stream
+    # is one chunk of the engine's generator, "chunk" for an engine that streams within a sentence (Turbo, the
+    # simulated engine: a fraction of a second of audio), "sentence" for one whose call speaks a whole sentence and
+    # cannot be resumed midway (Piper).
+    grain: Literal["chunk", "sentence"]
+    # The most streams one worker holds open at once (ZSYNTH_MAX_STREAMS overrides it), sized by what an open stream
+    # keeps in memory (docs/limits.md "Streams per worker").
+    max_streams: int
 
     @property
     def languages(self) -> tuple[str, ...]:
@@ -114,6 +122,10 @@ PIPER: Final = EngineProfile(
     runs_on_gpu=False,
     cuts_first_piece=True,
     loader="workers.engines.piper:load",
+    grain="sentence",
+    # An open stream keeps its sentence iterator and at most one sentence of audio (a few hundred KB) besides the
+    # call in progress; the bound is on how many slow clients one CPU worker keeps parked, not on memory.
+    max_streams=16,
 )
 
 TURBO: Final = EngineProfile(
@@ -137,6 +149,10 @@ TURBO: Final = EngineProfile(
     runs_on_gpu=True,
     cuts_first_piece=False,
     loader="workers.engines.turbo:load",
+    grain="chunk",
+    # An open stream keeps T3's key/value cache (at most its token cap: about 100 MB in half precision) and S3Gen's
+    # carried state: 32 of them take a few GB of an 80 GB card's memory besides the weights and graphs.
+    max_streams=32,
 )
 
 SIMULATED: Final = EngineProfile(
@@ -153,6 +169,8 @@ SIMULATED: Final = EngineProfile(
     runs_on_gpu=False,
     cuts_first_piece=False,
     loader="workers.engines.simulated:load",
+    grain="chunk",
+    max_streams=64,  # its position in the text: nothing to speak of
 )
 
 #: Every engine this build knows, by the name ZSYNTH_ENGINE takes.

@@ -336,6 +336,27 @@ return redis.call('RPOPLPUSH', KEYS[1], KEYS[2])
 """
 )
 
+# Claim the next job (the right end) into a worker's in-flight list only when its owner is none of ARGV: a worker whose
+# deadline schedule is full still takes a key's first stream on it, so one key's many streams never keep another key's
+# turn out of every worker (docs/scheduling.md). The owner is read from the job's first bytes (Job.to_json writes it
+# first); only a job written otherwise is decoded. Returns the job's JSON, or nil when the queue is empty or its next
+# job's owner has a stream on this worker.
+# KEYS[1]=queue  KEYS[2]=in-flight list  ARGV=the owners of the streams the worker holds
+CLAIM_NEW_OWNER_LUA: Final = """
+local raw = redis.call('LINDEX', KEYS[1], -1)
+if not raw then return false end
+local owner = string.match(raw, '^{"owner":"([^"]*)"')
+if not owner then
+  local ok, job = pcall(cjson.decode, raw)
+  owner = ''
+  if ok and type(job) == 'table' and type(job.owner) == 'string' then owner = job.owner end
+end
+for i = 1, #ARGV do
+  if ARGV[i] == owner then return false end
+end
+return redis.call('RPOPLPUSH', KEYS[1], KEYS[2])
+"""
+
 # Recover a dead worker's in-flight list, atomically, only while its heartbeat is gone. A job whose audio had not
 # started and that did not exceed a memory ceiling goes back to the head of the queue once (its id is returned second,
 # for the log); any other job is returned first (its JSON) to the caller, who fails it.
@@ -423,6 +444,10 @@ class Job:
     granted_bytes: int = 0
     # The W3C trace context (traceparent) of the front's span that queued the job, when traces are on (tracing.py).
     trace: dict[str, str] = field(default_factory=dict)
+    # The job whose audio this one's plays right after (a socket context's previous segment, unfinished when this one
+    # was pushed), or "": a worker holding both computes this one once that one is made, and times its deadlines
+    # from where that one's playback ends (docs/scheduling.md).
+    follows: str = ""
 
     def to_json(self) -> str:
         """Serialise for the queue, the fields PUSH_BOUNDED_LUA reads first (QUEUE_LEAD_FIELDS)."""

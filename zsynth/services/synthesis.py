@@ -200,6 +200,9 @@ class SynthesisRequest:
     options: TextOptions | None = field(default_factory=TextOptions)
     alignment: bool = False
     priority: Priority = "batch"
+    # The job whose audio this one's plays right after, when it is still unfinished (a socket context's previous
+    # segment): the worker that holds both computes this one once that one is made, on its playback clock.
+    follows: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,6 +374,7 @@ class SynthesisService:
             request_id=request.request_id,
             alignment=request.alignment,
             seed=request.seed,  # the dispatcher sets the start deadline
+            follows=request.follows,
         )
         return Prepared(job, spoken)
 

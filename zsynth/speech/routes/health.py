@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Literal
+import json
+from typing import Any, Literal
 
 from aiohttp import hdrs, web
 from pydantic import BaseModel, ConfigDict, Field
@@ -52,6 +53,12 @@ class Readiness(BaseModel):
     status: Literal["ready", "not_ready"]
     redis: bool = Field(description="Whether Redis answered.")
     workers: int = Field(ge=0, description="Workers with a fresh heartbeat.")
+    streams: int = optional(ge=0, description="Streams the live workers hold open now, all together.")
+    workers_full: int = optional(
+        ge=0,
+        description="Live workers that take no new stream now (their deadline schedule is full, or they hold their "
+        "most streams): a request waits in the queue until one takes it.",
+    )
     tasks_down: list[str] = optional(description="Vital background tasks that crashed and have not run again yet.")
     voice_library: str = optional(description="Why this box cannot share the voice library, when it cannot.")
     voice_library_catching_up: bool = optional(
@@ -64,14 +71,23 @@ class Readiness(BaseModel):
     redis_promotions: int = optional(ge=0, description="Redis master promotions this front has seen since it started.")
 
 
-async def live_workers(app: web.Application) -> list[str]:
-    """Ids of registered workers whose heartbeat key is still alive."""
+async def live_workers(app: web.Application) -> list[dict[str, Any]]:
+    """The heartbeats of the registered workers whose heartbeat key is still alive."""
     redis = app[REDIS]
     ids = protocol.worker_ids(await redis.smembers(protocol.WORKERS))
     if not ids:
         return []
     beats = await redis.mget([protocol.heartbeat_key(i) for i in ids])
-    return [i for i, beat in zip(ids, beats, strict=True) if beat is not None]
+    live: list[dict[str, Any]] = []
+    for beat in beats:
+        if beat is None:
+            continue
+        try:
+            status = json.loads(beat)
+        except ValueError:
+            status = {}
+        live.append(status if isinstance(status, dict) else {})
+    return live
 
 
 @routes.get(
@@ -109,6 +125,9 @@ async def readyz(request: web.Request) -> web.Response:
         down += library.supervisor.down()
     ready = bool(workers) and not down
     body: dict[str, object] = {"status": "ready" if ready else "not_ready", "redis": True, "workers": len(workers)}
+    # How full the workers are (from their heartbeats; a worker from before streams says nothing of it).
+    body["streams"] = sum(int(w.get("streams") or 0) for w in workers)
+    body["workers_full"] = sum(1 for w in workers if w.get("full"))
     if down:  # a vital background task crashed and has not run again yet
         body["tasks_down"] = down
     if library is not None and library.warning:  # a box on a shared Redis without the shared bucket

@@ -109,6 +109,7 @@ class Speaker:
         self._speeches: asyncio.Queue[Speech | Mark | None] = asyncio.Queue()
         self._slots = asyncio.Semaphore(LOOKAHEAD)
         self._live: set[Speech] = set()
+        self._last_job = ""  # the job of the segment submitted last
         self._tasks = [
             asyncio.create_task(self._submit_loop(), name=f"ws-submit-{conn.socket_id}"),
             asyncio.create_task(self._forward_loop(), name=f"ws-forward-{conn.socket_id}"),
@@ -250,6 +251,8 @@ class Speaker:
                 options=self.options,
                 alignment=True,
                 priority="realtime",
+                # Its audio plays right after the previous segment's, still being made or sent.
+                follows=self._last_job if self._last_job in self._live_ids() else "",
             )
             try:
                 # Past the key's share of the queue, the service waits for one of its own jobs to end (bounded by
@@ -266,12 +269,17 @@ class Speaker:
                 return
             self._live.add(speech)
             job = speech.job
+            self._last_job = job.job_id
             if speech.spoken.changed:
                 self._mappers[job.job_id] = AlignmentMapper(speech.spoken)
             if self._interrupted:
                 return  # interrupt() cancels every live job once this task has ended
             logger.debug("socket %s: segment job %s (%d chars)", self.conn.socket_id, job.job_id, len(segment))
             await self._speeches.put(speech)
+
+    def _live_ids(self) -> set[str]:
+        """The job ids of the segments submitted and not yet fully sent."""
+        return {speech.job.job_id for speech in self._live}
 
     async def _fail(self, failure: Failure) -> None:
         """End the socket with the failure's error frame (this task sends it and closes)."""
