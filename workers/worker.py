@@ -359,9 +359,12 @@ class Worker:
         job, log = stream.job, stream.log
         if isinstance(stream.error, (RedisConnectionError, RedisTimeoutError)):
             # Redis went away mid-job (redis-py wraps socket errors in these; a bare OSError comes from the engine,
-            # e.g. a missing file, and fails the job): settled once Redis answers again.
+            # e.g. a missing file, and fails the job): settled once Redis answers again. Every other stream this
+            # worker holds is settled the same way, as the one job a worker held was: whatever they published meanwhile
+            # may be lost, and their listeners ran dry while Redis was away.
             log.error("redis lost during the job: %s", stream.error)
             self._orphans.append((stream.raw, stream.published))
+            await self._orphan_all()
             return
         terminal = stream.ending()
         self.metrics.ended(job, terminal, stream.figures, memory_over=stream.memory_over)
@@ -387,6 +390,16 @@ class Worker:
         )
         if stream.memory_over:
             await self._shed_memory(log)
+
+    async def _orphan_all(self) -> None:
+        """Redis was lost: close every stream held (on the engine thread) and settle each once Redis answers."""
+        loop = asyncio.get_running_loop()
+        for stream in list(self.streams):
+            self.streams.remove(stream)
+            with contextlib.suppress(Exception):
+                await loop.run_in_executor(self._engine_thread, stream.close)
+            stream.log.error("redis lost while the worker held the job")
+            self._orphans.append((stream.raw, stream.published))
 
     async def _read_credit(self) -> None:
         """Read the credit lists of the parked streams (every PARKED_POLL_S at most): a grant lets a stream run
