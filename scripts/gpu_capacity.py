@@ -194,21 +194,18 @@ def capacity(levels: Iterable[LevelResult]) -> int:
     return best
 
 
-def expected_streams(
-    rtf: float, chunk_audio_s: float, sentence_audio_s: float, first_audio_p95_s: float = FIRST_AUDIO_P95_S
-) -> int:
-    """What one worker serving one job at a time allows at a given RTF: the throughput bound (N streams need
-    N * rtf of the worker per second of audio) and the first-audio bound (a turn's first sentence may queue behind
-    one sentence job of each of the other N - 1 streams, each ``rtf * sentence_audio_s`` long, before its own first
-    chunk, ``rtf * chunk_audio_s``)."""
+def expected_streams(rtf: float, chunk_audio_s: float, first_audio_p95_s: float = FIRST_AUDIO_P95_S) -> int:
+    """What one worker sharing its slot chunk by chunk, earliest deadline first (docs/scheduling.md), allows at a
+    given RTF: the throughput bound (N streams need N * rtf of the slot per second of audio) and the first-audio
+    bound (at worst a turn's first chunk waits for one chunk of each other stream, all due together, before its own:
+    N chunks of ``rtf * chunk_audio_s`` each)."""
     if rtf <= 0:
         raise ValueError("rtf must be positive")
     chunk_s = rtf * chunk_audio_s
-    job_s = rtf * sentence_audio_s
     if chunk_s > first_audio_p95_s:
         return 0
     by_throughput = int(1 / rtf + 1e-9)
-    by_latency = 1 + int((first_audio_p95_s - chunk_s) / job_s + 1e-9)
+    by_latency = int(first_audio_p95_s / chunk_s + 1e-9)
     return min(by_throughput, by_latency)
 
 
@@ -721,7 +718,7 @@ def run(
     }
     if engine == "simulated":
         report["rtf"] = rtf
-        report["allowed"] = expected_streams(rtf, chunk_audio_s, simulated_sentence_s(chunk_audio_s))
+        report["allowed"] = expected_streams(rtf, chunk_audio_s)
     return report
 
 
@@ -847,7 +844,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = run(args.engine, levels, args.turns, args.sentences, args.rtf, args.chunk_audio_s)
     print(f"capacity: {report['capacity']} realtime voices (zero underruns, first audio p95 <= 300 ms)")
     if "allowed" in report:
-        print(f"an RTF of {args.rtf} allows {report['allowed']} (one worker, one sentence job at a time)")
+        print(f"an RTF of {args.rtf} allows {report['allowed']} (one worker, its slot shared chunk by chunk)")
     print(f"capacity_figure={report['capacity']}")
     if args.out:
         with open(args.out, "w") as out:
