@@ -22,9 +22,15 @@ PATH = "/v1/text-to-speech/v/stream-input?output_format=pcm_16000"
 
 @pytest.fixture
 def whole_job_worker(private_redis_url, tmp_path):
-    """A worker whose jobs never yield their slot (one piece per job): only the queue order decides what runs next."""
+    """A worker whose jobs never yield their slot (one piece per job) and that holds one stream at a time
+    (``ZSYNTH_MAX_STREAMS=1``): only the queue order decides what runs next. A worker with room would take the
+    waiting batch job as a stream of its own at once (docs/scheduling.md), which is not what this test is about."""
     worker = WorkerProcess(
-        private_redis_url, f"rt-{time.monotonic_ns()}", tmp_path, ZSYNTH_PIECE_MAX_CHARS="100000"
+        private_redis_url,
+        f"rt-{time.monotonic_ns()}",
+        tmp_path,
+        ZSYNTH_PIECE_MAX_CHARS="100000",
+        ZSYNTH_MAX_STREAMS="1",
     ).wait_ready()
     yield worker
     worker.stop()
