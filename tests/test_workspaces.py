@@ -13,6 +13,7 @@ import asyncio
 import json
 import secrets
 import time
+from pathlib import Path
 from typing import Any
 
 import aioboto3
@@ -91,15 +92,10 @@ def _same_refusal(foreign: tuple[int, Any], unknown: tuple[int, Any], foreign_id
     assert text(foreign[1], foreign_id) == text(unknown[1], unknown_id)
 
 
-@pytest.fixture
-async def team(aiohttp_client, aws_endpoint, redis_url, data_dir, shared_workers, keys_table):
-    """A front on the shared workers with the voice library and the dictionaries in a bucket; keys: A (team-a), B
-    (team-b) and a static key (default)."""
-    bucket = await create_bucket()
-    key_a, key_b = _key(), _key()
-    await put_key(keys_table, key_a, "team-a")
-    await put_key(keys_table, key_b, "team-b")
-    front = await start_front(
+async def _team_front(aiohttp_client: Any, redis_url: str, data_dir: Path, bucket: str, keys_table: str) -> Any:
+    """A front on the shared workers: the voice library and the dictionaries in ``bucket``, the keys in the table and
+    the static key."""
+    return await start_front(
         aiohttp_client,
         redis_url,
         data_dir,
@@ -108,6 +104,17 @@ async def team(aiohttp_client, aws_endpoint, redis_url, data_dir, shared_workers
         api_keys_table=keys_table,
         dictionaries_prefix=DICTIONARIES_PREFIX,
     )
+
+
+@pytest.fixture
+async def team(aiohttp_client, aws_endpoint, redis_url, data_dir, shared_workers, keys_table):
+    """A front on the shared workers with the voice library and the dictionaries in a bucket; keys: A (team-a), B
+    (team-b) and a static key (default)."""
+    bucket = await create_bucket()
+    key_a, key_b = _key(), _key()
+    await put_key(keys_table, key_a, "team-a")
+    await put_key(keys_table, key_b, "team-b")
+    front = await _team_front(aiohttp_client, redis_url, data_dir, bucket, keys_table)
     return {"front": front, "bucket": bucket, "table": keys_table, "a": key_a, "b": key_b}
 
 
@@ -408,15 +415,7 @@ async def test_clones_and_dictionaries_from_before_workspaces_are_the_default_s(
     key_default, key_b = _key(), _key()
     await put_key(keys_table, key_default, "default")
     await put_key(keys_table, key_b, "team-b")
-    front = await start_front(
-        aiohttp_client,
-        redis_url,
-        data_dir,
-        bucket,
-        api_key=STATIC,
-        api_keys_table=keys_table,
-        dictionaries_prefix=DICTIONARIES_PREFIX,
-    )
+    front = await _team_front(aiohttp_client, redis_url, data_dir, bucket, keys_table)
     for key in (STATIC, key_default):
         api = sdk(front, key)
         assert voice_id in {v.voice_id for v in (await api.voices.get_all()).voices}
