@@ -164,13 +164,16 @@ async def test_realtime_and_new_requests_get_a_slot_from_long_jobs_which_stay_wh
     await _wait_until(lambda: _busy_workers_all(url, len(workers)), 20, "every worker busy")
     await asyncio.sleep(0.3)
     loaded = max([await _flush_first_audio(client) for _ in range(2)])
-    short = await _first_byte(client, SHORT)
+    # Two new requests per worker at once: a worker yields when work waits in the queue, and one worker alone could
+    # serve a single request after another while the second worker's long job never saw the queue non-empty (CI,
+    # 2026-11-28). With more waiting than one worker drains before the other's next chunk, every long job yields.
+    short = max(await asyncio.gather(*(_first_byte(client, SHORT) for _ in range(2 * len(workers)))))
     assert not all(task.done() for task in long_jobs), "the long jobs should still be running"
     # About one batch piece behind (a whole long job is tens of seconds): a bound in seconds, not a multiple of the
     # idle figure, which the first piece (docs/scaling.md) made a fraction of a piece.
     assert loaded <= idle + 2.0, f"realtime first audio {loaded:.2f}s under load vs {idle:.2f}s idle"
     # A new request waits about one piece (PIECE characters, well under a second of Piper), not a whole long job.
-    assert short <= idle_short + 2.0, f"short request first byte {short:.2f}s behind long jobs ({idle_short:.2f}s idle)"
+    assert short <= idle_short + 2.0, f"last short first byte {short:.2f}s behind long jobs ({idle_short:.2f}s idle)"
 
     (audio, alignment), others = await asyncio.gather(timestamps, asyncio.gather(*streams))
     assert _slot_waits(app, "resumed") >= 2, "the long jobs should have yielded and resumed"
