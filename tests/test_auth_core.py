@@ -141,7 +141,7 @@ async def test_open_when_nothing_configured():
     assert (await auth.verify(None)).kind == "open"
     with pytest.raises(AuthError) as err:
         await auth.mint_token(300)
-    assert (err.value.status, err.value.http_status) == ("not_supported", 501)
+    assert (err.value.code, err.value.http_status) == ("not_supported", 501)
 
 
 @pytest.mark.stack
@@ -151,10 +151,10 @@ async def test_static_keys_only():
     for secret, status in ((None, "missing_api_key"), ("", "missing_api_key"), ("c-key", "invalid_api_key")):
         with pytest.raises(AuthError) as err:
             await auth.verify(secret)
-        assert err.value.status == status
+        assert err.value.code == status
     with pytest.raises(AuthError) as err:
         await auth.mint_token(300)
-    assert err.value.status == "not_supported"
+    assert err.value.code == "not_supported"
 
 
 @pytest.mark.stack
@@ -170,7 +170,7 @@ async def test_table_key_and_token(auth):
     assert (tcred.kind, tcred.scope, tcred.is_full) == ("ephemeral", "tts", False)
     with pytest.raises(AuthError) as err:
         await auth.mint_token(300, parent=tcred)
-    assert err.value.status == "insufficient_scope"
+    assert err.value.code == "insufficient_scope"
 
 
 @pytest.mark.stack
@@ -188,7 +188,7 @@ async def test_unknown_prefix_is_refused_without_a_lookup(auth):
     for garbage in ("nope", "sk_live_abc", "Bearer x", "zsk_other_1", "zsk_live_" + "a" * 600):
         with pytest.raises(AuthError) as err:
             await auth.verify(garbage)
-        assert err.value.status == "invalid_api_key"
+        assert err.value.code == "invalid_api_key"
     assert auth.store.reads == 0
     with pytest.raises(AuthError):
         await auth.verify("zsk_live_unknown")
@@ -226,7 +226,7 @@ async def test_token_expiry_is_checked_on_every_request_even_when_cached(auth):
     auth.clock.now = expires_at
     with pytest.raises(AuthError) as err:
         await auth.verify(token)
-    assert (err.value.status, err.value.message) == ("invalid_api_key", "This token has expired.")
+    assert (err.value.code, err.value.message) == ("invalid_api_key", "This token has expired.")
     # A fresh authenticator (another front, cold cache) refuses it as well.
     other = Authenticator(store=auth.store, clock=auth.clock)
     with pytest.raises(AuthError):
@@ -244,7 +244,7 @@ async def test_revocation_takes_effect_within_the_cache_bound(auth):
     for secret in (key, token):
         with pytest.raises(AuthError) as err:
             await auth.verify(secret)
-        assert err.value.status == "invalid_api_key"
+        assert err.value.code == "invalid_api_key"
 
 
 @pytest.mark.stack
@@ -262,7 +262,7 @@ async def test_table_down_is_503_not_401(aws_endpoint):
     try:
         with pytest.raises(AuthError) as err:
             await auth.verify("zsk_live_whatever")
-        assert (err.value.status, err.value.http_status) == ("service_unavailable", 503)
+        assert (err.value.code, err.value.http_status) == ("service_unavailable", 503)
         with pytest.raises(AuthError) as err:
             await auth.verify("garbage")  # refused before any look-up
         assert err.value.http_status == 401

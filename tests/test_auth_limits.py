@@ -122,7 +122,7 @@ async def test_table_reads_at_once_are_bounded(keys_table):
             try:
                 await auth.verify(f"zsk_live_flood-{n}", client=f"198.51.100.{n}")
             except AuthError as err:
-                return err.status
+                return err.code
             return "ok"
 
         answers = await asyncio.gather(*(attempt(n) for n in range(40)))
@@ -141,7 +141,7 @@ async def test_an_address_over_its_limit_waits_for_no_look_up_slot(keys_table):
     try:
         with pytest.raises(AuthError) as first:
             await auth.verify("zsk_live_made-up-a", client="203.0.113.7")
-        assert first.value.status == "invalid_api_key"
+        assert first.value.code == "invalid_api_key"
         # Someone else's look-up holds the one slot: the throttled address is answered at once, unread.
         other = asyncio.ensure_future(auth.verify("zsk_live_made-up-b", client="203.0.113.8"))
         await asyncio.sleep(0.01)

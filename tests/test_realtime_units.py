@@ -204,7 +204,7 @@ def _query(**data: str) -> RealtimeQuery:
 def _refused_query(**data: str) -> tuple[str, str]:
     with pytest.raises(WsError) as err:
         _query(**data)
-    return err.value.error, err.value.message
+    return err.value.code, err.value.message
 
 
 def test_realtime_query_defaults():

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.unit
 def refused(model, message, max_chars=None) -> tuple[str, str]:
     with pytest.raises(WsError) as err:
         read(model, message, max_chars)
-    return err.value.error, err.value.message
+    return err.value.code, err.value.message
 
 
 def test_text_messages_read_flags_by_truth_and_null_text_as_empty():

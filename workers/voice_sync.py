@@ -15,6 +15,7 @@ import asyncio
 import logging
 from collections import Counter as CountBy
 
+from zsynth.core.codes import CodedError
 from zsynth.core.config import Settings
 from zsynth.core.protocol import ErrorCode
 from zsynth.core.voices import StoredVoice, VoiceStore, is_clone_id
@@ -27,12 +28,13 @@ from .engines import Engine, VoiceSpec
 logger = logging.getLogger(__name__)
 
 
-class VoiceUnavailable(RuntimeError):
-    """A job's voice cannot be loaded; ``code`` is the error code its client gets."""
+class VoiceUnavailable(CodedError, RuntimeError):
+    """A job's voice cannot be loaded; ``code`` (an :class:`~zsynth.core.protocol.ErrorCode`) is the error code its
+    client gets."""
 
     def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
+        super().__init__(code, message)
+        self.code: ErrorCode = code
 
 
 class WorkerVoices:

@@ -17,6 +17,7 @@ from aiohttp import web
 
 from zsynth.avatar.errors import AvatarError
 from zsynth.avatar.session import AvatarSession
+from zsynth.core.codes import ApiCode
 from zsynth.kit.access import refuses_open_write
 from zsynth.kit.errors import Handler
 from zsynth.kit.gate import Gate, access_middleware
@@ -32,7 +33,7 @@ from zsynth.services.auth import (
 
 def auth_error(err: AuthError) -> AvatarError:
     """An auth-core refusal in this server's envelope."""
-    return AvatarError(err.http_status, err.status, err.message)
+    return AvatarError(err.http_status, err.code, err.message)
 
 
 def watch_session(request: web.Request, credential: Credential, session: AvatarSession) -> None:
@@ -42,7 +43,7 @@ def watch_session(request: web.Request, credential: Credential, session: AvatarS
         return
 
     async def refused(err: AuthError) -> None:
-        session.emit("error", code=err.status, message=err.message)
+        session.emit("error", code=err.code, message=err.message)
         session.start_close("credential_invalid")
 
     watcher = watch_credential(request.app[AUTHENTICATOR], secret, credential, refused)
@@ -76,5 +77,5 @@ async def open_write_middleware(request: web.Request, handler: Handler) -> web.S
     ZSYNTH_CORS_ORIGINS lists, or ZSYNTH_CORS_OPEN_WRITES=true, lifts the refusal.
     """
     if refuses_open_write(request, any_origin_only=False):
-        raise AvatarError(403, "cross_origin_refused", _OPEN_WRITE_REFUSED)
+        raise AvatarError(403, ApiCode.CROSS_ORIGIN_REFUSED, _OPEN_WRITE_REFUSED)
     return await handler(request)

@@ -16,6 +16,7 @@ from zsynth.avatar.renderers.base import AVATARS
 from zsynth.avatar.routes import setup_routes
 from zsynth.avatar.sessions import AVATAR_SESSIONS, SessionRegistry
 from zsynth.core.config import Settings
+from zsynth.core.protocol import ErrorCode
 from zsynth.kit.access import authenticator_ctx
 from zsynth.kit.cors import any_origin, setup_cors
 from zsynth.kit.hosts import host_guard
@@ -42,7 +43,7 @@ async def sessions(app: web.Application) -> AsyncIterator[None]:
     app[AVATAR_SESSIONS] = registry
     app[METRICS].avatar_sessions.set_function(lambda: len(registry.sessions))
     yield
-    await registry.close_all("shutting_down")
+    await registry.close_all(ErrorCode.SHUTTING_DOWN)
 
 
 def create_avatar_app(settings: Settings, auth: Authenticator | None = None) -> web.Application:

@@ -7,6 +7,7 @@ from typing import Final, Self
 
 import pydantic
 
+from zsynth.core.codes import ApiCode
 from zsynth.kit.envelope import ErrorEnvelope, Refusal
 from zsynth.kit.middleware import error_middleware_for
 
@@ -23,7 +24,7 @@ class Error(ErrorEnvelope):
 
     model_config = pydantic.ConfigDict(extra="forbid")
 
-    code: str = pydantic.Field(examples=["invalid_api_key", "session_not_found"])
+    code: str = pydantic.Field(examples=[ApiCode.INVALID_API_KEY, ApiCode.SESSION_NOT_FOUND])
     message: str
 
     @classmethod

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pydantic
 
+from zsynth.core.codes import ApiCode
 from zsynth.kit.endpoints import refusal, text_limit
 
 
@@ -21,7 +22,7 @@ class ControlMessage(pydantic.BaseModel):
     @classmethod
     def _type(cls, value: object) -> object:
         if not isinstance(value, str):
-            raise refusal("invalid_message", "Send JSON objects with a string 'type'.")
+            raise refusal(ApiCode.INVALID_MESSAGE, "Send JSON objects with a string 'type'.")
         return value
 
 
@@ -37,15 +38,15 @@ class SpeakCommand(pydantic.BaseModel):
     @classmethod
     def _text(cls, value: object, info: pydantic.ValidationInfo) -> object:
         if not isinstance(value, str) or not value.strip():
-            raise refusal("invalid_text", "'text' must be a non-empty string.")
+            raise refusal(ApiCode.INVALID_TEXT, "'text' must be a non-empty string.")
         limit = text_limit(info)
         if limit is not None and len(value) > limit:
-            raise refusal("text_too_long", f"'text' exceeds {limit} characters.")
+            raise refusal(ApiCode.TEXT_TOO_LONG, f"'text' exceeds {limit} characters.")
         return value
 
     @pydantic.field_validator("voice_id", mode="before")
     @classmethod
     def _voice_id(cls, value: object) -> object:
         if value is not None and (not isinstance(value, str) or not value.strip()):
-            raise refusal("invalid_voice_id", "'voice_id' must be a non-empty string.")
+            raise refusal(ApiCode.INVALID_VOICE_ID, "'voice_id' must be a non-empty string.")
         return value

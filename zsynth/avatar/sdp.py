@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from zsynth.avatar.errors import AvatarError
+from zsynth.core.codes import ApiCode
 from zsynth.core.config import Settings
 
 _CANDIDATE: Final = "a=candidate:"
@@ -92,7 +93,7 @@ def _candidate_address(line: str) -> tuple[str, str, int]:
         if not 0 <= port <= 65535:
             raise ValueError("port out of range")
     except ValueError as err:
-        raise AvatarError(400, "invalid_sdp", f"Malformed ICE candidate line ({err}): {line[:100]!r}.") from None
+        raise AvatarError(400, ApiCode.INVALID_SDP, f"Malformed ICE candidate line ({err}): {line[:100]!r}.") from None
     return bits[2].lower(), bits[4].lower(), port
 
 
@@ -101,7 +102,7 @@ def _check_size(sdp: str, max_bytes: int) -> None:
     if len(sdp) > max_bytes or len(sdp.encode()) > max_bytes:
         raise AvatarError(
             413,
-            "sdp_too_large",
+            ApiCode.SDP_TOO_LARGE,
             f"The SDP offer is larger than {max_bytes} bytes (ZSYNTH_AVATAR_MAX_SDP_BYTES); a browser's is a few KiB.",
         )
 
@@ -109,7 +110,7 @@ def _check_size(sdp: str, max_bytes: int) -> None:
 def _check_media(lines: list[str]) -> None:
     kinds = {match.group(1) for line in lines if (match := _MEDIA.match(line))}
     if kinds != {"audio", "video"}:
-        raise AvatarError(400, "invalid_sdp", "The offer must receive one audio and one video track.")
+        raise AvatarError(400, ApiCode.INVALID_SDP, "The offer must receive one audio and one video track.")
 
 
 def check_offer(sdp: str, limits: OfferLimits) -> CheckedOffer:
@@ -145,7 +146,7 @@ def _count_candidates(lines: list[str], limit: int) -> dict[int, tuple[str, str,
             # Stop here: reading the rest of a flood would only cost more.
             raise AvatarError(
                 400,
-                "too_many_candidates",
+                ApiCode.TOO_MANY_CANDIDATES,
                 f"The offer lists more than {limit} ICE candidates (ZSYNTH_AVATAR_MAX_REMOTE_CANDIDATES).",
             )
     return candidates

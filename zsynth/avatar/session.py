@@ -17,6 +17,7 @@ from zsynth.avatar.media import AvatarVideoTrack, Playout, SpeechAudioTrack
 from zsynth.avatar.renderers.base import AvatarRenderer
 from zsynth.avatar.speech import AudioSlot, Framer, SpeechTask
 from zsynth.core import workspaces
+from zsynth.core.codes import ApiCode
 from zsynth.core.config import Settings
 from zsynth.core.ratelimit import TokenBucket
 from zsynth.services.synthesis import Failure, SynthesisFailed, SynthesisService
@@ -101,7 +102,7 @@ class AvatarSession:
         # the caller's bad offer too, not a server error.
         except (ValueError, TypeError, AttributeError, KeyError, IndexError, AssertionError) as err:
             logger.info("session %s: unusable offer: %r", self.session_id, err)
-            raise AvatarError(400, "invalid_sdp", f"The SDP offer could not be used: {err}") from err
+            raise AvatarError(400, ApiCode.INVALID_SDP, f"The SDP offer could not be used: {err}") from err
         self._tasks.append(asyncio.create_task(self._feeder(), name=f"avatar-feeder-{self.session_id}"))
         self._tasks.append(asyncio.create_task(self._watchdog(), name=f"avatar-watchdog-{self.session_id}"))
         return str(self.pc.localDescription.sdp)
@@ -259,7 +260,7 @@ class AvatarSession:
                 self._feed_task = None
             if not feed.cancelled() and feed.exception() is not None:
                 logger.error("session %s: task %s broke", self.session_id, task.task_id, exc_info=feed.exception())
-                self.emit("error", code="internal_error", message="Speaking failed.", task_id=task.task_id)
+                self.emit("error", code=ApiCode.INTERNAL_ERROR, message="Speaking failed.", task_id=task.task_id)
 
     async def _feed(self, task: SpeechTask) -> None:
         framer = Framer(task)

@@ -13,6 +13,7 @@ from zsynth.avatar.errors import AvatarError
 from zsynth.avatar.renderers.base import AvatarRenderer
 from zsynth.avatar.session import AvatarSession
 from zsynth.core import workspaces
+from zsynth.core.codes import ApiCode
 from zsynth.core.config import Settings
 from zsynth.services.synthesis import SynthesisService
 
@@ -48,7 +49,7 @@ class SessionRegistry:
         if per_owner and sum(1 for s in self.sessions.values() if s.owner == owner) >= own_limit:
             raise AvatarError(
                 429,
-                "too_many_sessions",
+                ApiCode.TOO_MANY_SESSIONS,
                 f"This token already holds {own_limit} live avatar sessions; close one (or wait for it to end).",
                 {"Retry-After": "5"},
             )
@@ -56,7 +57,7 @@ class SessionRegistry:
         if len(self.sessions) >= limit:
             raise AvatarError(
                 503,
-                "capacity",
+                ApiCode.CAPACITY,
                 f"This server already runs its limit of {limit} live avatar sessions; try again later.",
                 {"Retry-After": "5"},
             )
@@ -81,7 +82,7 @@ class SessionRegistry:
         is one that does not exist."""
         session = self.sessions.get(session_id)
         if session is None or session.closing or session.workspace != workspace:
-            raise AvatarError(404, "session_not_found", f"No live session with id '{session_id}'.")
+            raise AvatarError(404, ApiCode.SESSION_NOT_FOUND, f"No live session with id '{session_id}'.")
         return session
 
     def listed(self, workspace: str) -> list[AvatarSession]:

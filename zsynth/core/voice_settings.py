@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any, Final
 
+from zsynth.core.codes import ApiCode
+
 MAX_SEED: Final = 4294967295
 # voice_settings fields that must be numbers when present.
 NUMERIC_SETTINGS: Final = ("stability", "similarity_boost", "style", "speed")
@@ -20,7 +22,7 @@ KNOWN_SETTINGS: Final = (*NUMERIC_SETTINGS, "use_speaker_boost")
 class InvalidParameter(ValueError):
     """A synthesis parameter of the wrong type or range; ``param`` names the field."""
 
-    code: Final = "invalid_parameters"
+    code: Final = ApiCode.INVALID_PARAMETERS
 
     def __init__(self, message: str, param: str) -> None:
         super().__init__(message)

@@ -17,6 +17,7 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
+from zsynth.core.codes import ApiCode
 from zsynth.core.config import Settings
 from zsynth.demo.backend import DEMO_BACKEND, DemoBackend, UpstreamError, read_clone_form, same_origin
 from zsynth.kit.errors import ApiError, error_middleware
@@ -82,18 +83,20 @@ async def clone(request: web.Request) -> web.Response:
             request[REQUEST_ID],
             request.headers.get("Origin", "")[:200],
         )
-        raise ApiError(403, "cross_origin_refused", "Clone uploads are accepted from the demo page only.")
+        raise ApiError(403, ApiCode.CROSS_ORIGIN_REFUSED, "Clone uploads are accepted from the demo page only.")
     if not request.content_type.startswith("multipart/form-data"):
-        raise ApiError(400, "invalid_content_type", "Send the clip as multipart/form-data with 'name' and 'files'.")
+        raise ApiError(
+            400, ApiCode.INVALID_CONTENT_TYPE, "Send the clip as multipart/form-data with 'name' and 'files'."
+        )
     form = await read_clone_form(request, settings)
     try:
         status, body = await request.app[DEMO_BACKEND].clone(form)
     except UpstreamError as err:
-        raise ApiError(502, "upstream_unavailable", str(err)) from err
+        raise ApiError(502, ApiCode.UPSTREAM_UNAVAILABLE, str(err)) from err
     try:
         parsed = json.loads(body)
     except ValueError as err:
-        raise ApiError(502, "upstream_invalid", f"The speech API answered HTTP {status} without JSON.") from err
+        raise ApiError(502, ApiCode.UPSTREAM_INVALID, f"The speech API answered HTTP {status} without JSON.") from err
     logger.info("request %s: clone upload forwarded (HTTP %d)", request[REQUEST_ID], status)
     return web.json_response(parsed, status=status, headers=_NO_STORE)
 

@@ -46,6 +46,7 @@ import pydantic
 import pydantic_core
 from aiohttp import web
 
+from zsynth.core.codes import ApiCode
 from zsynth.kit.envelope import ErrorEnvelope
 from zsynth.kit.jsonbody import BadJson, BodyTooLarge, loads, read_limited
 from zsynth.services.keys import SETTINGS
@@ -258,7 +259,7 @@ def first_error(err: pydantic.ValidationError) -> tuple[int, str, str, str | Non
     message = error["msg"]
     if param is not None:
         message = f"Field '{param}': {message[0].lower()}{message[1:]}." if message else f"Field '{param}' is invalid."
-    return 422, "invalid_parameters", message, param
+    return 422, ApiCode.INVALID_PARAMETERS, message, param
 
 
 def validate(model: type[M], data: object, error: ErrorFactory, context: Mapping[str, Any] | None = None) -> M:
@@ -276,7 +277,9 @@ async def json_body_bytes(request: web.Request, error: ErrorFactory) -> bytes:
     try:
         return await read_limited(request, limit)
     except BodyTooLarge as err:
-        raise error(413, "request_too_large", f"The JSON body exceeds the limit of {err.limit} bytes.", None) from None
+        raise error(
+            413, ApiCode.REQUEST_TOO_LARGE, f"The JSON body exceeds the limit of {err.limit} bytes.", None
+        ) from None
 
 
 async def parse_body(
@@ -306,12 +309,12 @@ async def parse_body(
         try:
             data = loads(raw)
         except BadJson as err:
-            raise error(400, "invalid_json", complaint(err), None) from err
+            raise error(400, ApiCode.INVALID_JSON, complaint(err), None) from err
     elif not optional:
         data = None
     if not isinstance(data, dict):
         message = not_object if not_object is not None else complaint(BadJson("not a JSON object"))
-        raise error(400, "invalid_json", message, None)
+        raise error(400, ApiCode.INVALID_JSON, message, None)
     return validate(model, data, error, context)
 
 

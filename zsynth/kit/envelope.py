@@ -15,8 +15,10 @@ from typing import Self
 import pydantic
 from aiohttp import web
 
+from zsynth.core.codes import CodedError
 
-class Refusal(Exception):
+
+class Refusal(CodedError):
     """An error answered with ``http_status``: ``code`` and ``message`` reach the client in the envelope of the
     route (``param``: the request field at fault, where the envelope has room for it)."""
 
@@ -29,10 +31,8 @@ class Refusal(Exception):
         param: str | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> None:
-        super().__init__(message)
+        super().__init__(code, message)
         self.http_status = http_status
-        self.code = code
-        self.message = message
         self.param = param
         self.headers = dict(headers or {})
 

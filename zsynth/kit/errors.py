@@ -9,30 +9,31 @@ from typing import Annotated, Any, Final, Self
 from aiohttp.typedefs import Handler as Handler  # re-exported: handlers and middlewares type with it
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
+from zsynth.core.codes import ApiCode, ErrorType
 from zsynth.kit.envelope import ErrorEnvelope, Refusal
 from zsynth.kit.middleware import error_middleware_for
 
 ERROR_TYPES: Final = {
-    400: "validation_error",
-    401: "authentication_error",
-    403: "authorization_error",
-    404: "not_found",
-    405: "invalid_request",
-    413: "validation_error",
-    415: "validation_error",
-    421: "invalid_request",
-    422: "validation_error",
-    429: "rate_limit_error",
-    501: "not_supported",
-    503: "service_unavailable",
+    400: ErrorType.VALIDATION,
+    401: ErrorType.AUTHENTICATION,
+    403: ErrorType.AUTHORIZATION,
+    404: ErrorType.NOT_FOUND,
+    405: ErrorType.INVALID_REQUEST,
+    413: ErrorType.VALIDATION,
+    415: ErrorType.VALIDATION,
+    421: ErrorType.INVALID_REQUEST,
+    422: ErrorType.VALIDATION,
+    429: ErrorType.RATE_LIMIT,
+    501: ErrorType.NOT_SUPPORTED,
+    503: ErrorType.SERVICE_UNAVAILABLE,
 }
 
-_OPENAI_TYPES: Final = {401: "authentication_error", 403: "permission_error", 429: "rate_limit_error"}
+_OPENAI_TYPES: Final = {401: ErrorType.AUTHENTICATION, 403: ErrorType.PERMISSION, 429: ErrorType.RATE_LIMIT}
 
 
 def openai_error_type(http_status: int) -> str:
     """OpenAI's ``error.type`` for a status: its own names for auth and rate limits, else request or server."""
-    return _OPENAI_TYPES.get(http_status, "invalid_request_error" if http_status < 500 else "server_error")
+    return _OPENAI_TYPES.get(http_status, ErrorType.INVALID_REQUEST_ERROR if http_status < 500 else ErrorType.SERVER)
 
 
 class ApiError(Refusal):
@@ -64,9 +65,9 @@ class ErrorDetail(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    status: str = Field(examples=["voice_not_found"])
-    code: str = Field(examples=["voice_not_found"])
-    type: str = Field(examples=["not_found"])
+    status: str = Field(examples=[ApiCode.VOICE_NOT_FOUND])
+    code: str = Field(examples=[ApiCode.VOICE_NOT_FOUND])
+    type: str = Field(examples=[ErrorType.NOT_FOUND])
     message: str
     request_id: str
     param: Annotated[str | None, WithJsonSchema({"type": "string"})] = Field(
@@ -87,7 +88,7 @@ class Error(ErrorEnvelope):
         fields: dict[str, Any] = {
             "status": error.code,
             "code": error.code,
-            "type": ERROR_TYPES.get(error.http_status, "internal_error"),
+            "type": ERROR_TYPES.get(error.http_status, ErrorType.INTERNAL),
             "message": error.message,
             "request_id": request_id,
         }
@@ -102,7 +103,7 @@ class OpenAIErrorBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     message: str
-    type: str = Field(examples=["invalid_request_error"])
+    type: str = Field(examples=[ErrorType.INVALID_REQUEST_ERROR])
     param: str | None
     code: str | None
 

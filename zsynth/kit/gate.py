@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler, Middleware
 
+from zsynth.core.codes import ApiCode
 from zsynth.core.logs import quoted
 from zsynth.core.tracing import span
 from zsynth.kit.endpoints import Access, endpoint_of
@@ -76,11 +77,11 @@ async def admit(request: web.Request, gate: Gate, access: Access, presented: Pre
     try:
         credential = await authenticator.verify(presented.secret, client=authenticator.client_of(request))
     except AuthError as err:
-        if err.status == "missing_api_key" and gate.missing_key is not None:
-            raise AuthError(err.status, gate.missing_key, err.http_status) from err
+        if err.code == ApiCode.MISSING_API_KEY and gate.missing_key is not None:
+            raise AuthError(err.code, gate.missing_key, err.http_status) from err
         raise
     if presented.in_query and credential.kind == "full":
-        raise AuthError("invalid_api_key", gate.full_key_in_query)
+        raise AuthError(ApiCode.INVALID_API_KEY, gate.full_key_in_query)
     if not may_call(credential, access, gate.server):
         foreign = credential.server != gate.server
         raise AuthError("insufficient_scope", gate.foreign_token if foreign else gate.insufficient_scope)
@@ -109,7 +110,7 @@ def _refusal(gate: Gate, err: AuthError) -> Refusal:
     headers = {}
     if gate.challenge:
         headers = {"WWW-Authenticate": "Bearer"} if err.http_status == 401 else {"Retry-After": "1"}
-    return Refusal(err.http_status, err.status, err.message, headers=headers)
+    return Refusal(err.http_status, err.code, err.message, headers=headers)
 
 
 def access_middleware(gate: Gate) -> Middleware:
@@ -127,13 +128,13 @@ def access_middleware(gate: Gate) -> Middleware:
                 request[CREDENTIAL] = await admit(request, gate, access, presented)
         except AuthError as err:
             if METRICS in request.app:
-                request.app[METRICS].auth_failures.labels(err.status).inc()
+                request.app[METRICS].auth_failures.labels(err.code).inc()
             logger.info(
                 "request %s: %s %s refused: %s (key %s)",
                 request.get(REQUEST_ID, "-"),
                 request.method,
                 quoted(request.path),
-                err.status,
+                err.code,
                 fingerprint(presented.secret) if presented.secret else "-",
             )
             raise _refusal(gate, err) from err

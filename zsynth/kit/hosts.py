@@ -27,6 +27,7 @@ from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler, Middleware
 from yarl import URL
 
+from zsynth.core.codes import ApiCode
 from zsynth.core.config import Settings
 from zsynth.core.logs import quoted
 from zsynth.kit.envelope import Refusal
@@ -142,14 +143,14 @@ def host_guard(settings: Settings, *, always: bool = False) -> Middleware:
                 quoted(request.path),
                 quoted(host, 100),
             )
-            raise Refusal(421, "host_not_allowed", _HOST_REFUSED)
+            raise Refusal(421, ApiCode.HOST_NOT_ALLOWED, _HOST_REFUSED)
         if is_open and foreign_socket_origin(request, settings, hosts):
             logger.info(
                 "request %s: WebSocket from the page origin %s refused: open server, another site",
                 request.get(REQUEST_ID, "-"),
                 quoted(request.headers[hdrs.ORIGIN]),
             )
-            raise Refusal(403, "cross_origin_refused", _WS_REFUSED)
+            raise Refusal(403, ApiCode.CROSS_ORIGIN_REFUSED, _WS_REFUSED)
         return await handler(request)
 
     return guard

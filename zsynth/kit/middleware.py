@@ -11,6 +11,7 @@ from typing import Final
 from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler, Middleware
 
+from zsynth.core.codes import ApiCode
 from zsynth.core.config import Settings
 from zsynth.core.tracing import Tracing
 from zsynth.kit.answer_headers import REQUEST_ID_HEADER, TRACE_ID_HEADER
@@ -22,7 +23,7 @@ logger = logging.getLogger(__name__)
 
 
 #: The code an aiohttp HTTP error (unknown route, wrong method, body too large) gets in every envelope.
-HTTP_ERROR_CODES: Final = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
+HTTP_ERROR_CODES: Final = {404: ApiCode.NOT_FOUND, 405: ApiCode.METHOD_NOT_ALLOWED, 413: ApiCode.REQUEST_TOO_LARGE}
 INTERNAL_MESSAGE: Final = "Something went wrong on our side."
 #: An incoming request id that is taken as this request's id: 1 to 128 printable ASCII characters, no space (it
 #: goes into log lines and an answer header as it is). Anything else is ignored and an id is minted.
@@ -141,11 +142,11 @@ def error_middleware_for(envelope: type[ErrorEnvelope]) -> Middleware:
         except web.HTTPException as exc:
             if exc.status < 400 or exc.content_type == "application/json":
                 raise
-            code = HTTP_ERROR_CODES.get(exc.status, "invalid_request")
+            code = HTTP_ERROR_CODES.get(exc.status, ApiCode.INVALID_REQUEST)
             allow = {k: v for k, v in exc.headers.items() if k == "Allow"}
             return await answer(request, Refusal(exc.status, code, exc.reason, headers=allow))
         except Exception:
             logger.exception("request %s failed", request.get(REQUEST_ID) or "-")
-            return await answer(request, Refusal(500, "internal_error", INTERNAL_MESSAGE))
+            return await answer(request, Refusal(500, ApiCode.INTERNAL_ERROR, INTERNAL_MESSAGE))
 
     return error_middleware

@@ -20,6 +20,7 @@ from typing import Final
 from aiohttp import BodyPartReader, MultipartReader, web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from zsynth.core.codes import ApiCode
 from zsynth.kit.errors import ApiError
 
 #: Parts parsed between two turns given to the event loop.
@@ -40,7 +41,7 @@ class BoundedMultipart:
     def too_large(self) -> ApiError:
         """The refusal of a body over the limit."""
         return ApiError(
-            413, "request_too_large", f"The request body is larger than the limit of {self.max_bytes} bytes."
+            413, ApiCode.REQUEST_TOO_LARGE, f"The request body is larger than the limit of {self.max_bytes} bytes."
         )
 
     def check_size(self) -> None:
@@ -65,11 +66,11 @@ class BoundedMultipart:
         self.parts_read += 1
         self.check_size()
         if self.parts_read > self.max_parts:
-            raise ApiError(413, "too_many_parts", f"A multipart body may hold at most {self.max_parts} parts.")
+            raise ApiError(413, ApiCode.TOO_MANY_PARTS, f"A multipart body may hold at most {self.max_parts} parts.")
         if self.parts_read % YIELD_EVERY == 0:
             await asyncio.sleep(0)
         if not isinstance(part, BodyPartReader):
-            raise ApiError(400, "invalid_multipart", "A part may not itself be a multipart body.")
+            raise ApiError(400, ApiCode.INVALID_MULTIPART, "A part may not itself be a multipart body.")
         return part
 
     async def read(self, part: BodyPartReader, limit: int, too_large: ApiError) -> bytes:
@@ -90,4 +91,4 @@ def _unreadable(err: ValueError | HttpProcessingError) -> ApiError:
     # A part header aiohttp rejects (a control character in a field name) raises InvalidHeader, an
     # HttpProcessingError: a bad request, not a server error.
     message = getattr(err, "message", None) or str(err)
-    return ApiError(400, "invalid_multipart", f"The multipart body could not be read: {message}")
+    return ApiError(400, ApiCode.INVALID_MULTIPART, f"The multipart body could not be read: {message}")

@@ -36,6 +36,7 @@ from aiohttp import web
 
 from zsynth.core import workspaces
 from zsynth.core.aws import client_config
+from zsynth.core.codes import ApiCode, CodedError
 from zsynth.core.ratelimit import FailureLimiter, IPNetwork, client_address
 from zsynth.services.keystore import KeyRecord, KeyStore, KeyStoreError
 
@@ -72,13 +73,11 @@ _MAX_SECRET_LEN: Final = 512
 LOOKUP_WAIT_S: Final = 5.0
 
 
-class AuthError(Exception):
-    """A credential was refused; ``status`` is one of the spec's auth statuses."""
+class AuthError(CodedError):
+    """A credential was refused; ``code`` is one of the spec's auth statuses."""
 
-    def __init__(self, status: str, message: str, http_status: int = 401) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
+    def __init__(self, code: str, message: str, http_status: int = 401) -> None:
+        super().__init__(code, message)
         self.http_status = http_status
 
 
@@ -221,20 +220,22 @@ def secret_from_message(msg: Mapping[str, Any]) -> str | None:
 
 
 def _missing() -> AuthError:
-    return AuthError("missing_api_key", "No API key was sent: use 'Authorization: Bearer <key>' or 'xi-api-key'.")
+    return AuthError(ApiCode.MISSING_API_KEY, "No API key was sent: use 'Authorization: Bearer <key>' or 'xi-api-key'.")
 
 
 def _invalid(message: str = "Invalid API key.") -> AuthError:
-    return AuthError("invalid_api_key", message)
+    return AuthError(ApiCode.INVALID_API_KEY, message)
 
 
 def _unavailable() -> AuthError:
-    return AuthError("service_unavailable", "The keys table cannot be reached; try again shortly.", http_status=503)
+    return AuthError(
+        ApiCode.SERVICE_UNAVAILABLE, "The keys table cannot be reached; try again shortly.", http_status=503
+    )
 
 
 def _throttled() -> AuthError:
     return AuthError(
-        "rate_limit_exceeded", "Too many invalid keys from this address; try again shortly.", http_status=429
+        ApiCode.RATE_LIMIT_EXCEEDED, "Too many invalid keys from this address; try again shortly.", http_status=429
     )
 
 
@@ -483,7 +484,7 @@ class Authenticator:
         (token, expires_at). Needs the keys table."""
         if self.store is None:
             raise AuthError(
-                "not_supported", "Ephemeral tokens need a keys table (ZSYNTH_API_KEYS_TABLE).", http_status=501
+                ApiCode.NOT_SUPPORTED, "Ephemeral tokens need a keys table (ZSYNTH_API_KEYS_TABLE).", http_status=501
             )
         if parent is not None and not parent.is_full:
             raise AuthError("insufficient_scope", "An ephemeral token cannot mint tokens; use a full API key.")
@@ -525,7 +526,7 @@ class Authenticator:
         """Create a ``zsk_live_`` full key in the table, in ``workspace``; returns (key, record). The key is shown
         once, never stored. ValueError for a name that is not a workspace name."""
         if self.store is None:
-            raise AuthError("not_supported", "Creating keys needs a keys table (ZSYNTH_API_KEYS_TABLE).", 501)
+            raise AuthError(ApiCode.NOT_SUPPORTED, "Creating keys needs a keys table (ZSYNTH_API_KEYS_TABLE).", 501)
         workspaces.check_name(workspace)
         key = LIVE_PREFIX + secrets.token_urlsafe(32)  # 256 random bits
         record = KeyRecord(

@@ -33,6 +33,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from zsynth.core import protocol
 from zsynth.core.audio import OutputFormatError, parse_output_format
+from zsynth.core.codes import CodedError
 from zsynth.core.config import Settings
 from zsynth.core.protocol import ErrorCode
 from zsynth.core.redis_link import is_sentinel_url
@@ -56,16 +57,11 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-class JobFailed(Exception):
+class JobFailed(CodedError):
     """A job ended in an error event (or its deadline); carries the machine code and the message.
 
     ``code`` is an :class:`~zsynth.core.protocol.ErrorCode` value, or whatever code a (newer) worker sent.
     """
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 def _share_full(limit: int) -> JobFailed:

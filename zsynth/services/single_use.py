@@ -29,6 +29,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from zsynth.core import workspaces
+from zsynth.core.codes import ApiCode
 from zsynth.core.protocol import SINGLE_USE_MINT_LUA, single_use_token_key, single_use_unspent_key
 from zsynth.services.auth import OPEN, SPEECH_SCOPE, SPEECH_SERVER, AuthError, Credential, fingerprint, secret_hash
 
@@ -50,7 +51,7 @@ class TooManyUnspent(AuthError):
 
     def __init__(self, cap: int, retry_after_s: int) -> None:
         super().__init__(
-            "rate_limit_exceeded",
+            ApiCode.RATE_LIMIT_EXCEEDED,
             f"This key already holds {cap} unspent single-use tokens: use or let expire one before minting another.",
             429,
         )
@@ -58,7 +59,7 @@ class TooManyUnspent(AuthError):
 
 
 def _unavailable() -> AuthError:
-    return AuthError("service_unavailable", "Single-use tokens cannot be read or written right now.", 503)
+    return AuthError(ApiCode.SERVICE_UNAVAILABLE, "Single-use tokens cannot be read or written right now.", 503)
 
 
 def _owner(parent: str | None) -> str:
@@ -104,7 +105,7 @@ async def mint(
 async def redeem(redis: Redis, token: str, token_type: str) -> Credential:
     """The credential of ``token``, consumed now: AuthError ``invalid_api_key`` when it is unknown, expired, already
     used or of another type; 503 when Redis does not answer."""
-    refused = AuthError("invalid_api_key", "This single-use token is unknown, expired or already used.")
+    refused = AuthError(ApiCode.INVALID_API_KEY, "This single-use token is unknown, expired or already used.")
     if not token.startswith(TOKEN_PREFIX) or len(token) > _MAX_TOKEN_CHARS:
         raise refused
     token_hash = secret_hash(token)
@@ -123,7 +124,7 @@ async def redeem(redis: Redis, token: str, token_type: str) -> Credential:
     except RedisError as err:
         logger.warning("single-use token %s: freeing its place failed: %r", fingerprint(token), err)
     if record.get("type") != token_type:
-        raise AuthError("invalid_api_key", f"This single-use token is not a {token_type} token.")
+        raise AuthError(ApiCode.INVALID_API_KEY, f"This single-use token is not a {token_type} token.")
     logger.info("redeemed single-use token %s (key %s)", fingerprint(token), record.get("parent") or "-")
     return Credential(
         "ephemeral",

@@ -42,6 +42,7 @@ from typing import Any, Final, Literal
 from aiohttp import web
 from redis.exceptions import RedisError
 
+from zsynth.core.codes import ApiCode
 from zsynth.core.config import Settings
 from zsynth.core.logs import quoted
 from zsynth.core.protocol import ErrorCode, Event, Job, Priority
@@ -63,9 +64,9 @@ logger = logging.getLogger(__name__)
 FailureKind = Literal[
     "busy",
     "unavailable",
-    "voice_not_found",
-    "voice_storage_unavailable",
-    "dictionary_storage_unavailable",
+    ApiCode.VOICE_NOT_FOUND,
+    ApiCode.VOICE_STORAGE_UNAVAILABLE,
+    ApiCode.DICTIONARY_STORAGE_UNAVAILABLE,
     "invalid",
     "internal",
 ]
@@ -85,7 +86,7 @@ TRANSIENT_CODES: Final = frozenset(
         ErrorCode.CLIENT_TOO_SLOW,  # its front took no audio for the flow-control wait: the client is likely gone
     }
 )
-UNAVAILABLE_CODE: Final = "synthesis_unavailable"  # the realtime transports' code for the unavailable kinds
+UNAVAILABLE_CODE: Final = ApiCode.SYNTHESIS_UNAVAILABLE  # the realtime transports' code for the unavailable kinds
 VOICE_RETRY_AFTER_S: Final = 5  # a voice library bucket that did not answer (the voice routes' own Retry-After)
 
 #: What may go wrong on the way or while a job runs: :func:`classify` turns each into a :class:`Failure`.
@@ -127,41 +128,43 @@ def classify(err: Classified) -> Failure:
     Bad voice settings never get here: each transport's request model refuses them before a job is built.
     """
     if isinstance(err, TextOptionError):
-        return Failure("invalid", err.status, err.code, err.code, err.message, param=err.param, reason=err.code)
+        return Failure("invalid", err.http_status, err.code, err.code, err.message, param=err.param, reason=err.code)
     if isinstance(err, DictionariesUnavailable):
         # The storage's own words name its endpoint, bucket and object keys: the log gets them, the caller does not.
         logger.warning("pronunciation dictionaries cannot be read: %s", err)
         message = "Pronunciation dictionaries cannot be read right now. Try again shortly."
         return Failure(
-            "dictionary_storage_unavailable",
+            ApiCode.DICTIONARY_STORAGE_UNAVAILABLE,
             503,
-            "dictionary_storage_unavailable",
+            ApiCode.DICTIONARY_STORAGE_UNAVAILABLE,
             UNAVAILABLE_CODE,
             message,
             1,
             reason="dictionary_storage",
         )
     if isinstance(err, VoiceMissing):
-        code = "voice_not_found"
-        return Failure("voice_not_found", 404, code, code, err.message, param="voice_id", reason="voices")
+        missing = ApiCode.VOICE_NOT_FOUND
+        return Failure(ApiCode.VOICE_NOT_FOUND, 404, missing, missing, err.message, param="voice_id", reason="voices")
     if isinstance(err, VoicesUnavailable):
-        code = "voice_storage_unavailable"
+        down = ApiCode.VOICE_STORAGE_UNAVAILABLE
         # The storage's own words are in the voice library's log line, never in the caller's message.
         message = "The voice library's storage cannot be reached; nothing was changed. Try again shortly."
-        return Failure("voice_storage_unavailable", 503, code, code, message, VOICE_RETRY_AFTER_S, reason="voices")
+        return Failure(
+            ApiCode.VOICE_STORAGE_UNAVAILABLE, 503, down, down, message, VOICE_RETRY_AFTER_S, reason="voices"
+        )
     if isinstance(err, RedisError | OSError):  # Redis unreachable or slow, outside the dispatcher's own calls
-        return unreachable(reason="redis_unavailable")
+        return unreachable(reason=ErrorCode.REDIS_UNAVAILABLE)
     code, message = err.code, err.message
     if code == ErrorCode.QUEUE_FULL:
-        return Failure("busy", 429, "system_busy", "system_busy", message, 1, reason=code)
+        return Failure("busy", 429, ApiCode.SYSTEM_BUSY, ApiCode.SYSTEM_BUSY, message, 1, reason=code)
     if code in TRANSIENT_CODES:
         return unreachable(message, reason=code)
     if code in (ErrorCode.INPUT_TOO_COMPLEX, ErrorCode.AUDIO_TOO_LONG):  # retrying fails again: the text is at fault
         return Failure("invalid", 400, code, code, message, param="text", reason=code)
     if code == ErrorCode.VOICE_NOT_FOUND:  # the worker could not load the voice (it never speaks another one)
-        return Failure("voice_not_found", 404, code, code, message, reason=code)
+        return Failure(ApiCode.VOICE_NOT_FOUND, 404, code, code, message, reason=code)
     if code == ErrorCode.VOICE_STORAGE_UNAVAILABLE:
-        return Failure("voice_storage_unavailable", 503, code, code, message, VOICE_RETRY_AFTER_S, reason=code)
+        return Failure(ApiCode.VOICE_STORAGE_UNAVAILABLE, 503, code, code, message, VOICE_RETRY_AFTER_S, reason=code)
     # synthesis_failed, invalid_output_format, error, cancelled (its client has gone: only the metrics see it), and a
     # code this front does not know (from a newer worker): the service's own fault.
     return Failure("internal", 500, code, code, message, reason=code)
@@ -169,7 +172,7 @@ def classify(err: Classified) -> Failure:
 
 def unreachable(message: str = "The speech service is unavailable.", *, reason: str = "unavailable") -> Failure:
     """The "try again later" failure: a transient job failure, or a queue that could not be reached (Redis down)."""
-    return Failure("unavailable", 503, "system_busy", UNAVAILABLE_CODE, message, 1, reason=reason)
+    return Failure("unavailable", 503, ApiCode.SYSTEM_BUSY, UNAVAILABLE_CODE, message, 1, reason=reason)
 
 
 def queue_owner(credential: Credential | None) -> str | None:

@@ -12,6 +12,7 @@ from typing import Final
 
 from aiohttp import hdrs, web
 
+from zsynth.core.codes import ApiCode
 from zsynth.core.logs import quoted
 from zsynth.kit import cors
 from zsynth.kit.access import refuses_open_write
@@ -41,7 +42,7 @@ async def open_cors_middleware(request: web.Request, handler: Handler) -> web.St
         )
         raise ApiError(
             403,
-            "cross_origin_refused",
+            ApiCode.CROSS_ORIGIN_REFUSED,
             "This server has no keys and allows any origin, so pages on other sites may only read: list the page's "
             "origin in ZSYNTH_CORS_ORIGINS, set ZSYNTH_CORS_OPEN_WRITES=true, or configure keys.",
         )

@@ -26,6 +26,7 @@ from zsynth.core.audio import (
     OutputFormatError,
     parse_output_format,
 )
+from zsynth.core.codes import ApiCode
 from zsynth.core.protocol import Event, Job
 from zsynth.core.text.prepare import TextOptions
 from zsynth.core.voice_settings import InvalidParameter, check_seed
@@ -147,7 +148,7 @@ class FormatQuery(BaseModel):
                 raise OutputFormatError("", cls.route)
             parse_output_format(value if isinstance(value, str) else None, route=cls.route)
         except OutputFormatError as err:
-            raise refusal("invalid_output_format", str(err), 400) from None
+            raise refusal(ApiCode.INVALID_OUTPUT_FORMAT, str(err), 400) from None
         return value
 
     def parsed(self) -> OutputFormat:

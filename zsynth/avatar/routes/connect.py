@@ -14,6 +14,7 @@ from zsynth.avatar.errors import AvatarError
 from zsynth.avatar.renderers.base import AVATARS
 from zsynth.avatar.sdp import OfferLimits, check_offer
 from zsynth.avatar.sessions import AVATAR_SESSIONS
+from zsynth.core.codes import ApiCode
 from zsynth.kit.endpoints import Access, Endpoints, refusal
 from zsynth.services.auth import CREDENTIAL
 from zsynth.services.keys import SETTINGS
@@ -46,7 +47,7 @@ class ConnectRequest(pydantic.BaseModel):
     def _offer(cls, data: Any) -> Any:
         sdp, kind = data.get("sdp"), data.get("type", "offer")
         if not isinstance(sdp, str) or kind != "offer":
-            raise refusal("invalid_sdp", 'Send {"sdp": <offer SDP>, "type": "offer"}.', 400)
+            raise refusal(ApiCode.INVALID_SDP, 'Send {"sdp": <offer SDP>, "type": "offer"}.', 400)
         return data  # its size, media and candidates are checked by sdp.check_offer, in that order
 
     @pydantic.field_validator("avatar_id", "voice_id", mode="before")
@@ -55,7 +56,7 @@ class ConnectRequest(pydantic.BaseModel):
         if value is None:
             return None
         if not isinstance(value, str) or not value.strip():
-            raise refusal("invalid_parameters", f"Field '{info.field_name}' must be a non-empty string.", 400)
+            raise refusal(ApiCode.INVALID_PARAMETERS, f"Field '{info.field_name}' must be a non-empty string.", 400)
         return value.strip()
 
 
@@ -94,7 +95,7 @@ async def connect(request: web.Request, body: ConnectRequest) -> web.Response:
     avatar_id = body.avatar_id or next(iter(avatars))
     renderer = avatars.get(avatar_id)
     if renderer is None:
-        raise AvatarError(404, "avatar_not_found", f"No avatar '{avatar_id}'; GET /v1/avatars lists them.")
+        raise AvatarError(404, ApiCode.AVATAR_NOT_FOUND, f"No avatar '{avatar_id}'; GET /v1/avatars lists them.")
     voice_id = body.voice_id or settings.avatar_voice_id
     registry = request.app[AVATAR_SESSIONS]
     session = registry.create(
@@ -116,7 +117,7 @@ async def connect(request: web.Request, body: ConnectRequest) -> web.Response:
     try:
         sdp = await session.answer(checked.sdp)
     except BaseException:
-        await session.close("signalling_failed")
+        await session.close(ApiCode.SIGNALLING_FAILED)
         raise
     answer = ConnectAnswer(
         sdp=sdp,

@@ -21,6 +21,7 @@ from zsynth.avatar.errors import AvatarError
 from zsynth.avatar.messages import ControlMessage, SpeakCommand
 from zsynth.avatar.session import AvatarSession
 from zsynth.avatar.sessions import AVATAR_SESSIONS
+from zsynth.core.codes import ApiCode
 from zsynth.kit import jsonbody
 from zsynth.kit.endpoints import MAX_TEXT_CHARS, Access, Endpoints, validate
 from zsynth.services.auth import CREDENTIAL
@@ -57,7 +58,7 @@ async def handle_message(session: AvatarSession, raw: str, max_chars: int) -> bo
         message = None
     try:
         if not isinstance(message, dict):
-            raise AvatarError(400, "invalid_message", "Send JSON objects with a string 'type'.")
+            raise AvatarError(400, ApiCode.INVALID_MESSAGE, "Send JSON objects with a string 'type'.")
         kind = validate(ControlMessage, message, avatar_error).type
     except AvatarError as err:
         session.emit("error", code=err.code, message=err.message)
@@ -72,7 +73,7 @@ async def handle_message(session: AvatarSession, raw: str, max_chars: int) -> bo
     elif kind == "stop":
         return False
     else:
-        session.emit("error", code="unknown_command", message=f"Unknown command type '{kind[:40]}'.")
+        session.emit("error", code=ApiCode.UNKNOWN_COMMAND, message=f"Unknown command type '{kind[:40]}'.")
     return True
 
 
@@ -84,9 +85,9 @@ async def control(request: web.Request) -> web.WebSocketResponse:
     session = request.app[AVATAR_SESSIONS].get(request.match_info["session_id"], credential.workspace)
     if not credential.is_full and credential.fingerprint != session.owner:
         # A session token drives only the session it created; say "not found" rather than reveal others.
-        raise AvatarError(404, "session_not_found", f"No live session with id '{session.session_id}'.")
+        raise AvatarError(404, ApiCode.SESSION_NOT_FOUND, f"No live session with id '{session.session_id}'.")
     if session.ws is not None:
-        raise AvatarError(409, "already_attached", "This session already has a control socket.")
+        raise AvatarError(409, ApiCode.ALREADY_ATTACHED, "This session already has a control socket.")
     ws = web.WebSocketResponse(heartbeat=30.0, max_msg_size=256 * 1024)
     await ws.prepare(request)
     session.attach(ws)
@@ -101,7 +102,7 @@ async def control(request: web.Request) -> web.WebSocketResponse:
                     reason = "stopped"
                     break
             elif msg.type == WSMsgType.BINARY:
-                session.emit("error", code="invalid_message", message="Binary messages are not supported.")
+                session.emit("error", code=ApiCode.INVALID_MESSAGE, message="Binary messages are not supported.")
     finally:
         # Shielded inside close(): a dropped connection cancels this handler, never the teardown.
         await session.close(reason)

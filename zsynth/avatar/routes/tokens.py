@@ -9,6 +9,7 @@ from aiohttp import web
 
 from zsynth.avatar.access import auth_error
 from zsynth.avatar.bodies import documented
+from zsynth.core.codes import ApiCode
 from zsynth.kit.endpoints import Access, Endpoints, refusal
 from zsynth.services.auth import (
     AUTHENTICATOR,
@@ -40,7 +41,7 @@ class SessionTokenRequest(pydantic.BaseModel):
             return clamp_ttl(value)
         except ValueError:
             raise refusal(
-                "invalid_parameters", "Field 'ttl_seconds' must be an integer number of seconds.", 400
+                ApiCode.INVALID_PARAMETERS, "Field 'ttl_seconds' must be an integer number of seconds.", 400
             ) from None
 
 

@@ -21,6 +21,8 @@ import math
 from dataclasses import dataclass
 from typing import Final
 
+from zsynth.core.codes import ApiCode, CodedError
+
 from .marks import MARK
 from .normalize import normalize_text
 
@@ -30,13 +32,8 @@ from .normalize import normalize_text
 CHARS_PER_SECOND: Final = 25.0
 
 
-class OutputTooLong(ValueError):
+class OutputTooLong(CodedError, ValueError):
     """A request whose pauses or audio pass the bounds; ``code`` and the message are safe to show."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,12 +81,12 @@ def check(found: OutputEstimate, limits: OutputLimits) -> OutputEstimate:
     """``found``; OutputTooLong when its pauses or its audio pass ``limits``."""
     if found.pause_s > limits.max_pause_s:
         raise OutputTooLong(
-            "pause_limit_exceeded",
+            ApiCode.PAUSE_LIMIT_EXCEEDED,
             f"The break tags ask for {found.pause_s:g} s of pauses; at most {limits.max_pause_s:g} s per request.",
         )
     if found.audio_s > limits.max_audio_s:
         raise OutputTooLong(
-            "audio_limit_exceeded",
+            ApiCode.AUDIO_LIMIT_EXCEEDED,
             f"This text stands for about {found.audio_s:.0f} s of audio as it will be spoken (numbers and symbols "
             f"read out in words, digits read one by one as one word each); at most {limits.max_audio_s:g} s per "
             "request. Split it into several requests.",

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from zsynth.core.codes import ApiCode, CodedError
 from zsynth.core.text import bounds, marks
 from zsynth.core.text.dictionaries.matcher import Lexicon, apply_lexicons
 from zsynth.core.text.dictionaries.store import DictionaryStore, DictionaryUnreadable
@@ -45,15 +46,13 @@ THREAD_CHARS: Final = 1000
 BREAK: Final = re.compile(r"<break\s+time\s*=\s*[\"'](?P<n>\d+(?:\.\d+)?)\s*(?P<unit>s|ms)[\"']\s*/?>", re.IGNORECASE)
 
 
-class TextOptionError(ValueError):
-    """A bad text option; ``param`` names the field."""
+class TextOptionError(CodedError, ValueError):
+    """A bad text option; ``param`` names the field, ``http_status`` the answer over HTTP."""
 
-    def __init__(self, code: str, message: str, param: str, status: int = 422) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+    def __init__(self, code: str, message: str, param: str, http_status: int = 422) -> None:
+        super().__init__(code, message)
         self.param = param
-        self.status = status
+        self.http_status = http_status
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +69,7 @@ def parse_normalization(value: object) -> str:
         return "auto"
     if value not in MODES:
         raise TextOptionError(
-            "invalid_parameters",
+            ApiCode.INVALID_PARAMETERS,
             "Field 'apply_text_normalization' must be 'auto', 'on' or 'off'.",
             "apply_text_normalization",
         )
@@ -83,10 +82,10 @@ def parse_locators(value: object) -> tuple[tuple[str, str | None], ...]:
         return ()
     param = "pronunciation_dictionary_locators"
     if not isinstance(value, list):
-        raise TextOptionError("invalid_parameters", f"Field '{param}' must be a list.", param)
+        raise TextOptionError(ApiCode.INVALID_PARAMETERS, f"Field '{param}' must be a list.", param)
     if len(value) > MAX_LOCATORS:
         raise TextOptionError(
-            "invalid_parameters", f"At most {MAX_LOCATORS} pronunciation dictionaries may be used at once.", param
+            ApiCode.INVALID_PARAMETERS, f"At most {MAX_LOCATORS} pronunciation dictionaries may be used at once.", param
         )
     locators = []
     for index, item in enumerate(value):
@@ -95,7 +94,7 @@ def parse_locators(value: object) -> tuple[tuple[str, str | None], ...]:
         # A blank id is refused here, for HTTP and the sockets alike (the HTTP model documents it as pattern \S).
         if not isinstance(dictionary_id, str) or not dictionary_id.strip() or not isinstance(version_id, str | None):
             raise TextOptionError(
-                "invalid_parameters",
+                ApiCode.INVALID_PARAMETERS,
                 f"{param}[{index}] must be {{'pronunciation_dictionary_id': str, 'version_id': str (optional)}}.",
                 param,
             )
@@ -212,16 +211,16 @@ async def _lexicons(options: TextOptions, store: DictionaryStore | None, workspa
                     lexicon = await store.lexicon(dictionary_id, version_id)
             except DictionaryUnreadable as err:  # stored by another program: the caller's to mend, not ours
                 raise TextOptionError(
-                    "pronunciation_dictionary_unreadable", str(err), "pronunciation_dictionary_locators"
+                    ApiCode.PRONUNCIATION_DICTIONARY_UNREADABLE, str(err), "pronunciation_dictionary_locators"
                 ) from err
         if lexicon is None:
             raise TextOptionError(
-                "pronunciation_dictionary_not_found",
+                ApiCode.PRONUNCIATION_DICTIONARY_NOT_FOUND,
                 f"Pronunciation dictionary {dictionary_id!r}"
                 + (f" version {version_id!r}" if version_id else "")
                 + " does not exist.",
                 "pronunciation_dictionary_locators",
-                status=404,
+                http_status=404,
             )
         assert version_id is not None
         lexicons.setdefault((dictionary_id, version_id), lexicon)

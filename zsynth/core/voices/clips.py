@@ -14,6 +14,8 @@ import numpy as np
 import soundfile as sf
 import soxr
 
+from zsynth.core.codes import ApiCode, CodedError
+
 MIN_SECONDS: Final = 5.0
 # Silence put between the clips of one reference.
 GAP_SECONDS: Final = 0.3
@@ -35,13 +37,8 @@ ADVICE: Final = "Send about 10-20 seconds of clean single-speaker speech as WAV,
 _MIME_BY_FORMAT: Final = {"WAV": "audio/wav", "FLAC": "audio/flac", "OGG": "audio/ogg", "MP3": "audio/mpeg"}
 
 
-class ClipError(ValueError):
+class ClipError(CodedError, ValueError):
     """A reference clip was refused; ``code`` is the API status, the message says what to send."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 @dataclass(slots=True)
@@ -103,10 +100,10 @@ class ClipHeader:
 def check_size(size: int, file_name: str, max_bytes: int) -> None:
     """Refuse (ClipError) an empty clip or one over ``max_bytes`` (ZSYNTH_VOICE_CLIP_MAX_BYTES)."""
     if size <= 0:
-        raise ClipError("invalid_audio", f"The file {file_name!r} is empty. {ADVICE}")
+        raise ClipError(ApiCode.INVALID_AUDIO, f"The file {file_name!r} is empty. {ADVICE}")
     if size > max_bytes:
         raise ClipError(
-            "clip_too_large", f"The file {file_name!r} is larger than the limit of {max_bytes} bytes. {ADVICE}"
+            ApiCode.CLIP_TOO_LARGE, f"The file {file_name!r} is larger than the limit of {max_bytes} bytes. {ADVICE}"
         )
 
 
@@ -114,12 +111,12 @@ def check_header(header: ClipHeader, file_name: str) -> None:
     """Refuse (ClipError) a header that claims more than MAX_CHANNELS, a rate over MAX_RATE or over MAX_SECONDS."""
     if not 1 <= header.channels <= MAX_CHANNELS:
         raise ClipError(
-            "invalid_audio",
+            ApiCode.INVALID_AUDIO,
             f"The file {file_name!r} has {header.channels} channels; at most {MAX_CHANNELS}. {ADVICE}",
         )
     if not 0 < header.rate <= MAX_RATE:
         raise ClipError(
-            "invalid_audio",
+            ApiCode.INVALID_AUDIO,
             f"The file {file_name!r} has a sample rate of {header.rate} Hz; at most {MAX_RATE}. {ADVICE}",
         )
     if header.frames > MAX_SECONDS * header.rate:
@@ -128,7 +125,7 @@ def check_header(header: ClipHeader, file_name: str) -> None:
 
 def _too_long(file_name: str) -> ClipError:
     return ClipError(
-        "audio_too_long",
+        ApiCode.AUDIO_TOO_LONG,
         f"The file {file_name!r} is longer than {MAX_SECONDS:g} s; at most {MAX_SECONDS:g} s is accepted. {ADVICE}",
     )
 
@@ -141,7 +138,7 @@ def clip_header(source: bytes | str | os.PathLike[str], file_name: str) -> ClipH
         info = sf.info(opened)
     except (RuntimeError, ValueError, TypeError, EOFError, OSError) as err:
         raise ClipError(
-            "invalid_audio", f"The file {file_name!r} could not be read as audio ({err}). {ADVICE}"
+            ApiCode.INVALID_AUDIO, f"The file {file_name!r} could not be read as audio ({err}). {ADVICE}"
         ) from err
     header = ClipHeader(int(info.channels), int(info.samplerate), int(info.frames))
     check_header(header, file_name)
@@ -159,7 +156,7 @@ def check_total(headers: Sequence[ClipHeader]) -> None:
     total = sum(header.seconds for header in headers) + GAP_SECONDS * max(0, len(headers) - 1)
     if total > MAX_SECONDS:
         raise ClipError(
-            "audio_too_long",
+            ApiCode.AUDIO_TOO_LONG,
             f"The files add up to {total:.1f} s, over {MAX_SECONDS:g} s in total; at most {MAX_SECONDS:g} s is "
             f"accepted. {ADVICE}",
         )
@@ -183,7 +180,9 @@ def decode_clip_file(path: str | os.PathLike[str]) -> np.ndarray:
     except ClipError:
         raise
     except (RuntimeError, ValueError, TypeError, EOFError, MemoryError, OSError) as err:
-        raise ClipError("invalid_audio", f"The file {name!r} could not be decoded as audio ({err}). {ADVICE}") from err
+        raise ClipError(
+            ApiCode.INVALID_AUDIO, f"The file {name!r} could not be decoded as audio ({err}). {ADVICE}"
+        ) from err
 
 
 def decode_clip(data: bytes, file_name: str, max_bytes: int) -> Clip:
@@ -198,10 +197,10 @@ def decode_clip(data: bytes, file_name: str, max_bytes: int) -> Clip:
         raise
     except (RuntimeError, ValueError, TypeError, EOFError, MemoryError) as err:
         raise ClipError(
-            "invalid_audio", f"The file {file_name!r} could not be decoded as audio ({err}). {ADVICE}"
+            ApiCode.INVALID_AUDIO, f"The file {file_name!r} could not be decoded as audio ({err}). {ADVICE}"
         ) from err
     if rate <= 0 or mono.size == 0:
-        raise ClipError("invalid_audio", f"The file {file_name!r} holds no audio. {ADVICE}")
+        raise ClipError(ApiCode.INVALID_AUDIO, f"The file {file_name!r} holds no audio. {ADVICE}")
     mono = np.nan_to_num(mono, nan=0.0, posinf=0.0, neginf=0.0)
     return Clip(
         file_name=file_name,
@@ -260,13 +259,17 @@ def build_reference(clips: list[Clip]) -> np.ndarray:
     pcm = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
     seconds = len(pcm) / STORE_RATE
     if seconds < MIN_SECONDS:
-        raise ClipError("audio_too_short", f"The reference is {seconds:.1f} s long; at least 5 s is needed. {ADVICE}")
+        raise ClipError(
+            ApiCode.AUDIO_TOO_SHORT, f"The reference is {seconds:.1f} s long; at least 5 s is needed. {ADVICE}"
+        )
     if seconds > MAX_SECONDS:
-        raise ClipError("audio_too_long", f"The reference is {seconds:.1f} s long; at most 60 s is accepted. {ADVICE}")
+        raise ClipError(
+            ApiCode.AUDIO_TOO_LONG, f"The reference is {seconds:.1f} s long; at most 60 s is accepted. {ADVICE}"
+        )
     sound = active_seconds(pcm, STORE_RATE)
     if sound < MIN_ACTIVE_SECONDS:
         raise ClipError(
-            "silent_audio",
+            ApiCode.SILENT_AUDIO,
             f"The reference is silent or nearly so ({sound:.1f} s above -40 dBFS). {ADVICE}",
         )
     return pcm

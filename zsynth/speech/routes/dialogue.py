@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo
 
 from zsynth.core.alignment import Timeline, join_chunks
 from zsynth.core.audio import Encoder, OutputFormat, parse_output_format
+from zsynth.core.codes import ApiCode
 from zsynth.core.protocol import Event
 from zsynth.core.voice_settings import InvalidParameter, check_seed
 from zsynth.core.voices.library import StorageUnavailable, VoiceMissing
@@ -84,9 +85,9 @@ class DialogueInput(BaseModel):
     @classmethod
     def _string(cls, value: object, info: ValidationInfo) -> object:
         if not isinstance(value, str) or not value.strip():
-            raise refusal("invalid_parameters", f"Every input needs a non-empty string '{info.field_name}'.")
+            raise refusal(ApiCode.INVALID_PARAMETERS, f"Every input needs a non-empty string '{info.field_name}'.")
         if info.field_name == "voice_id" and len(value) > MAX_VOICE_ID_CHARS:
-            raise refusal("invalid_parameters", f"A voice_id has at most {MAX_VOICE_ID_CHARS} characters.")
+            raise refusal(ApiCode.INVALID_PARAMETERS, f"A voice_id has at most {MAX_VOICE_ID_CHARS} characters.")
         return value
 
 
@@ -100,10 +101,15 @@ class DialogueSettings(BaseModel):
 
 def _inputs(value: object) -> object:
     if not isinstance(value, list) or not value:
-        raise refusal("invalid_parameters", "Field 'inputs' is required: a list of at least one {text, voice_id}.")
+        raise refusal(
+            ApiCode.INVALID_PARAMETERS, "Field 'inputs' is required: a list of at least one {text, voice_id}."
+        )
     if len(value) > MAX_INPUTS:
         raise refusal(
-            "too_many_inputs", f"A dialogue has at most {MAX_INPUTS} inputs (got {len(value)}).", 400, param="inputs"
+            ApiCode.TOO_MANY_INPUTS,
+            f"A dialogue has at most {MAX_INPUTS} inputs (got {len(value)}).",
+            400,
+            param="inputs",
         )
     return value
 
@@ -149,7 +155,7 @@ class DialogueRequest(BaseModel):
         voices = {item.voice_id for item in self.inputs}
         if len(voices) > MAX_VOICES:
             raise refusal(
-                "too_many_voices",
+                ApiCode.TOO_MANY_VOICES,
                 f"A dialogue may use at most {MAX_VOICES} different voices (got {len(voices)}).",
                 400,
                 param="inputs",
@@ -157,7 +163,7 @@ class DialogueRequest(BaseModel):
         total, limit = sum(len(item.text) for item in self.inputs), text_limit(info)
         if total > limit:
             raise refusal(
-                "max_character_limit_exceeded",
+                ApiCode.MAX_CHARACTER_LIMIT_EXCEEDED,
                 f"This dialogue's text has {total} characters and exceeds the character limit of {limit} characters.",
                 400,
                 param="inputs",

@@ -27,6 +27,7 @@ import pydantic
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
+from zsynth.core.codes import ApiCode
 from zsynth.core.text.dictionaries.rules import MAX_RULES, Rule, RuleError, parse_pls, parse_rules, to_pls
 from zsynth.core.text.dictionaries.store import Dictionary, DictionaryUnreadable, StorageUnavailable
 from zsynth.kit.endpoints import Access, Endpoints, Later, refusal
@@ -66,7 +67,7 @@ def _unavailable(err: StorageUnavailable) -> ApiError:
     logger.warning("the pronunciation dictionaries' storage cannot be reached: %s", err)
     return ApiError(
         503,
-        "dictionary_storage_unavailable",
+        ApiCode.DICTIONARY_STORAGE_UNAVAILABLE,
         "The pronunciation dictionaries' storage cannot be reached; nothing was changed.",
         headers={"Retry-After": "1"},
     )
@@ -75,14 +76,14 @@ def _unavailable(err: StorageUnavailable) -> ApiError:
 def _not_found(dictionary_id: str) -> ApiError:
     return ApiError(
         404,
-        "pronunciation_dictionary_not_found",
+        ApiCode.PRONUNCIATION_DICTIONARY_NOT_FOUND,
         f"Pronunciation dictionary {dictionary_id!r} was not found.",
         param="pronunciation_dictionary_id",
     )
 
 
 def _bad(message: str, param: str | None = None) -> ApiError:
-    return ApiError(422, "invalid_parameters", message, param=param)
+    return ApiError(422, ApiCode.INVALID_PARAMETERS, message, param=param)
 
 
 def _name(raw: object) -> str:
@@ -136,18 +137,18 @@ def _rules(value: object) -> object:
     try:
         return [rule.to_json() for rule in parse_rules(value)]
     except RuleError as err:
-        raise refusal("invalid_parameters", str(err), param="rules") from None
+        raise refusal(ApiCode.INVALID_PARAMETERS, str(err), param="rules") from None
 
 
 def _rule_strings(value: object) -> object:
     if not isinstance(value, list) or not all(isinstance(s, str) for s in value):
-        raise refusal("invalid_parameters", "Field 'rule_strings' must be a list of strings.")
+        raise refusal(ApiCode.INVALID_PARAMETERS, "Field 'rule_strings' must be a list of strings.")
     return value
 
 
 def _archived(value: object) -> object:
     if value is not None and not isinstance(value, bool):
-        raise refusal("invalid_parameters", "Field 'archived' must be true or false.")
+        raise refusal(ApiCode.INVALID_PARAMETERS, "Field 'archived' must be true or false.")
     return value
 
 
@@ -223,7 +224,7 @@ def _rules_doc(operation_id: str, summary: str, body: type[BaseModel]) -> dict[s
 
 def unreadable(err: DictionaryUnreadable) -> ApiError:
     """The answer for a dictionary stored in a form this front cannot use (written by another program or version)."""
-    return ApiError(422, "pronunciation_dictionary_unreadable", str(err), param="pronunciation_dictionary_id")
+    return ApiError(422, ApiCode.PRONUNCIATION_DICTIONARY_UNREADABLE, str(err), param="pronunciation_dictionary_id")
 
 
 def _workspace(request: web.Request) -> str:
@@ -273,12 +274,12 @@ async def add_from_rules(request: web.Request, body: AddFromRulesRequest) -> web
 
 async def _read_lexicon(request: web.Request) -> tuple[dict[str, str], bytes | None]:
     if not request.content_type.startswith("multipart/"):
-        raise ApiError(400, "invalid_content_type", "Send multipart/form-data with 'name' and a PLS 'file'.")
+        raise ApiError(400, ApiCode.INVALID_CONTENT_TYPE, "Send multipart/form-data with 'name' and a PLS 'file'.")
     settings = request.app[SETTINGS]
     # The whole body (boundaries and part headers too) is bounded: a lexicon and a few short fields.
     limit = min(settings.max_body_bytes, MAX_LEXICON_BODY_BYTES)
     body = BoundedMultipart(request, max_bytes=limit, max_parts=settings.max_multipart_parts)
-    too_large = ApiError(413, "request_too_large", f"A PLS upload is limited to {MAX_LEXICON_BYTES} bytes.")
+    too_large = ApiError(413, ApiCode.REQUEST_TOO_LARGE, f"A PLS upload is limited to {MAX_LEXICON_BYTES} bytes.")
     fields: dict[str, str] = {}
     lexicon: bytes | None = None
     while (part := await body.next()) is not None:
@@ -310,7 +311,7 @@ async def add_from_file(request: web.Request) -> web.Response:
     try:
         rules = await asyncio.to_thread(parse_pls, lexicon)
     except RuleError as err:
-        raise ApiError(400, "invalid_pls", str(err), param="file") from err
+        raise ApiError(400, ApiCode.INVALID_PLS, str(err), param="file") from err
     dictionary = await _store_call(request.app[DICTIONARIES].create(name, description, rules, _workspace(request)))
     logger.info("request: dictionary %s created from a lexicon of %d rules", dictionary.id, len(rules))
     return web.json_response(_created(dictionary))
@@ -338,20 +339,22 @@ class DictionaryListQuery(BaseModel):
             page_size = int(query.get("page_size") or 30)
             offset = int(query.get("cursor") or 0)
         except ValueError:
-            raise refusal("invalid_parameters", "page_size and cursor must be whole numbers.") from None
+            raise refusal(ApiCode.INVALID_PARAMETERS, "page_size and cursor must be whole numbers.") from None
         if not 1 <= page_size <= 100 or offset < 0:
-            raise refusal("invalid_parameters", "page_size must be 1 to 100.", param="page_size")
+            raise refusal(ApiCode.INVALID_PARAMETERS, "page_size must be 1 to 100.", param="page_size")
         sort = query.get("sort") or "creation_time_unix"
         direction = query.get("sort_direction") or "DESCENDING"
         archived = str(query.get("include_archived") or "false").lower()
         if sort not in ("creation_time_unix", "name") or direction not in ("ASCENDING", "DESCENDING"):
             raise refusal(
-                "invalid_parameters",
+                ApiCode.INVALID_PARAMETERS,
                 "sort must be creation_time_unix or name; sort_direction ASCENDING or DESCENDING.",
                 param="sort",
             )
         if archived not in ("true", "false"):
-            raise refusal("invalid_parameters", "include_archived must be true or false.", param="include_archived")
+            raise refusal(
+                ApiCode.INVALID_PARAMETERS, "include_archived must be true or false.", param="include_archived"
+            )
         return {
             "cursor": str(offset),
             "page_size": page_size,
@@ -526,7 +529,7 @@ async def download(request: web.Request) -> web.Response:
     if rules is None:
         raise ApiError(
             404,
-            "pronunciation_dictionary_version_not_found",
+            ApiCode.PRONUNCIATION_DICTIONARY_VERSION_NOT_FOUND,
             f"Pronunciation dictionary {dictionary_id!r} has no version {version_id!r}.",
             param="version_id",
         )

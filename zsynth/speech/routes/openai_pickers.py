@@ -63,7 +63,7 @@ async def _sees_clones(request: web.Request) -> str | None:
         credential = await admit(request, HTTP_GATE, Access.TOKEN, presented)
     except AuthError as err:
         headers = {"WWW-Authenticate": "Bearer"} if err.http_status == 401 else {"Retry-After": "1"}
-        raise Refusal(err.http_status, err.status, err.message, headers=headers) from err
+        raise Refusal(err.http_status, err.code, err.message, headers=headers) from err
     return credential.workspace
 
 

@@ -33,6 +33,7 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
 from zsynth.core.audio import parse_output_format
+from zsynth.core.codes import ApiCode
 from zsynth.core.protocol import Event
 from zsynth.kit.endpoints import Access, Endpoints, refusal
 from zsynth.services.keys import SETTINGS
@@ -141,7 +142,7 @@ class OpenAISpeechRequest(BaseModel):
         _choice("response_format", value, tuple(RESPONSE_FORMATS))
         lacking = usable(value) if isinstance(value, str) else None
         if lacking is not None:  # a format whose library this installation lacks (aac without PyAV)
-            raise refusal("invalid_response_format", lacking, 400)
+            raise refusal(ApiCode.INVALID_RESPONSE_FORMAT, lacking, 400)
         return value
 
     @pydantic.field_validator("stream_format", mode="before")
@@ -154,7 +155,9 @@ class OpenAISpeechRequest(BaseModel):
     def _voice(cls, value: object) -> object:
         raw = value.get("id") if isinstance(value, dict) else value
         if not isinstance(raw, str) or not raw.strip():
-            raise refusal("invalid_parameters", "Field 'voice' must be a voice name, a voice id or {\"id\": ...}.")
+            raise refusal(
+                ApiCode.INVALID_PARAMETERS, "Field 'voice' must be a voice name, a voice id or {\"id\": ...}."
+            )
         return raw
 
     @pydantic.field_validator("speed", mode="before")
@@ -163,7 +166,9 @@ class OpenAISpeechRequest(BaseModel):
         if value is not None and (
             isinstance(value, bool) or not isinstance(value, int | float) or not MIN_SPEED <= value <= MAX_SPEED
         ):
-            raise refusal("invalid_parameters", f"Field 'speed' must be a number from {MIN_SPEED} to {MAX_SPEED}.")
+            raise refusal(
+                ApiCode.INVALID_PARAMETERS, f"Field 'speed' must be a number from {MIN_SPEED} to {MAX_SPEED}."
+            )
         return value
 
 

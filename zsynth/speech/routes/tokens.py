@@ -14,6 +14,7 @@ import pydantic
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
+from zsynth.core.codes import ApiCode
 from zsynth.kit.endpoints import Access, Endpoints, refusal
 from zsynth.kit.errors import ApiError
 from zsynth.services import single_use
@@ -45,7 +46,7 @@ class TokenRequest(BaseModel):
         try:
             return clamp_ttl(value)
         except ValueError as err:
-            raise refusal("invalid_parameters", str(err)) from None
+            raise refusal(ApiCode.INVALID_PARAMETERS, str(err)) from None
 
 
 class TokenResponse(BaseModel):
@@ -78,7 +79,7 @@ async def mint(request: web.Request, body: TokenRequest) -> web.Response:
     try:
         token, expires_at = await request.app[AUTHENTICATOR].mint_token(ttl, parent=request[CREDENTIAL])
     except AuthError as err:
-        raise ApiError(err.http_status, err.status, err.message) from err
+        raise ApiError(err.http_status, err.code, err.message) from err
     logger.info("request %s: minted a %d s token", request[REQUEST_ID], ttl)
     return web.json_response(
         {"token": token, "expires_at": expires_at, "scope": "tts"}, headers={"Cache-Control": "no-store"}
@@ -115,14 +116,14 @@ async def mint_single_use(request: web.Request) -> web.Response:
         if token_type in single_use.ELEVENLABS_TYPES:
             raise ApiError(
                 400,
-                "unsupported_token_type",
+                ApiCode.UNSUPPORTED_TOKEN_TYPE,
                 f"Token type '{token_type}' is for speech to text, which this server does not serve; use "
                 "'tts_websocket'.",
                 param="token_type",
             )
         shown = token_type if len(token_type) <= 32 else token_type[:32] + "..."
         raise ApiError(
-            422, "invalid_parameters", f"Unknown token type '{shown}': use 'tts_websocket'.", param="token_type"
+            422, ApiCode.INVALID_PARAMETERS, f"Unknown token type '{shown}': use 'tts_websocket'.", param="token_type"
         )
     try:
         token = await single_use.mint(
@@ -132,8 +133,8 @@ async def mint_single_use(request: web.Request) -> web.Response:
             max_unspent=request.app[SETTINGS].single_use_max_unspent,
         )
     except single_use.TooManyUnspent as err:
-        raise ApiError(429, err.status, err.message, headers={"Retry-After": str(err.retry_after_s)}) from err
+        raise ApiError(429, err.code, err.message, headers={"Retry-After": str(err.retry_after_s)}) from err
     except AuthError as err:
-        raise ApiError(err.http_status, err.status, err.message) from err
+        raise ApiError(err.http_status, err.code, err.message) from err
     logger.info("request %s: minted a single-use %s token", request[REQUEST_ID], token_type)
     return web.json_response({"token": token}, headers={"Cache-Control": "no-store"})

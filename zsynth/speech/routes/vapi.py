@@ -19,6 +19,7 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
 from zsynth.core.audio import parse_output_format
+from zsynth.core.codes import ApiCode
 from zsynth.core.protocol import Event
 from zsynth.kit.endpoints import Access, Endpoints, refusal
 from zsynth.services.voices import VOICES
@@ -51,7 +52,7 @@ class VapiAssistant(BaseModel):
 
 def _type(value: object) -> object:
     if value != "voice-request":
-        raise refusal("invalid_parameters", "Field 'message.type' must be 'voice-request'.", param="message.type")
+        raise refusal(ApiCode.INVALID_PARAMETERS, "Field 'message.type' must be 'voice-request'.", param="message.type")
     return value
 
 
@@ -59,7 +60,7 @@ def _sample_rate(value: object) -> object:
     if isinstance(value, bool) or not isinstance(value, int) or value not in SAMPLE_RATES:
         shown = repr(value) if len(repr(value)) <= 24 else repr(value)[:24] + "..."
         raise refusal(
-            "invalid_sample_rate",
+            ApiCode.INVALID_SAMPLE_RATE,
             f"Field 'message.sampleRate' must be one of {', '.join(map(str, SAMPLE_RATES))} (got {shown}).",
             400,
             param="message.sampleRate",
@@ -89,7 +90,7 @@ class VapiMessage(BaseModel):
 
 def _message(value: object) -> object:
     if not isinstance(value, dict):
-        raise refusal("invalid_parameters", "Field 'message' is required and must be an object.", param="message")
+        raise refusal(ApiCode.INVALID_PARAMETERS, "Field 'message' is required and must be an object.", param="message")
     return value
 
 

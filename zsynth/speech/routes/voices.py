@@ -24,6 +24,7 @@ from aiohttp import web
 from pydantic import BaseModel, Field
 
 from zsynth.core import workspaces
+from zsynth.core.codes import ApiCode
 from zsynth.core.voices import StoredVoice
 from zsynth.core.voices.clips import ADVICE, STORE_RATE, Clip, ClipError, decode_clips, encode_wav
 from zsynth.core.voices.library import StorageUnavailable, VoiceGone, VoiceMissing
@@ -97,7 +98,7 @@ def storage_unavailable(err: StorageUnavailable) -> ApiError:
     the caller's message."""
     return ApiError(
         503,
-        "voice_storage_unavailable",
+        ApiCode.VOICE_STORAGE_UNAVAILABLE,
         "The voice library's storage cannot be reached; nothing was changed. Try again shortly.",
         headers={"Retry-After": str(RETRY_AFTER_S)},
     )
@@ -105,7 +106,9 @@ def storage_unavailable(err: StorageUnavailable) -> ApiError:
 
 def voice_not_found(voice_id: str) -> ApiError:
     """404 ``voice_not_found``."""
-    return ApiError(404, "voice_not_found", f"A voice with the voice_id {voice_id} was not found.", param="voice_id")
+    return ApiError(
+        404, ApiCode.VOICE_NOT_FOUND, f"A voice with the voice_id {voice_id} was not found.", param="voice_id"
+    )
 
 
 # ----- listing and settings --------------------------------------------------------------------------------------
@@ -121,7 +124,7 @@ async def voice_or_404(request: web.Request, voice_id: str) -> dict[str, Any]:
     except StorageUnavailable as err:
         raise storage_unavailable(err) from err
     except VoiceMissing as err:
-        raise ApiError(404, "voice_not_found", err.message, param="voice_id") from err
+        raise ApiError(404, ApiCode.VOICE_NOT_FOUND, err.message, param="voice_id") from err
     voice = request.app[VOICES].get(voice_id, workspace)
     if voice is None:
         raise voice_not_found(voice_id)
@@ -166,9 +169,11 @@ def _token_offset(token: str) -> int:
         kind, _, number = raw.partition(":")
         offset = int(number)
     except (binascii.Error, UnicodeDecodeError, ValueError) as err:
-        raise ApiError(400, "invalid_parameters", "next_page_token is not valid.", param="next_page_token") from err
+        raise ApiError(
+            400, ApiCode.INVALID_PARAMETERS, "next_page_token is not valid.", param="next_page_token"
+        ) from err
     if kind != "o" or offset < 0:
-        raise ApiError(400, "invalid_parameters", "next_page_token is not valid.", param="next_page_token")
+        raise ApiError(400, ApiCode.INVALID_PARAMETERS, "next_page_token is not valid.", param="next_page_token")
     return offset
 
 
@@ -178,7 +183,9 @@ def _page_size(raw: str | None) -> int:
     except ValueError:
         size = 0
     if not 1 <= size <= 100:
-        raise ApiError(422, "invalid_parameters", "page_size must be a whole number from 1 to 100.", param="page_size")
+        raise ApiError(
+            422, ApiCode.INVALID_PARAMETERS, "page_size must be a whole number from 1 to 100.", param="page_size"
+        )
     return size
 
 
@@ -195,19 +202,19 @@ def _token(value: object) -> object:
 
 def _voice_type(value: object) -> object:
     if value and value not in VOICE_TYPES:
-        raise refusal("invalid_parameters", f"voice_type must be one of {', '.join(VOICE_TYPES)}.")
+        raise refusal(ApiCode.INVALID_PARAMETERS, f"voice_type must be one of {', '.join(VOICE_TYPES)}.")
     return value
 
 
 def _sort_direction(value: object) -> object:
     if value is not None and value not in ("asc", "desc"):
-        raise refusal("invalid_parameters", "sort_direction must be asc or desc.")
+        raise refusal(ApiCode.INVALID_PARAMETERS, "sort_direction must be asc or desc.")
     return value
 
 
 def _sort_key(value: object) -> object:
     if value is not None and value not in SORTS:
-        raise refusal("invalid_parameters", "sort must be created_at_unix or name.")
+        raise refusal(ApiCode.INVALID_PARAMETERS, "sort must be created_at_unix or name.")
     return value
 
 
@@ -350,12 +357,14 @@ async def read_upload(request: web.Request) -> Upload:
     if not request.content_type.startswith("multipart/"):
         raise ApiError(
             400,
-            "invalid_content_type",
+            ApiCode.INVALID_CONTENT_TYPE,
             "Send multipart/form-data with a 'name' field and the reference clip as 'files' (or 'file'). " + ADVICE,
         )
     settings = request.app[SETTINGS]
     clip_limit = settings.voice_clip_max_bytes
-    too_large = ApiError(400, "clip_too_large", f"A file is larger than the limit of {clip_limit} bytes. {ADVICE}")
+    too_large = ApiError(
+        400, ApiCode.CLIP_TOO_LARGE, f"A file is larger than the limit of {clip_limit} bytes. {ADVICE}"
+    )
     # The whole body, boundaries and part headers included, counts against ZSYNTH_MAX_BODY_BYTES, as JSON bodies do.
     body = BoundedMultipart(request, max_bytes=settings.max_body_bytes, max_parts=settings.max_multipart_parts)
     upload = Upload()
@@ -363,11 +372,11 @@ async def read_upload(request: web.Request) -> Upload:
         name = part.name or ""
         if name in ("file", "files"):
             if len(upload.files) >= MAX_FILES:
-                raise ApiError(400, "too_many_files", f"Send at most {MAX_FILES} files. {ADVICE}", param="files")
+                raise ApiError(400, ApiCode.TOO_MANY_FILES, f"Send at most {MAX_FILES} files. {ADVICE}", param="files")
             data = await body.read(part, clip_limit, too_large)
             upload.files.append((part.filename or f"clip-{len(upload.files) + 1}", data))
         else:
-            overflow = ApiError(400, "invalid_parameters", f"Field {name!r} is too long.", param=name)
+            overflow = ApiError(400, ApiCode.INVALID_PARAMETERS, f"Field {name!r} is too long.", param=name)
             upload.fields[name] = (await body.read(part, MAX_FIELD_BYTES, overflow)).decode("utf-8", "replace")
     return upload
 
@@ -380,11 +389,13 @@ def _labels(raw: str | None) -> dict[str, str]:
         # Strict JSON: deep nesting and 5000-digit numbers are a bad request, not a server error.
         value = loads(raw)
     except BadJson as err:
-        raise ApiError(422, "invalid_parameters", "labels must be a JSON object of strings.", param="labels") from err
+        raise ApiError(
+            422, ApiCode.INVALID_PARAMETERS, "labels must be a JSON object of strings.", param="labels"
+        ) from err
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise ApiError(422, "invalid_parameters", "labels must be a JSON object of strings.", param="labels")
+        raise ApiError(422, ApiCode.INVALID_PARAMETERS, "labels must be a JSON object of strings.", param="labels")
     return {str(k): str(v) for k, v in value.items() if v is not None}
 
 
@@ -409,7 +420,7 @@ def _name(raw: str | None, *, required: bool) -> str | None:
         return None
     if not name or len(name) > MAX_NAME_CHARS:
         raise ApiError(
-            422, "invalid_parameters", f"Field 'name' is required (1-{MAX_NAME_CHARS} characters).", param="name"
+            422, ApiCode.INVALID_PARAMETERS, f"Field 'name' is required (1-{MAX_NAME_CHARS} characters).", param="name"
         )
     return name
 
@@ -421,7 +432,7 @@ async def create_voice(request: web.Request) -> StoredVoice:
     assert name is not None
     if not upload.files:
         raise ApiError(
-            422, "invalid_parameters", f"Send the reference clip as 'files' or 'file'. {ADVICE}", param="files"
+            422, ApiCode.INVALID_PARAMETERS, f"Send the reference clip as 'files' or 'file'. {ADVICE}", param="files"
         )
     labels = _labels(upload.fields.get("labels"))
     clips, pcm = await _reference(request, upload)
@@ -470,7 +481,7 @@ async def add(request: web.Request) -> web.Response:
 
 def _refuse_builtin_change(catalog: VoiceCatalog, voice_id: str, what: str) -> None:
     if voice_id in catalog.builtins:
-        raise ApiError(400, "voice_not_editable", f"{voice_id} is a built-in voice and cannot be {what}.")
+        raise ApiError(400, ApiCode.VOICE_NOT_EDITABLE, f"{voice_id} is a built-in voice and cannot be {what}.")
 
 
 @routes.delete("/v1/voices/{voice_id}", **_delete_doc("delete_voice_v1"))
@@ -480,10 +491,10 @@ async def delete(request: web.Request) -> web.Response:
     voice_id = request.match_info["voice_id"]
     catalog = request.app[VOICES]
     if voice_id in catalog.builtins:
-        raise ApiError(400, "voice_not_deletable", f"{voice_id} is a built-in voice and cannot be removed.")
+        raise ApiError(400, ApiCode.VOICE_NOT_DELETABLE, f"{voice_id} is a built-in voice and cannot be removed.")
     if voice_id == catalog.swapout_id:
         raise ApiError(
-            400, "voice_not_deletable", f"{voice_id} is the pinned swap-out voice (ZSYNTH_SWAPOUT_DEFAULT_VOICE)."
+            400, ApiCode.VOICE_NOT_DELETABLE, f"{voice_id} is the pinned swap-out voice (ZSYNTH_SWAPOUT_DEFAULT_VOICE)."
         )
     await voice_or_404(request, voice_id)
     try:
@@ -566,7 +577,7 @@ class VoiceSettingsEdit(BaseModel):
     @classmethod
     def _check(cls, value: object) -> object:
         if not isinstance(value, dict):
-            raise refusal("invalid_parameters", "The body must be a JSON object of voice settings.")
+            raise refusal(ApiCode.INVALID_PARAMETERS, "The body must be a JSON object of voice settings.")
         return checked_voice_settings(value)
 
 
@@ -595,14 +606,14 @@ async def edit_settings(request: web.Request) -> web.Response:
         # The message quotes the parser's complaint, so this handler reads its body itself (it takes no body=).
         raw = loads(await json_body_bytes(request, api_error))
     except BadJson as err:
-        raise ApiError(400, "invalid_json", f"The body is not valid JSON: {err}") from err
+        raise ApiError(400, ApiCode.INVALID_JSON, f"The body is not valid JSON: {err}") from err
     sent = validate(VoiceSettingsEdit, raw, api_error).model_dump(exclude_none=True)
     saved = {**dict(voice["settings"]), **sent}
     if voice_id in catalog.builtins and workspace_of(request.get(CREDENTIAL)) != workspaces.DEFAULT:
         # A built-in voice's saved settings are every workspace's: only the operator's workspace may change them.
         raise ApiError(
             400,
-            "voice_not_editable",
+            ApiCode.VOICE_NOT_EDITABLE,
             f"{voice_id} is a built-in voice shared by every workspace; only keys of the default workspace may "
             "save its settings. Send voice_settings with each request instead.",
         )

@@ -14,6 +14,7 @@ import pydantic
 from aiohttp import web
 from pydantic import BaseModel, Field, ValidationInfo
 
+from zsynth.core.codes import ApiCode
 from zsynth.core.languages import UnsupportedLanguage, check_language_code
 from zsynth.core.text.prepare import MAX_LOCATORS, TextOptionError, TextOptions, parse_locators, parse_normalization
 from zsynth.core.voice_settings import InvalidParameter, check_voice_settings
@@ -66,7 +67,7 @@ def refusing(check: Callable[[Any], object]) -> Callable[[object], object]:
         try:
             return check(value)
         except ApiError as err:
-            raise refusal(err.status, err.message, err.http_status, param=err.param) from None
+            raise refusal(err.code, err.message, err.http_status, param=err.param) from None
 
     return validator
 
@@ -91,10 +92,10 @@ def spoken_text(name: str, too_long: str) -> Any:
 
     def check(value: object, info: ValidationInfo) -> object:
         if not isinstance(value, str) or not value.strip():
-            raise refusal("invalid_parameters", f"Field '{name}' is required and must be a non-empty string.")
+            raise refusal(ApiCode.INVALID_PARAMETERS, f"Field '{name}' is required and must be a non-empty string.")
         limit = text_limit(info)
         if len(value) > limit:
-            raise refusal("max_character_limit_exceeded", too_long.format(length=len(value), limit=limit), 400)
+            raise refusal(ApiCode.MAX_CHARACTER_LIMIT_EXCEEDED, too_long.format(length=len(value), limit=limit), 400)
         return value
 
     return pydantic.BeforeValidator(check)
@@ -103,7 +104,7 @@ def spoken_text(name: str, too_long: str) -> Any:
 def optional_string(name: str, value: object) -> object:
     """A before-validator's check of an optional string field ``name``: None, or a string."""
     if value is not None and not isinstance(value, str):
-        raise refusal("invalid_parameters", f"Field '{name}' must be a string.")
+        raise refusal(ApiCode.INVALID_PARAMETERS, f"Field '{name}' must be a string.")
     return value
 
 
@@ -118,7 +119,7 @@ def checked_model_id(name: str, value: object) -> object:
     optional_string(name, value)
     if isinstance(value, str) and len(value) > MAX_MODEL_ID_CHARS:
         raise refusal(
-            "invalid_parameters", f"Field '{name}' must be a model id of at most {MAX_MODEL_ID_CHARS} characters."
+            ApiCode.INVALID_PARAMETERS, f"Field '{name}' must be a model id of at most {MAX_MODEL_ID_CHARS} characters."
         )
     return value
 
@@ -135,7 +136,7 @@ def _language_code(value: object, info: ValidationInfo) -> object:
     try:
         return check_language_code(engine, model if isinstance(model, str) else None, value)
     except UnsupportedLanguage as err:
-        raise refusal("unsupported_language", err.message, 400, param="language_code") from None
+        raise refusal(ApiCode.UNSUPPORTED_LANGUAGE, err.message, 400, param="language_code") from None
 
 
 #: A body's ``language_code`` (declared after ``model_id``, which its refusal names): one of the engine's languages
@@ -184,7 +185,7 @@ def _normalization(value: object) -> object:
     try:
         parse_normalization(value)
     except TextOptionError as err:
-        raise refusal(err.code, err.message, err.status, param=err.param) from None
+        raise refusal(err.code, err.message, err.http_status, param=err.param) from None
     return value
 
 
@@ -192,7 +193,7 @@ def _locators(value: object) -> object:
     try:
         parse_locators(value)
     except TextOptionError as err:
-        raise refusal(err.code, err.message, err.status, param=err.param) from None
+        raise refusal(err.code, err.message, err.http_status, param=err.param) from None
     return value
 
 

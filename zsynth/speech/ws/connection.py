@@ -14,6 +14,7 @@ from typing import Any, Final
 from aiohttp import WSMsgType, web
 
 from zsynth.core.audio import OutputFormat
+from zsynth.core.codes import ApiCode, CodedError
 from zsynth.core.languages import UnsupportedLanguage, check_language_code
 from zsynth.core.ratelimit import TokenBucket
 from zsynth.core.voice_settings import InvalidParameter, check_voice_settings
@@ -45,13 +46,8 @@ MAX_REASON_BYTES: Final = 123
 SINGLE_USE_PARAMETER: Final = "single_use_token"
 
 
-class WsError(Exception):
-    """Ends a socket with an error frame ``{"message", "error", "code": 1008}`` and a 1008 close."""
-
-    def __init__(self, error: str, message: str) -> None:
-        super().__init__(message)
-        self.error = error
-        self.message = message
+class WsError(CodedError):
+    """Ends a socket with an error frame ``{"message", "error": code, "code": 1008}`` and a 1008 close."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +70,7 @@ class StreamParams:
 def inactivity_error(params: StreamParams) -> WsError:
     """The upstream wording of the inactivity error."""
     return WsError(
-        "input_timeout_exceeded",
+        ApiCode.INPUT_TIMEOUT_EXCEEDED,
         f"Have not received a new text input within the timeout of {params.inactivity_s:.1f} seconds. Streaming "
         "input terminated. Please make sure to either feed the input in the timely manner, or to send the end of "
         'input text (empty string "") when done.',
@@ -94,7 +90,7 @@ def parse_params(request: web.Request) -> StreamParams:
     try:
         language = check_language_code(request.app[SETTINGS].engine, query.model_id, query.language_code)
     except UnsupportedLanguage as err:
-        raise WsError("unsupported_language", err.message) from err
+        raise WsError(ApiCode.UNSUPPORTED_LANGUAGE, err.message) from err
     return StreamParams(
         # As asked: the synthesis service resolves it for each job, once the socket is authenticated (an unknown id
         # is spoken by the swap-out voice, a cloned voice this box lacks is fetched first, as on the HTTP routes).
@@ -170,8 +166,8 @@ class Connection:
 
     async def fail(self, err: WsError) -> None:
         """Send the error frame, then close with 1008 and the message as the (truncated) reason."""
-        logger.info("socket %s: %s: %s", self.socket_id, err.error, err.message)
-        await self.send({"message": err.message, "error": err.error, "code": CLOSE_POLICY})
+        logger.info("socket %s: %s: %s", self.socket_id, err.code, err.message)
+        await self.send({"message": err.message, "error": err.code, "code": CLOSE_POLICY})
         reason = err.message.encode()[:MAX_REASON_BYTES]
         while reason:
             try:
@@ -201,25 +197,27 @@ class Connection:
                 self._spend_token()
                 if max_chars is not None and len(msg.data) > max_chars:
                     raise WsError(
-                        "message_too_large",
+                        ApiCode.MESSAGE_TOO_LARGE,
                         f"The first message may hold at most {max_chars} characters before the key is verified.",
                     )
                 try:
                     payload = jsonbody.loads(msg.data)  # also deep nesting and huge numbers: never an abrupt close
                 except jsonbody.BadJson as err:
-                    raise WsError("invalid_json", "Messages must be JSON objects.") from err
+                    raise WsError(ApiCode.INVALID_JSON, "Messages must be JSON objects.") from err
                 if not isinstance(payload, dict):
-                    raise WsError("invalid_json", "Messages must be JSON objects.")
+                    raise WsError(ApiCode.INVALID_JSON, "Messages must be JSON objects.")
                 self.touch()
                 return payload
             if msg.type is WSMsgType.BINARY:
-                raise WsError("invalid_message", "Messages must be JSON text frames, not binary ones.")
+                raise WsError(ApiCode.INVALID_MESSAGE, "Messages must be JSON text frames, not binary ones.")
             if msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR):
                 return None
 
     def _spend_token(self) -> None:
         if not self._messages.take():
-            raise WsError("rate_limit_exceeded", f"Too many messages: at most {self._rate:g} per second on one socket.")
+            raise WsError(
+                ApiCode.RATE_LIMIT_EXCEEDED, f"Too many messages: at most {self._rate:g} per second on one socket."
+            )
 
     def release(self) -> None:
         """Stop counting this socket against its credential (called once, when it closes)."""
@@ -261,7 +259,7 @@ class Connection:
             message = await self.receive(bound, settings.ws_first_message_max_bytes)
         except TimeoutError as err:
             raise WsError(
-                "missing_first_message",
+                ApiCode.MISSING_FIRST_MESSAGE,
                 f"No initial message within {bound:g} seconds: send the key in the xi-api-key header or "
                 "in the first message.",
             ) from err
@@ -274,7 +272,7 @@ class Connection:
     @staticmethod
     def _check_bos(message: dict[str, Any]) -> None:
         if not isinstance(message.get("text"), str):
-            raise WsError("invalid_message", "The first message must carry a 'text' field (a single space).")
+            raise WsError(ApiCode.INVALID_MESSAGE, "The first message must carry a 'text' field (a single space).")
 
     async def authenticate(self, first: dict[str, Any]) -> Credential:
         """Verify the credential from the upgrade request or the first message against the route's declared access
@@ -294,7 +292,7 @@ class Connection:
             else:
                 self.credential = await admit(self.request, SOCKET_GATE, access, Presented(secret, presented.in_query))
         except AuthError as err:
-            raise WsError(err.status, err.message) from err
+            raise WsError(err.code, err.message) from err
         self.on_authenticated()
         if self.credential.kind != "open":
             # A token counts against the key that minted it: two tokens of one key hold no more than the key.
@@ -303,7 +301,7 @@ class Connection:
             limit = self.request.app[SETTINGS].ws_max_sockets_per_credential
             if counts[owner] >= limit:
                 raise WsError(
-                    "too_many_concurrent_requests",
+                    ApiCode.TOO_MANY_CONCURRENT_REQUESTS,
                     f"This key (its tokens included) already holds {limit} open realtime sockets on this server; "
                     "close one first.",
                 )
@@ -334,7 +332,7 @@ class Connection:
         assert self.credential is not None
 
         async def refused(err: AuthError) -> None:
-            await self.fail(WsError(err.status, err.message))
+            await self.fail(WsError(err.code, err.message))
 
         await watch_credential(self.request.app[AUTHENTICATOR], secret, self.credential, refused)
 

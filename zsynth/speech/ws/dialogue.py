@@ -31,6 +31,7 @@ from typing import Any, Final
 
 from aiohttp import web
 
+from zsynth.core.codes import ApiCode
 from zsynth.speech.ws.connection import (
     CLOSE_POLICY,
     Connection,
@@ -102,14 +103,14 @@ class DialogueSession:
             or not 1 <= len(voices) <= MAX_VOICES
             or not all(isinstance(v, str) and v.strip() and len(v) <= 128 for v in voices)
         ):
-            raise WsError("invalid_message", f"'voices' must be a list of 1 to {MAX_VOICES} voice ids.")
+            raise WsError(ApiCode.INVALID_MESSAGE, f"'voices' must be a list of 1 to {MAX_VOICES} voice ids.")
         context = self.live.get(context_id)
         if context is not None:
             context.voices = tuple(voices)
             return
         if len(self.live) >= MAX_CONTEXTS:
             raise WsError(
-                "max_active_conversations",
+                ApiCode.MAX_ACTIVE_CONVERSATIONS,
                 f"Maximum simultaneous contexts per WebSocket connection exceeded ({MAX_CONTEXTS}).",
             )
         options = await socket_text_options(self.conn, self.params, message)
@@ -142,7 +143,7 @@ class DialogueSession:
     async def _close_context(self, context_id: str | None) -> None:
         context = self.live.pop(context_id, None)
         if context is None:
-            await self._refuse(context_id, "context_not_found", f"Context {context_id!r} is not open.")
+            await self._refuse(context_id, ApiCode.CONTEXT_NOT_FOUND, f"Context {context_id!r} is not open.")
             return
         speaker = context.speaker
         if context.flushing or not speaker.busy:
@@ -158,7 +159,7 @@ class DialogueSession:
         """Apply one client message."""
         context_id = message.get("context_id") if self.multi else None
         if context_id is not None and not isinstance(context_id, str):
-            raise WsError("invalid_message", "'context_id' must be a string.")
+            raise WsError(ApiCode.INVALID_MESSAGE, "'context_id' must be a string.")
         if message.get("close_socket") is True:
             self.closing_socket = True
             for live in list(self.live):
@@ -167,7 +168,7 @@ class DialogueSession:
                 await self.conn.close(1000)
             return
         if self.multi and context_id is None:
-            raise WsError("invalid_message", "Every message but close_socket needs a 'context_id'.")
+            raise WsError(ApiCode.INVALID_MESSAGE, "Every message but close_socket needs a 'context_id'.")
         if "voices" in message:
             await self._register(context_id, message)
         context = self.live.get(context_id)
@@ -176,7 +177,7 @@ class DialogueSession:
             return
         if context is None:
             if any(key in message for key in ("inputs", "flush", "keep_alive")):
-                await self._refuse(context_id, "context_not_found", f"Context {context_id!r} is not open.")
+                await self._refuse(context_id, ApiCode.CONTEXT_NOT_FOUND, f"Context {context_id!r} is not open.")
             return
         context.speaker.touch()
         await self._inputs(context, message.get("inputs"))
@@ -188,20 +189,22 @@ class DialogueSession:
         if inputs is None:
             return
         if not isinstance(inputs, list):
-            raise WsError("invalid_message", "'inputs' must be a list of {text, voice_id}.")
+            raise WsError(ApiCode.INVALID_MESSAGE, "'inputs' must be a list of {text, voice_id}.")
         checked: list[tuple[str, str]] = []
         for item in inputs:
             text = item.get("text") if isinstance(item, dict) else None
             voice = item.get("voice_id") if isinstance(item, dict) else None
             if not isinstance(text, str) or not isinstance(voice, str):
-                raise WsError("invalid_message", "Every input needs a string 'text' and 'voice_id'.")
+                raise WsError(ApiCode.INVALID_MESSAGE, "Every input needs a string 'text' and 'voice_id'.")
             checked.append((text, voice))
         # Each input is its own job; the message's inputs together are held to the bounds of one request.
         await context.speaker.admit([text for text, voice in checked if voice in context.voices])
         for text, voice in checked:
             if voice not in context.voices:
                 await self._refuse(
-                    context.speaker.context_id, "voice_not_registered", f"Voice {voice!r} is not one of this context's."
+                    context.speaker.context_id,
+                    ApiCode.VOICE_NOT_REGISTERED,
+                    f"Voice {voice!r} is not one of this context's.",
                 )
                 continue
             if text.strip():

@@ -12,6 +12,7 @@ from typing import Final
 
 from aiohttp import WSCloseCode, web
 
+from zsynth.core.codes import ApiCode
 from zsynth.core.logs import quoted
 from zsynth.kit.errors import ApiError
 from zsynth.services.auth import AUTHENTICATOR, secret_from_request
@@ -41,7 +42,7 @@ def _admit_unauthenticated(request: web.Request) -> list[str]:
     if address is not None and unauthenticated[address] >= settings.ws_max_unauthenticated_per_address:
         raise ApiError(
             429,
-            "too_many_concurrent_requests",
+            ApiCode.TOO_MANY_CONCURRENT_REQUESTS,
             "Too many sockets from this address are waiting to authenticate; send the key in the first message "
             "sooner, or in the xi-api-key header.",
             headers={"Retry-After": "1"},
@@ -50,7 +51,7 @@ def _admit_unauthenticated(request: web.Request) -> list[str]:
         # Refused before the upgrade: a socket that has not shown a credential costs nothing more.
         raise ApiError(
             503,
-            "system_busy",
+            ApiCode.SYSTEM_BUSY,
             "Too many sockets are waiting to authenticate on this server; try again shortly.",
             headers={"Retry-After": "1"},
         )

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Final, TypeVar
 
 import pydantic
 
+from zsynth.core.codes import ApiCode
 from zsynth.kit.endpoints import MAX_TEXT_CHARS, refusal, text_limit, validate
 from zsynth.speech.ws.buffer import DEFAULT_SCHEDULE, ScheduleError, parse_schedule
 from zsynth.speech.ws.connection import WsError
@@ -39,10 +40,10 @@ def _text(value: object, info: pydantic.ValidationInfo) -> str:
     if value is None:
         return ""
     if not isinstance(value, str):
-        raise refusal("invalid_message", "Field 'text' must be a string.")
+        raise refusal(ApiCode.INVALID_MESSAGE, "Field 'text' must be a string.")
     limit = text_limit(info)
     if limit is not None and len(value) > limit:
-        raise refusal("max_character_limit_exceeded", f"A message's text may hold at most {limit} characters.")
+        raise refusal(ApiCode.MAX_CHARACTER_LIMIT_EXCEEDED, f"A message's text may hold at most {limit} characters.")
     return value
 
 
@@ -93,9 +94,11 @@ class ContextMessage(pydantic.BaseModel):
     @classmethod
     def _context_id(cls, value: object) -> object:
         if value is not None and not isinstance(value, str):
-            raise refusal("invalid_message", "Field 'context_id' must be a string.")
+            raise refusal(ApiCode.INVALID_MESSAGE, "Field 'context_id' must be a string.")
         if value is not None and len(value) > MAX_CONTEXT_ID_CHARS:
-            raise refusal("invalid_message", f"Field 'context_id' may hold at most {MAX_CONTEXT_ID_CHARS} characters.")
+            raise refusal(
+                ApiCode.INVALID_MESSAGE, f"Field 'context_id' may hold at most {MAX_CONTEXT_ID_CHARS} characters."
+            )
         return value
 
 
@@ -112,7 +115,7 @@ class GenerationConfig(pydantic.BaseModel):
         try:
             return parse_schedule(value)
         except ScheduleError as err:
-            raise refusal("invalid_message", str(err)) from None
+            raise refusal(ApiCode.INVALID_MESSAGE, str(err)) from None
 
 
 class ContextOpening(pydantic.BaseModel):
@@ -130,5 +133,5 @@ class ContextOpening(pydantic.BaseModel):
         # A false value (null, {}, 0) falls back to 'generator_config', the name some clients send.
         config = data.get("generation_config") or data.get("generator_config") or {}
         if not isinstance(config, dict):
-            raise refusal("invalid_message", "Field 'generation_config' must be an object.")
+            raise refusal(ApiCode.INVALID_MESSAGE, "Field 'generation_config' must be an object.")
         return {"generation_config": config}

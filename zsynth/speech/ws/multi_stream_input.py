@@ -36,6 +36,7 @@ from typing import Any, Final
 
 from aiohttp import web
 
+from zsynth.core.codes import ApiCode
 from zsynth.core.text.prepare import TextOptions
 from zsynth.services.keys import SETTINGS
 from zsynth.speech.ws.buffer import TextBuffer
@@ -116,7 +117,7 @@ class MultiSession:
     async def _room(self) -> None:
         """Return once a new context fits: fewer than MAX_CONTEXTS live or closing; WsError when it does not in time."""
         refusal = WsError(
-            "max_active_conversations",
+            ApiCode.MAX_ACTIVE_CONVERSATIONS,
             f"Maximum simultaneous contexts per WebSocket connection exceeded ({MAX_CONTEXTS}). Please close an "
             "existing context before opening a new one (a closed context counts until its last audio is sent).",
         )

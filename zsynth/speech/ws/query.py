@@ -14,6 +14,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
 from zsynth.core.audio import OutputFormat, OutputFormatError, parse_output_format
+from zsynth.core.codes import ApiCode
 from zsynth.core.voice_settings import InvalidParameter, check_seed
 from zsynth.kit.endpoints import refusal
 
@@ -26,7 +27,7 @@ def _output_format(value: object) -> OutputFormat:
     try:
         return parse_output_format(value if isinstance(value, str) else None, route="websocket")
     except OutputFormatError as err:
-        raise refusal("invalid_output_format", str(err)) from None
+        raise refusal(ApiCode.INVALID_OUTPUT_FORMAT, str(err)) from None
 
 
 def _inactivity(value: object) -> float | None:
@@ -36,11 +37,11 @@ def _inactivity(value: object) -> float | None:
     try:
         seconds = int(raw)
     except ValueError:
-        raise refusal("invalid_parameters", "inactivity_timeout must be a whole number of seconds.") from None
+        raise refusal(ApiCode.INVALID_PARAMETERS, "inactivity_timeout must be a whole number of seconds.") from None
     # The range is checked on the integer: a number too large for a float is out of range, not a crash.
     if not MIN_INACTIVITY_S <= seconds <= MAX_INACTIVITY_S:
         raise refusal(
-            "invalid_parameters",
+            ApiCode.INVALID_PARAMETERS,
             f"inactivity_timeout must be a whole number of seconds from {MIN_INACTIVITY_S} to {MAX_INACTIVITY_S} "
             f"(got {raw if len(raw) <= 12 else raw[:12] + '...'}).",  # a hostile value is not echoed whole
         )
@@ -74,7 +75,7 @@ def _flag(name: str) -> pydantic.PlainValidator:
             return True
         if lowered in ("false", "0", "no"):
             return False
-        raise refusal("invalid_parameters", f"Query parameter '{name}' must be true or false.")
+        raise refusal(ApiCode.INVALID_PARAMETERS, f"Query parameter '{name}' must be true or false.")
 
     return pydantic.PlainValidator(check)
 

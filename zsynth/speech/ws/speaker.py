@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from zsynth.core.alignment import CharAlignment, Timeline
+from zsynth.core.codes import ApiCode
 from zsynth.core.protocol import Event
 from zsynth.core.text.prepare import TextOptions
 from zsynth.core.text.spoken import AlignmentMapper
@@ -173,7 +174,7 @@ class Speaker:
         chars, segments = settings.ws_max_queued_chars, settings.ws_max_queued_segments
         if self._queued_chars + len(segment) > chars or self._segments.qsize() >= segments:
             raise WsError(
-                "max_character_limit_exceeded",
+                ApiCode.MAX_CHARACTER_LIMIT_EXCEEDED,
                 f"Too much text waiting to be spoken: at most {chars} characters in {segments} segments per context.",
             )
         self._queued_chars += len(segment)
@@ -327,7 +328,7 @@ class Speaker:
         except Exception:  # a bug must not leave the client waiting until its inactivity timeout
             logger.exception("socket %s: forwarding failed", self.conn.socket_id)
             self._finisher = asyncio.current_task()
-            await self.conn.fail(WsError("internal_error", "Something went wrong on our side."))
+            await self.conn.fail(WsError(ApiCode.INTERNAL_ERROR, "Something went wrong on our side."))
             return
         self._finisher = asyncio.current_task()
         await self.on_done(self)

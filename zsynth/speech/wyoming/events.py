@@ -25,6 +25,8 @@ from typing import Any, Final
 
 import numpy as np
 
+from zsynth.core.codes import ApiCode, CodedError
+
 MAX_HEADER_BYTES: Final = 64 * 1024
 MAX_DATA_BYTES: Final = 1024 * 1024
 MAX_PAYLOAD_BYTES: Final = 64 * 1024
@@ -35,13 +37,8 @@ MAX_JSON_DEPTH: Final = 64
 PROTOCOL_VERSION: Final = "1.10.2"
 
 
-class FrameError(Exception):
+class FrameError(CodedError):
     """The bytes are not an event within the bounds; the connection cannot go on (``code`` goes in the error event)."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,17 +87,17 @@ def _json_object(raw: bytes, what: str) -> dict[str, Any]:
         # cannot see.
         text = raw.decode()
     except UnicodeDecodeError as err:
-        raise FrameError("invalid_json", f"The event's {what} is not UTF-8.") from err
+        raise FrameError(ApiCode.INVALID_JSON, f"The event's {what} is not UTF-8.") from err
     if nests_deeper_than(raw, MAX_JSON_DEPTH):
         raise FrameError(
-            "invalid_json", f"The event's {what} nests arrays and objects more than {MAX_JSON_DEPTH} deep."
+            ApiCode.INVALID_JSON, f"The event's {what} nests arrays and objects more than {MAX_JSON_DEPTH} deep."
         )
     try:
         value = json.loads(text)
     except ValueError as err:
-        raise FrameError("invalid_json", f"The event's {what} is not valid JSON.") from err
+        raise FrameError(ApiCode.INVALID_JSON, f"The event's {what} is not valid JSON.") from err
     if not isinstance(value, dict):
-        raise FrameError("invalid_json", f"The event's {what} must be a JSON object.")
+        raise FrameError(ApiCode.INVALID_JSON, f"The event's {what} must be a JSON object.")
     return value
 
 
@@ -109,9 +106,9 @@ def _length(header: dict[str, Any], name: str, bound: int) -> int:
     if value is None:
         return 0
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise FrameError("invalid_event", f"'{name}' must be a whole number of bytes.")
+        raise FrameError(ApiCode.INVALID_EVENT, f"'{name}' must be a whole number of bytes.")
     if value > bound:
-        raise FrameError("event_too_large", f"'{name}' may be at most {bound} bytes.")
+        raise FrameError(ApiCode.EVENT_TOO_LARGE, f"'{name}' may be at most {bound} bytes.")
     return value
 
 
@@ -127,19 +124,19 @@ async def read_event(reader: asyncio.StreamReader) -> WireEvent | None:
             return None
         except asyncio.LimitOverrunError as err:
             raise FrameError(
-                "event_too_large", f"An event's header line may hold at most {MAX_HEADER_BYTES} bytes."
+                ApiCode.EVENT_TOO_LARGE, f"An event's header line may hold at most {MAX_HEADER_BYTES} bytes."
             ) from err
         if line.strip():
             break  # blank lines between events carry nothing
     header = _json_object(line, "header line")
     kind = header.get("type")
     if not isinstance(kind, str) or not kind:
-        raise FrameError("invalid_event", "An event needs a 'type' string.")
+        raise FrameError(ApiCode.INVALID_EVENT, "An event needs a 'type' string.")
     data = header.get("data")
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise FrameError("invalid_event", "An event's 'data' must be a JSON object.")
+        raise FrameError(ApiCode.INVALID_EVENT, "An event's 'data' must be a JSON object.")
     data_length = _length(header, "data_length", MAX_DATA_BYTES)
     payload_length = _length(header, "payload_length", MAX_PAYLOAD_BYTES)
     try:

@@ -28,6 +28,7 @@ from typing import Any, Final
 
 from aiohttp import web
 
+from zsynth.core.codes import ApiCode
 from zsynth.core.ratelimit import address_bucket
 from zsynth.services.keys import SETTINGS
 from zsynth.speech.wyoming.events import MAX_HEADER_BYTES, encode_event
@@ -186,7 +187,7 @@ class Listener:
 
     def _refuse(self, writer: asyncio.StreamWriter, text: str, why: str) -> None:
         """Answer a connection past a cap with an ``error`` event and close it."""
-        writer.write(encode_event("error", {"text": text, "code": "too_many_connections"}))
+        writer.write(encode_event("error", {"text": text, "code": ApiCode.TOO_MANY_CONNECTIONS}))
         writer.close()
         self._log_refusal(why)
 

@@ -35,6 +35,7 @@ from typing import Any, Final
 
 from aiohttp import web
 
+from zsynth.core.codes import ApiCode, CodedError
 from zsynth.core.engines import profile
 from zsynth.core.text.bounds import OutputEstimate
 from zsynth.core.text.prepare import TextOptions
@@ -53,13 +54,8 @@ SAMPLES_PER_CHUNK: Final = 1024  # as wyoming-piper
 MAX_OPEN_ANSWERS: Final = 4  # answers one connection may have under way (the rest are refused with an error event)
 
 
-class Refused(Exception):
+class Refused(CodedError):
     """An event this connection does not take: an ``error`` event is sent and the connection goes on."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 class Closing(Exception):
@@ -120,7 +116,7 @@ Ready = Queued | Failed | End | Piece  # a Piece here belongs to an answer that 
 def _text_field(data: dict[str, Any], event: str) -> str:
     text = data.get("text")
     if not isinstance(text, str):
-        raise Refused("invalid_event", f"'{event}' needs 'text' as a string.")
+        raise Refused(ApiCode.INVALID_EVENT, f"'{event}' needs 'text' as a string.")
     return text
 
 
@@ -129,10 +125,10 @@ def _voice_name(data: dict[str, Any], event: str) -> str | None:
     if voice is None:
         return None
     if not isinstance(voice, dict):
-        raise Refused("invalid_event", f"'{event}': 'voice' must be an object.")
+        raise Refused(ApiCode.INVALID_EVENT, f"'{event}': 'voice' must be an object.")
     name = voice.get("name")
     if name is not None and (not isinstance(name, str) or not name.strip()):
-        raise Refused("invalid_event", f"'{event}': 'voice.name' must be a voice name from the info.")
+        raise Refused(ApiCode.INVALID_EVENT, f"'{event}': 'voice.name' must be a voice name from the info.")
     return name.strip() if isinstance(name, str) else None
 
 
@@ -253,7 +249,7 @@ class Session:
         text, voice = _text_field(data, "synthesize"), _voice_name(data, "synthesize")
         limit = self.settings.max_text_chars
         if len(text) > limit:
-            raise Refused("max_character_limit_exceeded", f"'text' may hold at most {limit} characters.")
+            raise Refused(ApiCode.MAX_CHARACTER_LIMIT_EXCEEDED, f"'text' may hold at most {limit} characters.")
         self._open_answer()
         answer = Answer(streaming=False, voice_id=voice or self._default_voice())
         spoken = plain_text(text)
@@ -263,7 +259,7 @@ class Session:
 
     async def _start(self, data: dict[str, Any]) -> None:
         if self._stream is not None:
-            raise Refused("stream_already_started", "A stream is open: send synthesize-stop before a new start.")
+            raise Refused(ApiCode.STREAM_ALREADY_STARTED, "A stream is open: send synthesize-stop before a new start.")
         voice = _voice_name(data, "synthesize-start")
         self._open_answer()
         self._stream = Answer(streaming=True, voice_id=voice or self._default_voice())
@@ -273,14 +269,14 @@ class Session:
         text = _text_field(data, "synthesize-chunk")
         stream = self._stream
         if stream is None:
-            raise Refused("no_stream", "synthesize-chunk before synthesize-start.")
+            raise Refused(ApiCode.NO_STREAM, "synthesize-chunk before synthesize-start.")
         if stream.failed:
             return
         stream.chars += len(text)
         if stream.chars > self.settings.max_text_chars:
             stream.failed = True
             message = f"A stream may hold at most {self.settings.max_text_chars} characters."
-            self._put(Failed(stream, "max_character_limit_exceeded", message))
+            self._put(Failed(stream, ApiCode.MAX_CHARACTER_LIMIT_EXCEEDED, message))
             return
         if not await self._admit(stream, text):
             return
@@ -309,7 +305,7 @@ class Session:
     async def _stop(self, data: dict[str, Any]) -> None:
         stream = self._stream
         if stream is None:
-            raise Refused("no_stream", "synthesize-stop without synthesize-start.")
+            raise Refused(ApiCode.NO_STREAM, "synthesize-stop without synthesize-start.")
         if not stream.failed:
             for piece in self._sentences.finish():
                 self._put(Piece(stream, piece))
@@ -318,7 +314,9 @@ class Session:
 
     def _open_answer(self) -> None:
         if self._open >= MAX_OPEN_ANSWERS:
-            raise Refused("too_many_requests", f"At most {MAX_OPEN_ANSWERS} answers may be under way on a connection.")
+            raise Refused(
+                ApiCode.TOO_MANY_REQUESTS, f"At most {MAX_OPEN_ANSWERS} answers may be under way on a connection."
+            )
         self._open += 1
 
     def _default_voice(self) -> str:
