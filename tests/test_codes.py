@@ -127,5 +127,8 @@ def test_a_code_is_its_wire_string() -> None:
 
     assert json.dumps({"error": ApiCode.INVALID_JSON}) == '{"error": "invalid_json"}'
     assert f"{ApiCode.VOICE_NOT_FOUND}" == "voice_not_found"
-    assert ApiCode.VOICE_NOT_FOUND == ErrorCode.VOICE_NOT_FOUND == "voice_not_found"
-    assert {ApiCode.SYSTEM_BUSY: 1}["system_busy"] == 1
+    api: str = ApiCode.VOICE_NOT_FOUND
+    job: str = ErrorCode.VOICE_NOT_FOUND
+    assert api == job == "voice_not_found"  # a job's code and the client's compare equal
+    lookup: dict[str, int] = {ApiCode.SYSTEM_BUSY: 1}
+    assert lookup["system_busy"] == 1
