@@ -13,15 +13,17 @@ the onnxruntime run, the alignment, the float audio).
   per request (piper-tts 1.8.0).
 * The same without the alignment output (the model unpatched).
 * zsynth's Piper engine (``workers/engines/piper.py``) as ``zsynth dev`` configures it on this box: its thread count
-  (``default_engine_threads``) and, with more than one thread, the box's core share, whose session may spin.
+  (``default_engine_threads``) and, with more than one thread, the box's core share, whose session may spin; with
+  timing (the model patched with the alignment output: a job that sends an alignment) and without (the model as it
+  ships: every other job).
 * The same engine with one setting changed at a time: no spinning, one thread.
 
 Worker rows: a private redis-server, real ``zsynth worker`` processes (engine threads as ``zsynth dev`` chooses) and
 one ``zsynth serve``; ``--calls`` streamed requests (raw PCM at the voice's rate, so no encoder runs) one after another.
 For each: the client's first byte, and the engine time of that request inside the worker, read from the worker's
 own ``zsynth_worker_engine_seconds`` (its sum before and after the request: the same span as the in-process rows,
-the engine generator's ``next`` on the engine thread). Once with one worker, once with the workers ``zsynth dev``
-starts (one per usable core).
+the engine generator's ``next`` on the engine thread). A plain stream, then the same text with timestamps (its job
+wants timing); once with one worker, once with the workers ``zsynth dev`` starts (one per usable core).
 
 The box's load average is printed before and after: other work on the same cores makes the figures meaningless.
 """
@@ -94,21 +96,24 @@ def piper_rows(text: str, calls: int) -> Iterator[tuple[str, list[float]]]:
 
 
 def engine_rows(text: str, calls: int, cores_dir: Path) -> Iterator[tuple[str, list[float]]]:
-    """zsynth's engine as ``zsynth dev`` sets it, then one setting changed at a time."""
+    """zsynth's engine as ``zsynth dev`` sets it, with and without timing, then one setting changed at a time."""
     threads = default_engine_threads("piper")
     voice = VoiceSpec("joe")
-    as_dev = f"zsynth engine as dev sets it: {threads} thread(s)"
-    variants: list[tuple[str, int, bool]] = [(as_dev, threads, threads > 1)]
+    as_dev = f"zsynth engine as dev sets it ({threads} thread(s))"
+    variants: list[tuple[str, int, bool, bool]] = [
+        (f"{as_dev}, with timing (alignment output)", threads, threads > 1, True),
+        (f"{as_dev}, without timing (the model as it ships)", threads, threads > 1, False),
+    ]
     if threads > 1:
-        variants += [(f"zsynth engine: {threads} threads, no spinning", threads, False)]
-    variants += [("zsynth engine: 1 thread, no spinning", 1, False)]
-    for name, count, shared in variants:
-        share = CoreShare(cores_dir, f"bench-{count}-{shared}") if shared else None
+        variants += [(f"zsynth engine: {threads} threads, no spinning, with timing", threads, False, True)]
+    variants += [("zsynth engine: 1 thread, no spinning, with timing", 1, False, True)]
+    for name, count, shared, timing in variants:
+        share = CoreShare(cores_dir, f"bench-{count}-{shared}-{timing}") if shared else None
         engine = PiperEngine(threads=count, share=share)
         engine.warm_up()
 
-        def call(engine: PiperEngine = engine) -> None:
-            for _ in engine.synthesize(text, voice, {}, lambda: False):
+        def call(engine: PiperEngine = engine, timing: bool = timing) -> None:
+            for _ in engine.synthesize(text, voice, {}, lambda: False, timing=timing):
                 pass
 
         yield name, timed(call, calls)
@@ -140,17 +145,17 @@ def stack(workers: int) -> Iterator[tuple[str, list[str]]]:
         for proc in procs:
             stack.callback(proc.stop)
         for proc in procs:
-            proc.wait_ready()
+            proc.wait_ready(timeout=120)
         _, base = stack.enter_context(front_process(server.url, data, ZSYNTH_LOG_LEVEL="WARNING"))
         yield base, [proc.metrics_url for proc in procs]
 
 
-def worker_row(text: str, calls: int, workers: int) -> tuple[list[float], list[float]]:
-    """First bytes and in-worker engine times of ``calls`` sequential requests."""
+def worker_row(text: str, calls: int, workers: int, path: str) -> tuple[list[float], list[float]]:
+    """First bytes and in-worker engine times of ``calls`` sequential requests to ``path``."""
     firsts: list[float] = []
     engine: list[float] = []
     with stack(workers) as (base, metrics), httpx.Client(base_url=base, timeout=60) as client:
-        url = "/v1/text-to-speech/any-voice/stream?output_format=pcm_22050"
+        url = f"/v1/text-to-speech/any-voice/{path}?output_format=pcm_22050"
         for n in range(WARM_UP + calls):
             before = engine_sum(metrics)
             started = time.perf_counter()
@@ -194,9 +199,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             show(name, times)
     dev_workers = usable_cores()
     for workers in sorted({1, dev_workers}):
-        firsts, engine = worker_row(args.text, args.calls, workers)
-        show(f"inside a zsynth worker ({workers} worker(s) on the box): engine", engine)
-        show(f"the same: the client's first byte over HTTP ({workers} worker(s))", firsts)
+        for path, what in (("stream", "a plain stream (no timing)"), ("stream/with-timestamps", "with timestamps")):
+            firsts, engine = worker_row(args.text, args.calls, workers, path)
+            show(f"inside zsynth's worker, {workers} worker(s) on the box, {what}: engine", engine)
+            show(f"the same: the client's first byte over HTTP ({workers} worker(s), {what})", firsts)
     print(f"\nload average after: {load_average()}")
     result = {"text": args.text, "calls": args.calls, "rows": rows, "load_after": load_average()}
     if args.json:

@@ -80,7 +80,7 @@ class _BreaksAfterOneChunk:
     def forget_voice(self, voice_id: str) -> None:
         """Nothing is cached per voice."""
 
-    def synthesize(self, text, voice, settings, should_stop, seed=None):
+    def synthesize(self, text, voice, settings, should_stop, seed=None, timing=True):
         import numpy as np
 
         from workers.engines.base import EngineChunk

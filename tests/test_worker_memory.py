@@ -244,7 +244,7 @@ _STUCK_WORKER = textwrap.dedent(
         sample_rate = 16000
         def warm_up(self): pass
         def forget_voice(self, voice_id): pass
-        def synthesize(self, text, voice, settings, should_stop, seed=None):
+        def synthesize(self, text, voice, settings, should_stop, seed=None, timing=True):
             hog = np.ones(400 * 10**6, dtype=np.uint8)  # touched: resident
             time.sleep(60)  # never asks should_stop
             yield EngineChunk(pcm=np.zeros(160, dtype=np.float32) + hog[0], text=text)
@@ -321,7 +321,7 @@ class _Idle:
     def forget_voice(self, voice_id: str) -> None:
         """Nothing is cached per voice."""
 
-    def synthesize(self, text, voice, settings, should_stop, seed=None):
+    def synthesize(self, text, voice, settings, should_stop, seed=None, timing=True):
         return iter(())
 
 

