@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -47,6 +46,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from scripts.bench_vs_piper import load_average  # noqa: E402
 from scripts.loadgen import pct  # noqa: E402
 from tests.helpers import RedisServer, WorkerProcess, front_process  # noqa: E402
 from workers.cores import CoreShare  # noqa: E402
@@ -172,10 +172,6 @@ def worker_row(text: str, calls: int, workers: int, path: str) -> tuple[list[flo
                 firsts.append(first)
                 engine.append(spent)
     return firsts, engine
-
-
-def load_average() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
