@@ -268,11 +268,8 @@ class PiperEngine:
     ) -> tuple[np.ndarray, list[tuple[str, int]]]:
         """One bounded onnxruntime call: the run's audio (float32 in -1..1) and, with ``timing``, its per-phoneme
         sample counts (empty without)."""
-        shared = self._share is not None and self._share.others_busy()
-        if timing:
-            voice = self._shared_voice if shared else self._voice
-        else:
-            voice = self._plain_shared if shared else self._plain_voice
+        alone, shared = (self._voice, self._shared_voice) if timing else (self._plain_voice, self._plain_shared)
+        voice = shared if self._share is not None and self._share.others_busy() else alone
         ids = voice.phonemes_to_ids(phonemes)
         if not timing:
             plain = voice.phoneme_ids_to_audio(ids, config)
