@@ -42,3 +42,23 @@ def test_the_two_sessions_are_the_patched_model_and_the_model_as_it_ships(engine
     # The duration output is what the alignment reads, and what makes a call of the patched model slower.
     assert len(engine._voice.session.get_outputs()) == 2
     assert len(engine._plain_voice.session.get_outputs()) == 1
+
+
+def test_with_a_box_share_each_kind_of_job_gets_its_own_one_thread_session_while_another_worker_speaks(
+    tmp_path,
+) -> None:
+    from workers.cores import CoreShare
+
+    share, other = CoreShare(tmp_path, "this"), CoreShare(tmp_path, "other")
+    engine = PiperEngine(threads=2, share=share)
+    engine.warm_up()
+    # Four sessions: two and one threads, each with and without the duration output.
+    assert len({id(voice.session) for voice in engine._voices()}) == 4
+    with other.busy():  # another worker of the box is speaking: the one-thread sessions run
+        assert share.others_busy()
+        timed, plain = _speak(engine, True), _speak(engine, False)
+    assert all(c.timing and sum(n for _, n in c.timing) == len(c.pcm) for c in timed)
+    assert all(c.timing is None for c in plain)
+    assert_speech(np.concatenate([c.pcm for c in plain]), engine.sample_rate, TEXT)
+    share.close()
+    other.close()
