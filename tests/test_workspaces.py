@@ -638,3 +638,76 @@ async def test_an_unreadable_dictionary_is_unknown_outside_the_default_workspace
     )
     assert named.status == 404 and (await named.json())["detail"]["code"] == "pronunciation_dictionary_not_found"
     assert (await front.get(path, headers={"xi-api-key": STATIC})).status == 422  # still there
+
+
+@pytest.mark.unit
+async def test_the_voice_service_holds_the_rules_without_a_transport(tmp_path) -> None:
+    """The workspace rule and the deletion and edit rules are the voice service's, whatever transport calls it."""
+    from zsynth.core.codes import ApiCode
+    from zsynth.core.voices.store import VoiceStore
+    from zsynth.services.voice_service import VoiceMissing, VoiceRefused, VoiceService
+    from zsynth.services.voices import VoiceCatalog, new_clone_meta
+
+    store = VoiceStore(tmp_path)
+    store.ensure()
+    theirs = store.install(new_clone_meta("Theirs", None, {}, [], 6.0, workspace="team-b"), b"RIFF")
+    pinned = store.install(new_clone_meta("Pinned", None, {}, [], 6.0, workspace="team-b"), b"RIFF")
+    service = VoiceService(VoiceCatalog(store, "piper", pinned.voice_id), None, clip_limit=1 << 20)
+
+    assert (await service.lookup(theirs.voice_id, "team-b"))["name"] == "Theirs"
+    with pytest.raises(VoiceMissing) as foreign:
+        await service.lookup(theirs.voice_id, "team-a")
+    with pytest.raises(VoiceMissing) as unknown:
+        await service.lookup("custom-NeverExisted0000", "team-a")
+    assert foreign.value.message == f"A voice with the voice_id {theirs.voice_id} was not found."
+    assert unknown.value.message == "A voice with the voice_id custom-NeverExisted0000 was not found."
+    assert (await service.lookup(pinned.voice_id, "team-a"))["name"] == "Pinned"  # the swap-out voice is everyone's
+    assert [v["name"] for v in service.listing("team-a") if v["category"] == "cloned"] == ["Pinned"]
+
+    for voice_id, code in (("joe", ApiCode.VOICE_NOT_DELETABLE), (pinned.voice_id, ApiCode.VOICE_NOT_DELETABLE)):
+        with pytest.raises(VoiceRefused) as refused:
+            await service.delete(voice_id, "default")
+        assert refused.value.code == code
+    with pytest.raises(VoiceMissing):
+        await service.delete(theirs.voice_id, "team-a")
+    with pytest.raises(VoiceRefused) as not_editable:
+        await service.check_editable("joe", "default")
+    assert not_editable.value.code == ApiCode.VOICE_NOT_EDITABLE
+    with pytest.raises(VoiceRefused, match="only keys of the default workspace"):
+        await service.save_settings("joe", "team-a", {}, {"speed": 1.1})
+    assert store.has(theirs.voice_id), "nothing was changed"
+
+
+@pytest.mark.unit
+async def test_the_dictionary_service_holds_the_rules_without_a_transport(tmp_path) -> None:
+    """Another workspace's dictionary is missing to the dictionary service, and its versions too."""
+    from zsynth.core.text.dictionaries.store import DictionaryStore, DirectoryBackend
+    from zsynth.services.dictionaries import (
+        MAX_RULES,
+        DictionaryNotFound,
+        DictionaryService,
+        InvalidLexicon,
+        Rule,
+        TooManyRules,
+        VersionNotFound,
+    )
+
+    service = DictionaryService(DictionaryStore(DirectoryBackend(tmp_path)))
+    made = await service.create("Names", None, [Rule("zsynth", "alias", alias="zee synth")], "team-b")
+    assert (await service.get(made.id, "team-b")).rules == made.rules
+    with pytest.raises(DictionaryNotFound):
+        await service.get(made.id, "team-a")
+    with pytest.raises(VersionNotFound):
+        await service.download(made.id, made.version_id, "team-a")
+    assert b"zee synth" in await service.download(made.id, made.version_id, "team-b")
+    assert await service.listing("team-a", include_archived=True, by_name=False, descending=True) == []
+    with pytest.raises(DictionaryNotFound):
+        await service.delete(made.id, "team-a")
+    with pytest.raises(InvalidLexicon):
+        await service.create_from_pls("Bad", None, b"not a lexicon", "team-b")
+    many = [Rule(f"w{i}", "alias", alias="x") for i in range(MAX_RULES)]
+    with pytest.raises(TooManyRules):
+        await service.add_rules(made, many)
+    await service.delete(made.id, "team-b")
+    with pytest.raises(DictionaryNotFound):
+        await service.get(made.id, "team-b")

@@ -348,6 +348,15 @@ class SynthesisService:
             await self.dispatcher.cancel(job.job_id, queued_as=job.to_json() if job.reply_to else None)
             raise
 
+    async def check_voice(self, voice_id: str, workspace: str) -> None:
+        """The workspace rule for a voice id a caller acting in ``workspace`` named, before anything is queued
+        (:func:`~zsynth.services.voices.require_voice`): :class:`SynthesisFailed` when it is unknown, another
+        workspace's clone, or the library does not answer."""
+        try:
+            await require_voice(self.library, self.voices, voice_id, workspace)
+        except (VoiceMissing, VoicesUnavailable) as err:
+            raise SynthesisFailed(classify(err)) from err
+
     async def build(self, request: SynthesisRequest) -> Prepared:
         """The job :meth:`speak` queues for ``request``: its voice resolved (a cloned voice this box lacks fetched
         from the library), its text prepared. Raises what :func:`classify` takes.

@@ -31,12 +31,10 @@ from zsynth.core.audio import Encoder, OutputFormat, parse_output_format
 from zsynth.core.codes import ApiCode
 from zsynth.core.protocol import Event
 from zsynth.core.voice_settings import InvalidParameter, check_seed
-from zsynth.core.voices.library import StorageUnavailable, VoiceMissing
 from zsynth.kit.endpoints import Access, Endpoints, refusal
 from zsynth.services.auth import CREDENTIAL, workspace_of
 from zsynth.services.keys import REQUEST_ID
-from zsynth.services.synthesis import Speech, SynthesisFailed, SynthesisRequest, SynthesisService, classify, queue_owner
-from zsynth.services.voices import require_voice
+from zsynth.services.synthesis import Speech, SynthesisFailed, SynthesisRequest, SynthesisService, queue_owner
 from zsynth.speech.schemas.apidoc import AUDIO_HEADERS, json_body
 from zsynth.speech.schemas.bodies import (
     LanguageCode,
@@ -234,9 +232,9 @@ class Dialogue:
         workspace = workspace_of(self.request.get(CREDENTIAL))
         for voice_id in dict.fromkeys(item.voice_id for item in self.body.inputs):
             try:
-                await require_voice(self.service.library, self.service.voices, voice_id, workspace)
-            except (VoiceMissing, StorageUnavailable) as err:
-                raise failure_error(classify(err)) from err
+                await self.service.check_voice(voice_id, workspace)
+            except SynthesisFailed as err:
+                raise failure_error(err.failure) from err
 
     async def speak(self, index: int) -> Speech:
         """Queue input ``index`` (SynthesisFailed when refused)."""

@@ -12,29 +12,42 @@ dictionary from the list: requests that name it keep working, as upstream. A dic
 front cannot use (rules these checks refuse, written by another program) is 422
 ``pronunciation_dictionary_unreadable``; ``set-rules`` replaces its rules and ``DELETE`` removes it.
 
-The rule and response shapes are in :mod:`zsynth.speech.schemas.dictionaries`; the store's lifecycle is
+The use cases (the workspace rule, uploads, rule edits) are the dictionary service's
+(:class:`zsynth.services.dictionaries.DictionaryService`): these routes parse the request, call it and answer. The
+rule and response shapes are in :mod:`zsynth.speech.schemas.dictionaries`; the store's lifecycle is
 :func:`zsynth.services.dictionaries.dictionaries_context`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
-from typing import Annotated, Any, Final
+from collections.abc import Awaitable
+from typing import Annotated, Any, Final, TypeVar
 
 import pydantic
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from zsynth.core.codes import ApiCode
-from zsynth.core.text.dictionaries.rules import MAX_RULES, Rule, RuleError, parse_pls, parse_rules, to_pls
-from zsynth.core.text.dictionaries.store import Dictionary, DictionaryUnreadable, StorageUnavailable
 from zsynth.kit.endpoints import Access, Endpoints, Later, refusal
 from zsynth.kit.errors import ApiError
 from zsynth.kit.multipart import BoundedMultipart
 from zsynth.services.auth import CREDENTIAL, workspace_of
-from zsynth.services.keys import DICTIONARIES, REQUEST_ID, SETTINGS
+from zsynth.services.dictionaries import (
+    Dictionary,
+    DictionaryNotFound,
+    DictionaryService,
+    DictionaryUnreadable,
+    InvalidLexicon,
+    Rule,
+    RuleError,
+    StorageUnavailable,
+    TooManyRules,
+    VersionNotFound,
+    dictionary_service,
+    parse_rules,
+)
+from zsynth.services.keys import REQUEST_ID, SETTINGS
 from zsynth.speech.schemas.apidoc import json_body
 from zsynth.speech.schemas.bodies import one_of, refusing, require
 from zsynth.speech.schemas.dictionaries import (
@@ -50,6 +63,8 @@ from zsynth.speech.schemas.dictionaries import (
 )
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 routes = Endpoints()
 
@@ -232,25 +247,29 @@ def _workspace(request: web.Request) -> str:
     return workspace_of(request.get(CREDENTIAL))
 
 
-async def _store_call(coro: Any) -> Any:
+def _service(request: web.Request) -> DictionaryService:
+    return dictionary_service(request.app)
+
+
+async def _answer(call: Awaitable[T]) -> T:
+    """The service's answer, its errors mapped to the API's envelope."""
     try:
-        return await coro
+        return await call
     except StorageUnavailable as err:
         raise _unavailable(err) from err
     except DictionaryUnreadable as err:
         raise unreadable(err) from err
     except RuleError as err:  # rules these checks accept but the matcher cannot compile
         raise _bad(str(err), "rules") from err
+    except DictionaryNotFound as err:
+        raise _not_found(err.dictionary_id) from err
+    except TooManyRules as err:
+        raise _bad(str(err), "rules") from err
 
 
 async def _dictionary(request: web.Request, *, with_rules: bool = True) -> Dictionary:
     dictionary_id = request.match_info["dictionary_id"]
-    store = request.app[DICTIONARIES]
-    dictionary = await _store_call(store.get(dictionary_id, _workspace(request), with_rules=with_rules))
-    if dictionary is None:
-        raise _not_found(dictionary_id)
-    assert isinstance(dictionary, Dictionary)
-    return dictionary
+    return await _answer(_service(request).get(dictionary_id, _workspace(request), with_rules=with_rules))
 
 
 @routes.post(
@@ -266,8 +285,7 @@ async def _dictionary(request: web.Request, *, with_rules: bool = True) -> Dicti
 async def add_from_rules(request: web.Request, body: AddFromRulesRequest) -> web.Response:
     """A new dictionary from a JSON list of rules."""
     rules = [rule.to_rule() for rule in body.rules]
-    store = request.app[DICTIONARIES]
-    dictionary = await _store_call(store.create(body.name, body.description, rules, _workspace(request)))
+    dictionary = await _answer(_service(request).create(body.name, body.description, rules, _workspace(request)))
     logger.info("request: dictionary %s created from %d rules", dictionary.id, len(rules))
     return web.json_response(_created(dictionary))
 
@@ -309,11 +327,10 @@ async def add_from_file(request: web.Request) -> web.Response:
     if not lexicon:
         raise _bad("Field 'file' (a PLS lexicon) is required.", "file")
     try:
-        rules = await asyncio.to_thread(parse_pls, lexicon)
-    except RuleError as err:
+        dictionary = await _answer(_service(request).create_from_pls(name, description, lexicon, _workspace(request)))
+    except InvalidLexicon as err:
         raise ApiError(400, ApiCode.INVALID_PLS, str(err), param="file") from err
-    dictionary = await _store_call(request.app[DICTIONARIES].create(name, description, rules, _workspace(request)))
-    logger.info("request: dictionary %s created from a lexicon of %d rules", dictionary.id, len(rules))
+    logger.info("request: dictionary %s created from a lexicon of %d rules", dictionary.id, len(dictionary.rules))
     return web.json_response(_created(dictionary))
 
 
@@ -376,16 +393,15 @@ class DictionaryListQuery(BaseModel):
 )
 async def list_dictionaries(request: web.Request, query: DictionaryListQuery) -> web.Response:
     """Every dictionary, newest first (``sort=name`` by name), paged by ``cursor`` and ``page_size`` (1-100)."""
-    page_size, offset, sort, archived = query.page_size, int(query.cursor or 0), query.sort, query.include_archived
-    direction = query.sort_direction
-    metas = [
-        m
-        for m in await _store_call(request.app[DICTIONARIES].list(_workspace(request)))
-        if archived or not m.get("archived_time_unix")
-    ]
-    by_name = sort == "name"
-    descending = direction == "DESCENDING"
-    metas.sort(key=lambda m: (m["name"] if by_name else m["creation_time_unix"], m["id"]), reverse=descending)
+    page_size, offset = query.page_size, int(query.cursor or 0)
+    metas = await _answer(
+        _service(request).listing(
+            _workspace(request),
+            include_archived=query.include_archived,
+            by_name=query.sort == "name",
+            descending=query.sort_direction == "DESCENDING",
+        )
+    )
     page = metas[offset : offset + page_size]
     more = offset + page_size < len(metas)
     return web.json_response(
@@ -410,8 +426,8 @@ async def list_dictionaries(request: web.Request, query: DictionaryListQuery) ->
 async def get_dictionary(request: web.Request) -> web.Response:
     """The dictionary with its latest version's rules."""
     dictionary = await _dictionary(request)
-    meta = await _store_call(request.app[DICTIONARIES].visible(dictionary.id, _workspace(request)))
-    body = _metadata(meta or dictionary.meta()) | {"rules": [rule.to_json() for rule in dictionary.rules]}
+    meta = await _answer(_service(request).metadata(dictionary, _workspace(request)))
+    body = _metadata(meta) | {"rules": [rule.to_json() for rule in dictionary.rules]}
     return web.json_response(body)
 
 
@@ -430,13 +446,8 @@ async def update_dictionary(request: web.Request, body: Later[DictionaryUpdate])
     """Rename or archive (``archived: true``) a dictionary; no new version is made."""
     dictionary = await _dictionary(request)
     update = await body.read()
-    store = request.app[DICTIONARIES]
-    meta = dict(await _store_call(store.visible(dictionary.id, _workspace(request), fresh=True)) or dictionary.meta())
-    if update.name is not None:
-        meta["name"] = update.name
-    if update.archived is not None:
-        meta["archived_time_unix"] = int(time.time()) if update.archived else None
-    await _store_call(store.backend_put_meta(dictionary.id, meta))
+    service = _service(request)
+    meta = await _answer(service.update(dictionary, _workspace(request), name=update.name, archived=update.archived))
     return web.json_response(_metadata(meta) | {"rules": [rule.to_json() for rule in dictionary.rules]})
 
 
@@ -453,16 +464,15 @@ async def update_dictionary(request: web.Request, body: Later[DictionaryUpdate])
 async def delete_dictionary(request: web.Request) -> web.Response:
     """Delete a dictionary and its versions; requests that name it get 404 from then on, on every front."""
     dictionary_id = request.match_info["dictionary_id"]
-    if not await _store_call(request.app[DICTIONARIES].delete(dictionary_id, _workspace(request))):
-        raise _not_found(dictionary_id)
+    await _answer(_service(request).delete(dictionary_id, _workspace(request)))
     logger.info("request %s: dictionary %s deleted", request[REQUEST_ID], dictionary_id)
     return web.json_response({"status": "ok"})
 
 
-async def _new_version(request: web.Request, dictionary: Dictionary, rules: list[Rule]) -> web.Response:
-    saved = await _store_call(request.app[DICTIONARIES].save(dictionary, rules))
-    logger.info("request: dictionary %s version %s (%d rules)", saved.id, saved.version_id, len(rules))
-    return web.json_response({"id": saved.id, "version_id": saved.version_id, "version_rules_num": len(rules)})
+def _new_version(saved: Dictionary) -> web.Response:
+    rules = len(saved.rules)
+    logger.info("request: dictionary %s version %s (%d rules)", saved.id, saved.version_id, rules)
+    return web.json_response({"id": saved.id, "version_id": saved.version_id, "version_rules_num": rules})
 
 
 @routes.post(
@@ -473,11 +483,7 @@ async def add_rules(request: web.Request, body: Later[RulesRequest]) -> web.Resp
     """A new version with the rules added (a rule for a string already there replaces it)."""
     dictionary = await _dictionary(request)
     added = (await body.read()).parsed()
-    strings = {rule.string_to_replace for rule in added}
-    rules = [rule for rule in dictionary.rules if rule.string_to_replace not in strings] + added
-    if len(rules) > MAX_RULES:  # every front re-reads the version through parse_rules, which holds to this bound
-        raise _bad(f"A dictionary holds at most {MAX_RULES} rules.", "rules")
-    return await _new_version(request, dictionary, rules)
+    return _new_version(await _answer(_service(request).add_rules(dictionary, added)))
 
 
 @routes.post(
@@ -488,8 +494,7 @@ async def remove_rules(request: web.Request, body: Later[RemoveRulesRequest]) ->
     """A new version without the rules whose ``string_to_replace`` is listed."""
     dictionary = await _dictionary(request)
     removed = set((await body.read()).rule_strings)
-    rules = [rule for rule in dictionary.rules if rule.string_to_replace not in removed]
-    return await _new_version(request, dictionary, rules)
+    return _new_version(await _answer(_service(request).remove_rules(dictionary, removed)))
 
 
 @routes.post(
@@ -501,7 +506,7 @@ async def set_rules(request: web.Request, body: Later[RulesRequest]) -> web.Resp
     cannot be read)."""
     dictionary = await _dictionary(request, with_rules=False)
     rules = (await body.read()).parsed()
-    return await _new_version(request, dictionary, rules)
+    return _new_version(await _answer(_service(request).set_rules(dictionary, rules)))
 
 
 @routes.get(
@@ -522,18 +527,15 @@ async def set_rules(request: web.Request, body: Later[RulesRequest]) -> web.Resp
 async def download(request: web.Request) -> web.Response:
     """One version as a PLS lexicon."""
     dictionary_id, version_id = request.match_info["dictionary_id"], request.match_info["version_id"]
-    store = request.app[DICTIONARIES]
-    # Another workspace's dictionary: its versions are as missing as those of a dictionary that never existed.
-    visible = await _store_call(store.visible(dictionary_id, _workspace(request)))
-    rules = await _store_call(store.rules(dictionary_id, version_id)) if visible is not None else None
-    if rules is None:
+    try:
+        body = await _answer(_service(request).download(dictionary_id, version_id, _workspace(request)))
+    except VersionNotFound as err:
         raise ApiError(
             404,
             ApiCode.PRONUNCIATION_DICTIONARY_VERSION_NOT_FOUND,
             f"Pronunciation dictionary {dictionary_id!r} has no version {version_id!r}.",
             param="version_id",
-        )
-    body = await asyncio.to_thread(to_pls, rules)
+        ) from err
     return web.Response(
         body=body,
         content_type="application/pls+xml",

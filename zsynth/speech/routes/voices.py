@@ -2,9 +2,10 @@
 edits (``POST /v1/voices/{id}/edit``, ``POST /v1/voices/{id}/settings/edit``) and removal (``DELETE /voices/{id}``,
 ``DELETE /v1/voices/{id}``).
 
-Every change goes through the box's :class:`~zsynth.core.voices.library.VoiceLibrary`: with a bucket it is durable there
-before the answer, and a bucket that cannot be reached answers 503 ``voice_storage_unavailable`` with
-``Retry-After`` and changes nothing. The changes are declared for full keys only (tokens may read).
+Every use case is the voice service's (:mod:`zsynth.services.voice_service`): these routes parse the request, call it
+and answer. A change goes through the box's voice library: with a bucket it is durable there before the answer, and a
+bucket that cannot be reached answers 503 ``voice_storage_unavailable`` with ``Retry-After`` and changes nothing.
+The changes are declared for full keys only (tokens may read).
 
 The response models and the multipart schemas are in :mod:`zsynth.speech.schemas.voices`; the library's lifecycle
 is :func:`zsynth.services.voice_library.voices_context`.
@@ -12,7 +13,6 @@ is :func:`zsynth.services.voice_library.voices_context`.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import logging
@@ -23,19 +23,24 @@ import pydantic
 from aiohttp import web
 from pydantic import BaseModel, Field
 
-from zsynth.core import workspaces
 from zsynth.core.codes import ApiCode
-from zsynth.core.voices import StoredVoice
-from zsynth.core.voices.clips import ADVICE, STORE_RATE, Clip, ClipError, decode_clips, encode_wav
-from zsynth.core.voices.library import StorageUnavailable, VoiceGone, VoiceMissing
-from zsynth.core.voices.store import reference_name, revision
 from zsynth.kit.endpoints import Access, Endpoints, json_body_bytes, refusal, validate
 from zsynth.kit.errors import ApiError
 from zsynth.kit.jsonbody import BadJson, loads
 from zsynth.kit.multipart import BoundedMultipart
 from zsynth.services.auth import AUTHENTICATOR, CREDENTIAL, workspace_of
-from zsynth.services.keys import REQUEST_ID, SETTINGS, VOICE_LIBRARY
-from zsynth.services.voices import DEFAULT_SETTINGS, VOICES, VoiceCatalog, clone_object, new_clone_meta, require_voice
+from zsynth.services.keys import REQUEST_ID, SETTINGS
+from zsynth.services.voice_service import (
+    ADVICE,
+    ClipError,
+    StorageUnavailable,
+    StoredVoice,
+    VoiceMissing,
+    VoiceRefused,
+    VoiceService,
+    voice_service,
+)
+from zsynth.services.voices import DEFAULT_SETTINGS, clone_object
 from zsynth.speech.schemas.apidoc import json_body
 from zsynth.speech.schemas.bodies import api_error, checked_voice_settings, one_of, refusing
 from zsynth.speech.schemas.voices import (
@@ -104,31 +109,37 @@ def storage_unavailable(err: StorageUnavailable) -> ApiError:
     )
 
 
-def voice_not_found(voice_id: str) -> ApiError:
-    """404 ``voice_not_found``."""
-    return ApiError(
-        404, ApiCode.VOICE_NOT_FOUND, f"A voice with the voice_id {voice_id} was not found.", param="voice_id"
-    )
+def voice_not_found(err: VoiceMissing) -> ApiError:
+    """404 ``voice_not_found``: unknown, and another workspace's, alike."""
+    return ApiError(404, ApiCode.VOICE_NOT_FOUND, err.message, param="voice_id")
+
+
+def refused(err: VoiceRefused) -> ApiError:
+    """400 with the rule's code (``voice_not_editable``, ``voice_not_deletable``)."""
+    return ApiError(400, err.code, err.message)
+
+
+def _service(request: web.Request) -> VoiceService:
+    return voice_service(request.app)
+
+
+def _workspace(request: web.Request) -> str:
+    return workspace_of(request.get(CREDENTIAL))
 
 
 # ----- listing and settings --------------------------------------------------------------------------------------
 
 
 async def voice_or_404(request: web.Request, voice_id: str) -> dict[str, Any]:
-    """The voice object of ``voice_id``; a cloned voice this box lacks is fetched from the library first (waiting at
-    most ``ZSYNTH_VOICES_FETCH_WAIT``). 404 ``voice_not_found`` when there is no such voice here or in the bucket
-    (or the bucket holds it in a form no box takes), 503 when the bucket does not answer; never the swap-out voice."""
-    workspace = workspace_of(request.get(CREDENTIAL))
+    """The voice object of ``voice_id`` (:meth:`~zsynth.services.voice_service.VoiceService.lookup`): 404
+    ``voice_not_found`` when there is no such voice for the caller, 503 when the bucket does not answer; never the
+    swap-out voice."""
     try:
-        await require_voice(request.app[VOICE_LIBRARY], request.app[VOICES], voice_id, workspace)
+        return await _service(request).lookup(voice_id, _workspace(request))
     except StorageUnavailable as err:
         raise storage_unavailable(err) from err
     except VoiceMissing as err:
-        raise ApiError(404, ApiCode.VOICE_NOT_FOUND, err.message, param="voice_id") from err
-    voice = request.app[VOICES].get(voice_id, workspace)
-    if voice is None:
-        raise voice_not_found(voice_id)
-    return voice
+        raise voice_not_found(err) from err
 
 
 def _arriving(request: web.Request, body: dict[str, Any]) -> dict[str, Any]:
@@ -138,10 +149,10 @@ def _arriving(request: web.Request, body: dict[str, Any]) -> dict[str, Any]:
 
     The bucket's listing names ids, not their workspaces, so the ids are shown only on a server without keys (one
     workspace): with keys the list is empty, or it would name other workspaces' clones."""
-    library = request.app.get(VOICE_LIBRARY)
-    if library is not None and library.catching_up:
+    arriving = _service(request).arriving(one_workspace=request.app[AUTHENTICATOR].is_open)
+    if arriving is not None:
         body["voices_arriving"] = True
-        body["arriving_voice_ids"] = sorted(library.arriving) if request.app[AUTHENTICATOR].is_open else []
+        body["arriving_voice_ids"] = arriving.voice_ids
     return body
 
 
@@ -155,7 +166,7 @@ def _arriving(request: web.Request, body: dict[str, Any]) -> dict[str, Any]:
 )
 async def list_v1(request: web.Request) -> web.Response:
     """``GET /v1/voices``: every voice, built-in first."""
-    voices = request.app[VOICES].all(workspace_of(request.get(CREDENTIAL)))
+    voices = _service(request).listing(_workspace(request))
     return web.json_response(_arriving(request, {"voices": voices}))
 
 
@@ -281,7 +292,7 @@ def _sort(voices: list[dict[str, Any]], sort: str | None, direction: str | None)
 async def list_v2(request: web.Request, query: VoiceListQuery) -> web.Response:
     """``GET /v2/voices``: filtered, sorted and paged with an opaque ``next_page_token``."""
     page_size, offset = query.page_size, query.offset
-    voices = request.app[VOICES].all(workspace_of(request.get(CREDENTIAL)))
+    voices = _service(request).listing(_workspace(request))
     voices = _sort(_filter(voices, query), query.sort, query.sort_direction)
     page = voices[offset : offset + page_size]
     has_more = offset + page_size < len(voices)
@@ -399,21 +410,6 @@ def _labels(raw: str | None) -> dict[str, str]:
     return {str(k): str(v) for k, v in value.items() if v is not None}
 
 
-def _decode(upload: Upload, limit: int) -> tuple[list[Clip], Any]:
-    """Decode and validate the uploaded clips into one reference (runs in a thread: a minute of MP3 takes a while).
-
-    Every file's header is read and the lengths summed before any file is decoded: clips over 60 s in total are
-    refused for the cost of their headers."""
-    return decode_clips(upload.files, limit)
-
-
-async def _reference(request: web.Request, upload: Upload) -> tuple[list[Clip], Any]:
-    try:
-        return await asyncio.to_thread(_decode, upload, request.app[SETTINGS].voice_clip_max_bytes)
-    except ClipError as err:
-        raise ApiError(400, err.code, err.message, param="files") from err
-
-
 def _name(raw: str | None, *, required: bool) -> str | None:
     name = (raw or "").strip()
     if not name and not required and raw is None:
@@ -425,8 +421,13 @@ def _name(raw: str | None, *, required: bool) -> str | None:
     return name
 
 
+def clip_refused(err: ClipError) -> ApiError:
+    """400 with the clip check's code."""
+    return ApiError(400, err.code, err.message, param="files")
+
+
 async def create_voice(request: web.Request) -> StoredVoice:
-    """Validate a cloning request and add the voice to the library (the bucket first, when there is one)."""
+    """Parse a cloning request and have the voice service add the voice (the bucket first, when there is one)."""
     upload = await read_upload(request)
     name = _name(upload.fields.get("name"), required=True)
     assert name is not None
@@ -435,12 +436,11 @@ async def create_voice(request: web.Request) -> StoredVoice:
             422, ApiCode.INVALID_PARAMETERS, f"Send the reference clip as 'files' or 'file'. {ADVICE}", param="files"
         )
     labels = _labels(upload.fields.get("labels"))
-    clips, pcm = await _reference(request, upload)
     description = upload.fields.get("description") or None
-    samples, seconds = [clip.sample() for clip in clips], len(pcm) / STORE_RATE
-    meta = new_clone_meta(name, description, labels, samples, seconds, workspace=workspace_of(request.get(CREDENTIAL)))
     try:
-        voice = await request.app[VOICE_LIBRARY].add(meta, await asyncio.to_thread(encode_wav, pcm))
+        voice = await _service(request).clone(name, description, labels, upload.files, _workspace(request))
+    except ClipError as err:
+        raise clip_refused(err) from err
     except StorageUnavailable as err:
         logger.error("request %s: cloning refused, the voice library is unreachable: %s", request[REQUEST_ID], err)
         raise storage_unavailable(err) from err
@@ -479,28 +479,19 @@ async def add(request: web.Request) -> web.Response:
     return web.json_response({"voice_id": voice.voice_id, "requires_verification": False})
 
 
-def _refuse_builtin_change(catalog: VoiceCatalog, voice_id: str, what: str) -> None:
-    if voice_id in catalog.builtins:
-        raise ApiError(400, ApiCode.VOICE_NOT_EDITABLE, f"{voice_id} is a built-in voice and cannot be {what}.")
-
-
 @routes.delete("/v1/voices/{voice_id}", **_delete_doc("delete_voice_v1"))
 @routes.delete("/voices/{voice_id}", **_delete_doc("delete_voice"))
 async def delete(request: web.Request) -> web.Response:
     """``DELETE /voices/{voice_id}`` and ``DELETE /v1/voices/{voice_id}``: remove a cloned voice on every box."""
     voice_id = request.match_info["voice_id"]
-    catalog = request.app[VOICES]
-    if voice_id in catalog.builtins:
-        raise ApiError(400, ApiCode.VOICE_NOT_DELETABLE, f"{voice_id} is a built-in voice and cannot be removed.")
-    if voice_id == catalog.swapout_id:
-        raise ApiError(
-            400, ApiCode.VOICE_NOT_DELETABLE, f"{voice_id} is the pinned swap-out voice (ZSYNTH_SWAPOUT_DEFAULT_VOICE)."
-        )
-    await voice_or_404(request, voice_id)
     try:
-        await request.app[VOICE_LIBRARY].remove(voice_id)
+        await _service(request).delete(voice_id, _workspace(request))
+    except VoiceRefused as err:
+        raise refused(err) from err
     except StorageUnavailable as err:
         raise storage_unavailable(err) from err
+    except VoiceMissing as err:
+        raise voice_not_found(err) from err
     logger.info("request %s: removed voice %s", request[REQUEST_ID], voice_id)
     return web.json_response({"status": "ok"})
 
@@ -524,9 +515,15 @@ async def edit(request: web.Request) -> web.Response:
     box). Built-in voices cannot be edited (their settings can, through ``settings/edit``).
     """
     voice_id = request.match_info["voice_id"]
-    catalog = request.app[VOICES]
-    _refuse_builtin_change(catalog, voice_id, "renamed or edited")
-    await voice_or_404(request, voice_id)
+    service, workspace = _service(request), _workspace(request)
+    try:
+        await service.check_editable(voice_id, workspace)
+    except VoiceRefused as err:
+        raise refused(err) from err
+    except StorageUnavailable as err:
+        raise storage_unavailable(err) from err
+    except VoiceMissing as err:
+        raise voice_not_found(err) from err
     upload = await read_upload(request)
     name = _name(upload.fields.get("name"), required=False)
     changes: dict[str, Any] = {}
@@ -536,31 +533,16 @@ async def edit(request: web.Request) -> web.Response:
         changes["description"] = upload.fields["description"].strip() or None
     if upload.fields.get("labels", "").strip() not in ("", "null"):  # the SDK sends "null" for "leave them"
         changes["labels"] = _labels(upload.fields["labels"])
-    reference: bytes | None = None
-    if upload.files:
-        clips, pcm = await _reference(request, upload)
-        changes["samples"] = [clip.sample() for clip in clips]
-        changes["reference_seconds"] = round(len(pcm) / STORE_RATE, 3)
-        reference = await asyncio.to_thread(encode_wav, pcm)
-    await _save_edit(request, voice_id, changes, reference)
-    return web.json_response({"status": "ok"})
-
-
-async def _save_edit(request: web.Request, voice_id: str, changes: dict[str, Any], reference: bytes | None) -> None:
-    library = request.app[VOICE_LIBRARY]
     try:
-        current = await library.current_meta(voice_id, workspace_of(request.get(CREDENTIAL)))
-        rev = revision(current) + 1
-        meta = {**current, **changes, "revision": rev}
-        old_reference = reference_name(current)
-        if reference is not None:
-            meta["reference"] = f"reference-{rev}.wav"
-        await library.edit(meta, reference, old_reference if reference is not None else None)
+        changed = await service.edit(voice_id, workspace, changes, upload.files)
+    except ClipError as err:
+        raise clip_refused(err) from err
     except StorageUnavailable as err:
         raise storage_unavailable(err) from err
-    except VoiceGone as err:
-        raise voice_not_found(voice_id) from err
-    logger.info("request %s: edited voice %s (%s)", request[REQUEST_ID], voice_id, ", ".join(sorted(changes)))
+    except VoiceMissing as err:
+        raise voice_not_found(err) from err
+    logger.info("request %s: edited voice %s (%s)", request[REQUEST_ID], voice_id, ", ".join(changed))
+    return web.json_response({"status": "ok"})
 
 
 class VoiceSettingsEdit(BaseModel):
@@ -600,7 +582,6 @@ async def edit_settings(request: web.Request) -> web.Response:
     request's own ``voice_settings`` still win, field by field). Built-in voices may save settings too.
     """
     voice_id = request.match_info["voice_id"]
-    catalog = request.app[VOICES]
     voice = await voice_or_404(request, voice_id)
     try:
         # The message quotes the parser's complaint, so this handler reads its body itself (it takes no body=).
@@ -608,21 +589,16 @@ async def edit_settings(request: web.Request) -> web.Response:
     except BadJson as err:
         raise ApiError(400, ApiCode.INVALID_JSON, f"The body is not valid JSON: {err}") from err
     sent = validate(VoiceSettingsEdit, raw, api_error).model_dump(exclude_none=True)
-    saved = {**dict(voice["settings"]), **sent}
-    if voice_id in catalog.builtins and workspace_of(request.get(CREDENTIAL)) != workspaces.DEFAULT:
-        # A built-in voice's saved settings are every workspace's: only the operator's workspace may change them.
-        raise ApiError(
-            400,
-            ApiCode.VOICE_NOT_EDITABLE,
-            f"{voice_id} is a built-in voice shared by every workspace; only keys of the default workspace may "
-            "save its settings. Send voice_settings with each request instead.",
-        )
-    if voice_id in catalog.builtins:
-        try:
-            await request.app[VOICE_LIBRARY].save_builtin_settings(voice_id, saved)
-        except StorageUnavailable as err:
-            raise storage_unavailable(err) from err
+    try:
+        builtin = await _service(request).save_settings(voice_id, _workspace(request), voice["settings"], sent)
+    except VoiceRefused as err:
+        raise refused(err) from err
+    except StorageUnavailable as err:
+        raise storage_unavailable(err) from err
+    except VoiceMissing as err:
+        raise voice_not_found(err) from err
+    if builtin:
         logger.info("request %s: saved the settings of built-in voice %s", request[REQUEST_ID], voice_id)
     else:
-        await _save_edit(request, voice_id, {"settings": saved}, None)
+        logger.info("request %s: edited voice %s (settings)", request[REQUEST_ID], voice_id)
     return web.json_response({"status": "ok"})

@@ -8,7 +8,7 @@ from typing import Annotated, Final, Literal
 
 from pydantic import BaseModel, Field, RootModel
 
-from zsynth.core.text.dictionaries.rules import MAX_STRING_CHARS, Rule
+from zsynth.services.dictionaries import MAX_STRING_CHARS, Rule
 from zsynth.speech.schemas.apidoc import optional
 
 #: A dictionary's name is 1 to this many characters.

@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from zsynth.core.text.bounds import UNBOUNDED
-from zsynth.core.text.dictionaries.store import StorageUnavailable
 from zsynth.core.text.prepare import TextOptionError, TextOptions, parse_options, prepare
 from zsynth.services.auth import workspace_of
+from zsynth.services.dictionaries import StorageUnavailable
 from zsynth.services.keys import DICTIONARIES, SETTINGS
 from zsynth.services.synthesis import classify
 from zsynth.speech.ws.connection import Connection, StreamParams, WsError
