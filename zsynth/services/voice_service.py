@@ -23,7 +23,8 @@ from aiohttp import web
 from zsynth.core import workspaces
 from zsynth.core.codes import ApiCode, CodedError
 from zsynth.core.voices.clips import ADVICE, STORE_RATE, Clip, ClipError, decode_clips, encode_wav
-from zsynth.core.voices.library import StorageUnavailable, VoiceGone, VoiceLibrary, VoiceMissing, not_found
+from zsynth.core.voices.errors import StorageUnavailable, VoiceGone, VoiceMissing, not_found
+from zsynth.core.voices.library import VoiceLibrary
 from zsynth.core.voices.store import StoredVoice, reference_name, revision
 from zsynth.services.keys import SETTINGS, VOICE_LIBRARY
 from zsynth.services.voices import VOICES, VoiceCatalog, new_clone_meta, require_voice

@@ -14,7 +14,8 @@ from aiohttp import web
 
 from zsynth.core import workspaces
 from zsynth.core.engines import BuiltinVoice, profile
-from zsynth.core.voices.library import VoiceLibrary, VoiceMissing, not_found
+from zsynth.core.voices.errors import VoiceMissing, not_found
+from zsynth.core.voices.library import VoiceLibrary
 from zsynth.core.voices.store import StoredVoice, VoiceStore, is_clone_id, new_voice_id
 
 DEFAULT_SETTINGS: Final[Mapping[str, Any]] = {
