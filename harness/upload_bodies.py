@@ -1,0 +1,67 @@
+"""Hostile upload bodies for the edge tests and harness/bench/edge_uploads.py: multipart floods and lexicon bombs."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import aiohttp
+
+PLS_NS = "http://www.w3.org/2005/01/pronunciation-lexicon"
+
+
+def empty_parts(count: int, boundary: str = "x") -> bytes:
+    """A multipart body of ``count`` parts with no headers and no data (9 bytes each with a one-letter boundary)."""
+    return f"--{boundary}\r\n\r\n\r\n".encode() * count + f"--{boundary}--\r\n".encode()
+
+
+def inflating_pls(pad: int = 900_000) -> bytes:
+    """A PLS lexicon under 1 MB whose DTD expands one grapheme to 80 MB.
+
+    expat limits entity amplification only once the output passes 8 MiB, and then to 100 times the input: the
+    padding comment keeps this one at about 89 times.
+    """
+    entities = ['<!ENTITY a0 "' + "x" * 1000 + '">']
+    entities += [f'<!ENTITY a{i} "' + f"&a{i - 1};" * 10 + '">' for i in range(1, 5)]
+    entities.append('<!ENTITY a5 "' + "&a4;" * 8 + '">')
+    return (
+        '<?xml version="1.0"?><!DOCTYPE lexicon [' + "".join(entities) + "]>"
+        f'<lexicon xmlns="{PLS_NS}" alphabet="ipa"><!-- {"p" * pad} -->'
+        "<lexeme><grapheme>&a5;</grapheme><alias>x</alias></lexeme></lexicon>"
+    ).encode()
+
+
+def lexicon(*lexemes: str, doctype: str = "") -> bytes:
+    """A PLS lexicon of the given ``<lexeme>`` bodies."""
+    body = "".join(f"<lexeme>{lexeme}</lexeme>" for lexeme in lexemes)
+    return f'<?xml version="1.0"?>{doctype}<lexicon xmlns="{PLS_NS}" alphabet="ipa">{body}</lexicon>'.encode()
+
+
+def lexicon_form(name: str, pls: bytes) -> aiohttp.FormData:
+    """The multipart form of ``add-from-file``."""
+    form = aiohttp.FormData()
+    form.add_field("name", name)
+    form.add_field("file", pls, filename="l.pls", content_type="application/pls+xml")
+    return form
+
+
+def rss_mb(pid: int) -> float:
+    """A process's resident memory (VmRSS), in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+async def poll_health(base: str, stop: asyncio.Event, every_s: float = 0.005) -> float:
+    """The worst ``GET /healthz`` answer time (seconds) from now until ``stop`` is set."""
+    worst = 0.0
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
+        while not stop.is_set():
+            start = time.perf_counter()
+            async with session.get(base + "/healthz") as resp:
+                await resp.read()
+            worst = max(worst, time.perf_counter() - start)
+            await asyncio.sleep(every_s)
+    return worst
