@@ -1,7 +1,7 @@
 """CPU proofs of the stream scheduler (issue 47, item 6): how many conversing voice agents one worker carries.
 
 Real redis-server, one real worker on the simulated engine (load tests only: it holds the slot ``RTF * 0.5`` s per
-0.5 s chunk of real PCM), a real front process, and the capacity driver (``harness/bench/gpu_capacity.converse``): each
+0.5 s chunk of real PCM), a real front process, and the capacity driver (``harness.bench.gpu_capacity.converse``): each
 agent holds a ``multi-stream-input`` socket and speaks turns of one or two sentences as LiveKit's plugin does (a new
 context per turn, sent, flushed and closed), plays each turn from its first chunk behind a 150 ms jitter buffer, and
 its user then speaks for 3-6 s. A turn *runs dry* when a chunk arrives after the playback reached it.

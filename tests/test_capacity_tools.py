@@ -150,7 +150,7 @@ FIVE_WORDS = "Short words make short turns."
 
 @pytest.mark.parametrize("mode", ["conversation", "monologue"])
 def test_conversation_driver_on_real_traffic(private_redis_url, tmp_path, mode):
-    """The capacity driver (harness/bench/gpu_capacity.converse), 2 agents of 2 turns each through a real front and one
+    """The capacity driver (harness.bench.gpu_capacity.converse), 2 agents of 2 turns each through a real front and one
     simulated worker: every turn's audio arrives in full, its figures are the accounting of what arrived, the turns
     follow the seeded plan (each user's pause after the playback ends, or a monologue one turn ahead of it), and the
     worker's slot shares are read from its metrics."""

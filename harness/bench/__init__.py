@@ -71,7 +71,6 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     _bench(
         "gpu-capacity",
         "realtime agent voices per worker: the capacity run (simulated engine on a CPU)",
-        "docs/scheduling.md",
         "docs/gpu-run.md",
         "docs/gpu-figures.md",
         "docs/scaling.md",
