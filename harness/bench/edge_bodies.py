@@ -24,16 +24,13 @@ import argparse
 import asyncio
 import collections
 import json
-import tempfile
 import time
 from pathlib import Path
 
 import aiohttp
 import redis
 
-from harness.fronts import front_process
-from harness.stores import redis_server
-from harness.workers import WorkerProcess
+from harness.stack import local_stack
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -90,17 +87,12 @@ async def one_case(base: str, client: redis.Redis, junk_bytes: int, requests: in
 def stack_case(junk_bytes: int, requests: int) -> tuple[str, float, float]:
     """One case on a stack of its own: Redis keeps its memory peak for life (CONFIG RESETSTAT leaves it)."""
     engine_env = {"ZSYNTH_ENGINE": "simulated", "ZSYNTH_LOAD_TEST_ONLY": "true"}
-    with redis_server() as redis_url, tempfile.TemporaryDirectory() as tmp:
-        data = Path(tmp)
-        worker = WorkerProcess(redis_url, "bench-0", data, **engine_env)
-        client = redis.Redis.from_url(redis_url)
+    with local_stack(worker_env=engine_env, front_env={"ZSYNTH_LOG_LEVEL": "WARNING"}) as stack:
+        client = redis.Redis.from_url(stack.redis_url)
         try:
-            worker.wait_ready()
-            with front_process(redis_url, data, ZSYNTH_LOG_LEVEL="WARNING") as (_, base):
-                return asyncio.run(one_case(base, client, junk_bytes, requests))
+            return asyncio.run(one_case(stack.base, client, junk_bytes, requests))
         finally:
             client.close()
-            worker.stop()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

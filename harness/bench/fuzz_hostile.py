@@ -17,17 +17,14 @@ from __future__ import annotations
 import argparse
 import collections
 import statistics
-import tempfile
 import threading
 import time
 from pathlib import Path
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
-from harness.fronts import front_process
 from harness.hostile_text import HealthProbe, HostileRequest, HostileRun, hostile_requests, rss_bytes
-from harness.stores import redis_server
-from harness.workers import WorkerProcess
+from harness.stack import local_stack
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -97,44 +94,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def bench(args: argparse.Namespace) -> None:
 
-    with tempfile.TemporaryDirectory() as tmp, redis_server() as redis_url:
-        data = Path(tmp)
-        workers = [WorkerProcess(redis_url, f"fuzz-{i}", data) for i in range(args.workers)]
-        for worker in workers:
-            worker.wait_ready()
-        try:
-            with front_process(redis_url, data) as (_, base_url):
-                warm = HostileRun(base_url)
-                for _ in workers:
-                    warm.speak_check()
-                warm.close()
-                baselines = {w.worker_id: rss_bytes(w.proc.pid) for w in workers}
-                peaks = dict(baselines)
-                tally = Tally()
-                started = time.monotonic()
-                deadline = started + args.budget_s
-                per_thread = max(1, args.examples // args.workers)
-                with HealthProbe(base_url) as health:
-                    threads = [
-                        threading.Thread(
-                            target=client_loop,
-                            args=(base_url, tally, per_thread, args.max_chars, args.read_s, deadline, i),
-                        )
-                        for i in range(args.workers)
-                    ]
-                    for thread in threads:
-                        thread.start()
-                    while any(t.is_alive() for t in threads):
-                        time.sleep(1.0)
-                        for worker in workers:
-                            peaks[worker.worker_id] = max(peaks[worker.worker_id], rss_bytes(worker.proc.pid))
-                    worst_stall = health.take_worst()
-                    health_failures = health.failures
-                elapsed = time.monotonic() - started
-                deaths = [w.worker_id for w in workers if w.proc.poll() is not None]
-        finally:
-            for worker in workers:
-                worker.stop()
+    with local_stack(workers=args.workers, name="fuzz") as stack:
+        workers, base_url = stack.workers, stack.base
+        warm = HostileRun(base_url)
+        for _ in workers:
+            warm.speak_check()
+        warm.close()
+        baselines = {w.worker_id: rss_bytes(w.proc.pid) for w in workers}
+        peaks = dict(baselines)
+        tally = Tally()
+        started = time.monotonic()
+        deadline = started + args.budget_s
+        per_thread = max(1, args.examples // args.workers)
+        with HealthProbe(base_url) as health:
+            threads = [
+                threading.Thread(
+                    target=client_loop,
+                    args=(base_url, tally, per_thread, args.max_chars, args.read_s, deadline, i),
+                )
+                for i in range(args.workers)
+            ]
+            for thread in threads:
+                thread.start()
+            while any(t.is_alive() for t in threads):
+                time.sleep(1.0)
+                for worker in workers:
+                    peaks[worker.worker_id] = max(peaks[worker.worker_id], rss_bytes(worker.proc.pid))
+            worst_stall = health.take_worst()
+            health_failures = health.failures
+        elapsed = time.monotonic() - started
+        deaths = [w.worker_id for w in workers if w.proc.poll() is not None]
 
     print(
         f"hostile-text fuzz: {tally.count} examples in {elapsed:.0f} s ({args.workers} Piper workers, "

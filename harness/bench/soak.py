@@ -18,7 +18,6 @@ import io
 import json
 import os
 import random
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -28,10 +27,8 @@ import numpy as np
 import redis
 import soundfile as sf
 
-from harness.fronts import front_process
 from harness.load import proc_stats
-from harness.stores import RedisServer
-from harness.workers import WorkerProcess
+from harness.stack import local_stack
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -134,33 +131,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def bench(args: argparse.Namespace) -> None:
     """Run the soak and print its report."""
     random.seed(1)
-    server = RedisServer().start()
     job_ttl = "20"
-    with tempfile.TemporaryDirectory() as tmp:
-        data_dir = Path(tmp)
-        env = {"ZSYNTH_JOB_TTL": job_ttl, "ZSYNTH_LOG_LEVEL": "WARNING"}
-        workers = [WorkerProcess(server.url, f"soak-{i}", data_dir, **env).wait_ready() for i in range(2)]
-        try:
-            with front_process(server.url, data_dir, **env) as (front, base):
-                assert server.proc is not None
-                pids = {"front": front.pid, "redis": server.proc.pid}
-                pids.update({w.worker_id: w.proc.pid for w in workers})
-                tally: Counter[str] = Counter()
-                asyncio.run(drive(base, args.warmup, args.clients, tally))
-                start = snapshot(pids)
-                t0 = time.monotonic()
-                asyncio.run(drive(base, args.minutes * 60 - args.warmup, args.clients, tally))
-                end = snapshot(pids)
-                wall = time.monotonic() - t0
-                time.sleep(int(job_ttl) + 2)  # let job records and cancel markers expire
-                client = redis.Redis.from_url(server.url)
-                keys = sorted(_text(k) for k in client.keys("*"))
-                channels = sorted(_text(c) for c in client.pubsub_channels("zsynth:events:*"))
-                client.close()
-        finally:
-            for worker in workers:
-                worker.stop()
-            server.stop()
+    env = {"ZSYNTH_JOB_TTL": job_ttl, "ZSYNTH_LOG_LEVEL": "WARNING"}
+    with local_stack(workers=2, worker_env=env, front_env=env, name="soak") as stack:
+        server, workers, front, base = stack.redis, stack.workers, stack.front, stack.base
+        assert server.proc is not None
+        pids = {"front": front.pid, "redis": server.proc.pid}
+        pids.update({w.worker_id: w.proc.pid for w in workers})
+        tally: Counter[str] = Counter()
+        asyncio.run(drive(base, args.warmup, args.clients, tally))
+        start = snapshot(pids)
+        t0 = time.monotonic()
+        asyncio.run(drive(base, args.minutes * 60 - args.warmup, args.clients, tally))
+        end = snapshot(pids)
+        wall = time.monotonic() - t0
+        time.sleep(int(job_ttl) + 2)  # let job records and cancel markers expire
+        client = redis.Redis.from_url(server.url)
+        keys = sorted(_text(k) for k in client.keys("*"))
+        channels = sorted(_text(c) for c in client.pubsub_channels("zsynth:events:*"))
+        client.close()
     total = sum(tally.values())
     print(
         f"soak: {total} requests in {args.minutes:.1f} min ({args.clients} clients, 2 workers); "

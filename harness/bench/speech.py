@@ -12,16 +12,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import tempfile
 import time
 from pathlib import Path
 
 import aiohttp
 import redis
 
-from harness.fronts import front_process
-from harness.stores import redis_server
-from harness.workers import WorkerProcess
+from harness.stack import local_stack
 from zsynth.core import protocol
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -132,40 +129,32 @@ def bench(args: argparse.Namespace) -> None:
         f"   (RTF {rtf:.3f}, n={n})"
     )
 
-    with redis_server() as redis_url, tempfile.TemporaryDirectory() as data_dir:
-        workers = [WorkerProcess(redis_url, "bench-0", Path(data_dir), ZSYNTH_ENGINE_THREADS=str(args.threads))]
-        workers[0].wait_ready()
-        try:
-            with front_process(redis_url, Path(data_dir), ZSYNTH_LOG_LEVEL="WARNING") as (_, base):
-                asyncio.run(first_bytes(base, 3))  # warm the front's connections
-                job_ids: list[str] = []
-                e2e = asyncio.run(first_bytes(base, n, job_ids))
-                inside = worker_first_chunk(redis_url, job_ids)
-                added = [outer - inner for outer, inner in zip(e2e, inside, strict=True)]
-                print(
-                    f"end-to-end first byte (stream)  p50 {pct(e2e, 50) * 1000:7.1f} ms"
-                    f"   p95 {pct(e2e, 95) * 1000:7.1f} ms"
-                    f"   (front + Redis + worker, n={n})"
-                )
-                print(
-                    f"same jobs inside the worker     p50 {pct(inside, 50) * 1000:7.1f} ms"
-                    f"   p95 {pct(inside, 95) * 1000:7.1f} ms   (job start -> first chunk published)"
-                )
-                print(
-                    f"path overhead, per request      p50 {pct(added, 50) * 1000:+7.1f} ms"
-                    f"   p95 {pct(added, 95) * 1000:+7.1f} ms   (front + Redis + queue + HTTP, same jobs)"
-                )
-                audio1, wall1 = asyncio.run(saturate(base, n, clients=4))
-                tput1 = audio1 / wall1
-                print(f"throughput, 1 worker            {tput1:7.2f} audio-s per wall-s   ({n} requests, 4 clients)")
-                workers.append(
-                    WorkerProcess(redis_url, "bench-1", Path(data_dir), ZSYNTH_ENGINE_THREADS=str(args.threads))
-                )
-                workers[1].wait_ready()
-                audio2, wall2 = asyncio.run(saturate(base, n, clients=4))
-                tput2 = audio2 / wall2
-                print(f"throughput, 2 workers           {tput2:7.2f} audio-s per wall-s   ({n} requests, 4 clients)")
-                print(f"scaling 2 vs 1 worker           {tput2 / tput1:7.2f}x")
-        finally:
-            for worker in workers:
-                worker.stop()
+    threads = {"ZSYNTH_ENGINE_THREADS": str(args.threads)}
+    with local_stack(worker_env=threads, front_env={"ZSYNTH_LOG_LEVEL": "WARNING"}) as stack:
+        redis_url, base = stack.redis_url, stack.base
+        asyncio.run(first_bytes(base, 3))  # warm the front's connections
+        job_ids: list[str] = []
+        e2e = asyncio.run(first_bytes(base, n, job_ids))
+        inside = worker_first_chunk(redis_url, job_ids)
+        added = [outer - inner for outer, inner in zip(e2e, inside, strict=True)]
+        print(
+            f"end-to-end first byte (stream)  p50 {pct(e2e, 50) * 1000:7.1f} ms"
+            f"   p95 {pct(e2e, 95) * 1000:7.1f} ms"
+            f"   (front + Redis + worker, n={n})"
+        )
+        print(
+            f"same jobs inside the worker     p50 {pct(inside, 50) * 1000:7.1f} ms"
+            f"   p95 {pct(inside, 95) * 1000:7.1f} ms   (job start -> first chunk published)"
+        )
+        print(
+            f"path overhead, per request      p50 {pct(added, 50) * 1000:+7.1f} ms"
+            f"   p95 {pct(added, 95) * 1000:+7.1f} ms   (front + Redis + queue + HTTP, same jobs)"
+        )
+        audio1, wall1 = asyncio.run(saturate(base, n, clients=4))
+        tput1 = audio1 / wall1
+        print(f"throughput, 1 worker            {tput1:7.2f} audio-s per wall-s   ({n} requests, 4 clients)")
+        stack.add_worker()
+        audio2, wall2 = asyncio.run(saturate(base, n, clients=4))
+        tput2 = audio2 / wall2
+        print(f"throughput, 2 workers           {tput2:7.2f} audio-s per wall-s   ({n} requests, 4 clients)")
+        print(f"scaling 2 vs 1 worker           {tput2 / tput1:7.2f}x")

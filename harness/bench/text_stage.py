@@ -37,9 +37,7 @@ from typing import Any
 
 import aiohttp
 
-from harness.fronts import front_process
-from harness.stores import redis_server
-from harness.workers import WorkerProcess
+from harness.stack import local_stack
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -151,14 +149,9 @@ async def _stall(base: str, body: dict[str, Any]) -> tuple[int, float, float]:
 
 
 def front() -> None:
-    with tempfile.TemporaryDirectory() as tmp, redis_server() as redis_url:
-        worker = WorkerProcess(redis_url, "bench-text", Path(tmp)).wait_ready()
-        try:
-            with front_process(redis_url, Path(tmp)) as (_, base):
-                # An ordinary sentence first: the stall any request shows on this box, to set the other against.
-                results = [(label, asyncio.run(_stall(base, body))) for label, body in FRONT_CASES]
-        finally:
-            worker.stop()
+    with local_stack(name="bench-text") as stack:
+        # An ordinary sentence first: the stall any request shows on this box, to set the other against.
+        results = [(label, asyncio.run(_stall(stack.base, body))) for label, body in FRONT_CASES]
     print("Front, POST /stream while GET /healthz is timed every 5 ms (stall: slowest ping beyond the median):")
     for label, (status, median, worst) in results:
         stall, ping = (worst - median) * 1000, median * 1000
@@ -256,22 +249,18 @@ async def _upload(base: str, raw: list[dict[str, object]]) -> str:
 
 def _dictionaries_front(reduced: bool) -> None:
     results = []
-    with tempfile.TemporaryDirectory() as tmp, redis_server() as redis_url:
-        worker = WorkerProcess(redis_url, "bench-dict", Path(tmp)).wait_ready()
-        try:
-            # 10,000 rules in JSON are over the default 256 KiB body limit.
-            with front_process(redis_url, Path(tmp), ZSYNTH_MAX_JSON_BODY_BYTES=str(4 * 2**20)) as (_, base):
-                # The box's own stall for any request, to set the others against.
-                for _ in range(1 if reduced else 3):
-                    results.append((FRONT_CASES[0][0], asyncio.run(_stall(base, FRONT_CASES[0][1]))))
-                for label, raw, text, locators in _dictionary_cases():
-                    dictionary_id = asyncio.run(_upload(base, raw))
-                    named = [{"pronunciation_dictionary_id": dictionary_id}] * locators
-                    body = {"text": text, "pronunciation_dictionary_locators": named}
-                    for _ in range(1 if reduced else 3):
-                        results.append((label, asyncio.run(_stall(base, body))))
-        finally:
-            worker.stop()
+    # 10,000 rules in JSON are over the default 256 KiB body limit.
+    with local_stack(front_env={"ZSYNTH_MAX_JSON_BODY_BYTES": str(4 * 2**20)}, name="bench-dict") as stack:
+        base = stack.base
+        # The box's own stall for any request, to set the others against.
+        for _ in range(1 if reduced else 3):
+            results.append((FRONT_CASES[0][0], asyncio.run(_stall(base, FRONT_CASES[0][1]))))
+        for label, raw, text, locators in _dictionary_cases():
+            dictionary_id = asyncio.run(_upload(base, raw))
+            named = [{"pronunciation_dictionary_id": dictionary_id}] * locators
+            body = {"text": text, "pronunciation_dictionary_locators": named}
+            for _ in range(1 if reduced else 3):
+                results.append((label, asyncio.run(_stall(base, body))))
     print("Front, POST /stream naming the dictionary while GET /healthz is timed every 5 ms:")
     for label, (status, median, worst) in results:
         stall, ping = (worst - median) * 1000, median * 1000

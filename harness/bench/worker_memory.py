@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from pathlib import Path
 
 import redis
 
-from harness.stores import redis_server
+from harness.stack import local_stack
 from harness.workers import WorkerProcess
 from zsynth.core import protocol
 
@@ -129,9 +128,9 @@ def bench(args: argparse.Namespace) -> None:
     word = ("1st2nd3rd4th" * (args.chars // 12 + 1))[: args.chars]
     prose = (PROSE * (args.chars // len(PROSE) + 1))[: args.chars]
     env = {"ZSYNTH_WORKER_MAX_RSS": args.max_rss} if args.max_rss else {}
-    with redis_server() as url, tempfile.TemporaryDirectory() as data:
-        worker = WorkerProcess(url, "bench-memory", Path(data), **env).wait_ready()
-        client = redis.Redis.from_url(url)
+    with local_stack(fronts=0, worker_env=env, name="bench-memory") as stack:
+        worker = stack.workers[0]
+        client = redis.Redis.from_url(stack.redis_url)
         try:
             time.sleep(1.0)  # let the start-up settle before the idle figure is taken
             outcomes = [
@@ -139,10 +138,9 @@ def bench(args: argparse.Namespace) -> None:
                 run_job(client, worker, "prose", prose, args.timeout),
                 run_job(client, worker, "after", "A short sentence after them.", args.timeout),
             ]
-            beat = client.get(protocol.heartbeat_key("bench-memory"))
+            beat = client.get(protocol.heartbeat_key(worker.worker_id))
         finally:
             client.close()
-            worker.stop()
     print(f"{'case':<6} {'chars':>6} {'idle MB':>8} {'peak MB':>8} {'growth MB':>9} {'first s':>7} {'total s':>7} "
           f"{'audio s':>7}  ending")  # fmt: skip
     for o in outcomes:
