@@ -13,7 +13,6 @@ import string
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -168,17 +167,6 @@ def _pls(rules: list[dict[str, Any]]) -> bytes:
 
 
 # ----- one example against a running stack -------------------------------------------------------------------------
-
-
-def rss_bytes(pid: int) -> int:
-    """The resident set size of process ``pid`` (0 once it is gone)."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        return 0
-    return 0
 
 
 class HealthProbe:

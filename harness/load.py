@@ -33,6 +33,8 @@ from urllib.parse import urlparse
 
 import aiohttp
 
+from harness.measure import pct, proc_stats
+
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 DEFAULT_TEXT = "A short segment of realtime speech, about ten words long."
 
@@ -46,25 +48,6 @@ class Results:
     audio_bytes: int = 0
     done: int = 0
     job_ids: list[str] = field(default_factory=list)
-
-
-def proc_stats(pid: int) -> tuple[float, int]:
-    """(CPU seconds used so far, resident memory in bytes) of a process, from /proc."""
-    with open(f"/proc/{pid}/stat") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    cpu = (int(fields[11]) + int(fields[12])) / ticks
-    with open(f"/proc/{pid}/statm") as fh:
-        rss_pages = int(fh.read().split()[1])
-    return cpu, rss_pages * os.sysconf("SC_PAGE_SIZE")
-
-
-def pct(values: list[float], q: float) -> float:
-    """Nearest-rank percentile; NaN for no values."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))]
 
 
 async def http_once(
@@ -341,7 +324,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def bench(args: argparse.Namespace) -> dict[str, Any]:
-    """Run the load and report; the summary says whether every request completed."""
+    """Run the load and report its summary; a run in which no request completed fails."""
     _settle(args, args.parser.error)
     procs: dict[str, tuple[int, float, int]] = {}
     for item in args.pid:
@@ -349,4 +332,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         cpu, rss = proc_stats(int(pid))
         procs[name] = (int(pid), cpu, rss)
     results, wall = asyncio.run(run_load(args))
-    return report(args, results, wall, procs)
+    summary = report(args, results, wall, procs)
+    if not summary["completed"]:
+        raise SystemExit("loadgen: no request completed")
+    return summary

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
-from pathlib import Path
-
 import aiohttp
 
 PLS_NS = "http://www.w3.org/2005/01/pronunciation-lexicon"
@@ -44,24 +40,3 @@ def lexicon_form(name: str, pls: bytes) -> aiohttp.FormData:
     form.add_field("name", name)
     form.add_field("file", pls, filename="l.pls", content_type="application/pls+xml")
     return form
-
-
-def rss_mb(pid: int) -> float:
-    """A process's resident memory (VmRSS), in MB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for process {pid}")
-
-
-async def poll_health(base: str, stop: asyncio.Event, every_s: float = 0.005) -> float:
-    """The worst ``GET /healthz`` answer time (seconds) from now until ``stop`` is set."""
-    worst = 0.0
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
-        while not stop.is_set():
-            start = time.perf_counter()
-            async with session.get(base + "/healthz") as resp:
-                await resp.read()
-            worst = max(worst, time.perf_counter() - start)
-            await asyncio.sleep(every_s)
-    return worst

@@ -21,7 +21,8 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 
 from harness.audio import assert_speech, decode_audio
 from harness.fronts import front_process
-from harness.hostile_text import HealthProbe, HostileRequest, HostileRun, hostile_requests, rss_bytes
+from harness.hostile_text import HealthProbe, HostileRequest, HostileRun, hostile_requests
+from harness.measure import rss_bytes
 from harness.workers import WorkerProcess
 
 pytestmark = pytest.mark.heavy

@@ -24,8 +24,9 @@ from elevenlabs.pronunciation_dictionaries import (
 
 from harness.base import make_settings
 from harness.fronts import front_process
+from harness.measure import rss_mb
 from harness.s3 import bucket_keys, create_bucket
-from harness.upload_bodies import inflating_pls, lexicon, lexicon_form, rss_mb
+from harness.upload_bodies import inflating_pls, lexicon, lexicon_form
 from zsynth.core.text.dictionaries.cache import ByteBudgetCache
 from zsynth.core.text.dictionaries.rules import MAX_STRING_CHARS, Rule
 from zsynth.core.text.dictionaries.store import (

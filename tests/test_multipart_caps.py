@@ -16,7 +16,8 @@ import pytest
 
 from harness.base import free_port, make_settings
 from harness.fronts import front_process
-from harness.upload_bodies import PLS_NS, empty_parts, poll_health
+from harness.measure import poll_health
+from harness.upload_bodies import PLS_NS, empty_parts
 from harness.voice_clips import reference_file
 from zsynth.demo.app import create_demo_app
 from zsynth.speech.app import create_app

@@ -26,7 +26,7 @@ import numpy as np
 
 from harness.avatar import Viewer, patch_loopback_ice
 from harness.base import free_port
-from harness.load import proc_stats
+from harness.measure import proc_stats
 from harness.stores import redis_server
 from harness.workers import WorkerProcess
 

@@ -37,6 +37,7 @@ import redis
 
 from harness import load as loadgen
 from harness.base import free_port, wait_for
+from harness.measure import pct, proc_stats
 from harness.stores import RedisServer
 from zsynth.core import protocol
 
@@ -95,7 +96,7 @@ def _answers(port: int) -> bool:
 
 def cpu_seconds(pids: list[int]) -> float:
     """CPU seconds used so far by these processes together."""
-    return sum(loadgen.proc_stats(pid)[0] for pid in pids)
+    return sum(proc_stats(pid)[0] for pid in pids)
 
 
 def busy_share(redis_url: str, workers: int, start: float, end: float) -> float:
@@ -152,7 +153,7 @@ def run_one(args: argparse.Namespace, workers: int) -> dict[str, object]:
         results, wall = asyncio.run(loadgen.run_load(load_args))
         ended = time.time()
         cpu = {name: cpu_seconds(group) - cpu_before[name] for name, group in groups.items()}
-        rss = {name: loadgen.proc_stats(pids[name][0])[1] / 2**20 for name in ("front", "redis")}
+        rss = {name: proc_stats(pids[name][0])[1] / 2**20 for name in ("front", "redis")}
         margin = min(3.0, args.seconds / 5)
         share = busy_share(redis_url, workers, started + margin, ended - margin)
         audio_s = results.audio_bytes / (24000 * 2)
@@ -162,7 +163,7 @@ def run_one(args: argparse.Namespace, workers: int) -> dict[str, object]:
             "jobs": results.done,
             "jobs_per_s": round(results.done / wall, 1),
             "audio_s_per_s": round(audio_s / wall, 1),
-            "ttfa_ms": [round(loadgen.pct(results.ttfa, q) * 1000, 1) for q in (50, 95, 99)],
+            "ttfa_ms": [round(pct(results.ttfa, q) * 1000, 1) for q in (50, 95, 99)],
             "errors": dict(results.errors),
             "front_cpu_pct": round(100 * cpu["front"] / wall, 1),
             "front_cpu_ms_per_audio_s": round(1000 * cpu["front"] / audio_s, 2) if audio_s else None,

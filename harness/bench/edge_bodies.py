@@ -24,12 +24,12 @@ import argparse
 import asyncio
 import collections
 import json
-import time
 from pathlib import Path
 
 import aiohttp
 import redis
 
+from harness.measure import poll_health
 from harness.stack import local_stack
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,25 +44,12 @@ def body_of(junk_bytes: int) -> bytes:
     return json.dumps({"text": "Hello there.", "voice_settings": settings}).encode()
 
 
-async def poll_health(base: str, stop: asyncio.Event) -> float:
-    """The worst ``GET /healthz`` answer time (seconds) until ``stop`` is set."""
-    worst = 0.0
-    async with aiohttp.ClientSession(timeout=TIMEOUT) as session:
-        while not stop.is_set():
-            started = time.perf_counter()
-            async with session.get(base + "/healthz") as resp:
-                await resp.read()
-            worst = max(worst, time.perf_counter() - started)
-            await asyncio.sleep(0.01)
-    return worst
-
-
 async def one_case(base: str, client: redis.Redis, junk_bytes: int, requests: int) -> tuple[str, float, float]:
     """(statuses, Redis growth in MB, worst /healthz seconds) for ``requests`` concurrent bodies."""
     body = body_of(junk_bytes)
     before = int(client.info("memory")["used_memory"])
     stop = asyncio.Event()
-    health = asyncio.create_task(poll_health(base, stop))
+    health = asyncio.create_task(poll_health(base, stop, every_s=0.01))
     url = base + "/v1/text-to-speech/joe/stream?output_format=pcm_16000"
     headers = {"Content-Type": "application/json"}
 

@@ -26,8 +26,9 @@ from pathlib import Path
 import aiohttp
 
 from harness.fronts import front_process
+from harness.measure import poll_health, rss_mb
 from harness.stores import redis_server
-from harness.upload_bodies import empty_parts, inflating_pls, lexicon_form, poll_health, rss_mb
+from harness.upload_bodies import empty_parts, inflating_pls, lexicon_form
 
 ROOT = Path(__file__).resolve().parents[2]
 

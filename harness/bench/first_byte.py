@@ -37,7 +37,7 @@ import httpx
 
 from harness.base import wait_for
 from harness.fronts import front_process
-from harness.load import pct
+from harness.measure import pct
 from harness.otlp import Receiver
 from harness.stores import RedisServer
 from harness.workers import WorkerProcess

@@ -37,9 +37,8 @@ import redis
 
 from harness.audio import decode_audio
 from harness.base import LONG_TEXT
-from harness.bench.edge_bodies import poll_health
 from harness.fronts import front_process
-from harness.load import proc_stats
+from harness.measure import poll_health, proc_stats
 from harness.stores import redis_server
 from harness.workers import WorkerProcess
 
@@ -108,7 +107,7 @@ async def neighbour_case(base: str, client: redis.Redis) -> dict[str, object]:
     """Key B's mp3 stream while key A sends 3 pause-heavy with-timestamps at pcm_48000."""
     before = int(client.info("stats").get("client_output_buffer_limit_disconnections", 0))
     stop = asyncio.Event()
-    health = asyncio.create_task(poll_health(base, stop))
+    health = asyncio.create_task(poll_health(base, stop, every_s=0.01))
     heavy = base + "/v1/text-to-speech/v/with-timestamps?output_format=pcm_48000"
     text_b = " ".join(LONG_TEXT.split(". ")[:6]) + "."
 

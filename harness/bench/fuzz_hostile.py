@@ -23,7 +23,8 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
-from harness.hostile_text import HealthProbe, HostileRequest, HostileRun, hostile_requests, rss_bytes
+from harness.hostile_text import HealthProbe, HostileRequest, HostileRun, hostile_requests
+from harness.measure import rss_bytes
 from harness.stack import local_stack
 
 ROOT = Path(__file__).resolve().parents[2]

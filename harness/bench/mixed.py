@@ -36,7 +36,7 @@ from pathlib import Path
 import aiohttp
 
 from harness.fronts import front_process
-from harness.load import pct
+from harness.measure import pct
 from harness.stores import RedisServer
 from harness.workers import WorkerProcess
 

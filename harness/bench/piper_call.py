@@ -42,9 +42,8 @@ from typing import Any
 
 import httpx
 
-from harness.bench.vs_piper import load_average
 from harness.fronts import front_process
-from harness.load import pct
+from harness.measure import load_average, pct
 from harness.stores import RedisServer
 from harness.workers import WorkerProcess
 from workers.cores import CoreShare

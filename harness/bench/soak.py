@@ -27,7 +27,7 @@ import numpy as np
 import redis
 import soundfile as sf
 
-from harness.load import proc_stats
+from harness.measure import proc_stats
 from harness.stack import local_stack
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,6 +18,7 @@ from pathlib import Path
 import aiohttp
 import redis
 
+from harness.measure import pct
 from harness.stack import local_stack
 from zsynth.core import protocol
 
@@ -25,13 +26,6 @@ ROOT = Path(__file__).resolve().parents[2]
 
 TEXT = "The first sentence is short. The second sentence is a little longer, so the job has more than one chunk."
 SAT_TEXT = "Throughput is measured with texts of several sentences. Each one keeps a worker busy. That is the point."
-
-
-def pct(values: list[float], q: float) -> float:
-    """The q-th percentile (0-100) by nearest rank."""
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))
-    return ordered[index]
 
 
 def engine_first_chunk(requests: int, threads: int) -> tuple[list[float], float]:

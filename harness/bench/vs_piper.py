@@ -59,7 +59,7 @@ import redis
 
 from harness.base import free_port, wait_for
 from harness.fronts import front_process
-from harness.load import pct
+from harness.measure import load_average, pct
 from harness.stores import RedisServer
 from harness.workers import WorkerProcess
 from zsynth.core import protocol
@@ -500,11 +500,6 @@ def parse_settings(value: str) -> list[str]:
         if item not in ("default", "uncut") and not SETTING.match(item):
             raise argparse.ArgumentTypeError(f"{item!r} is none of 'default', 'uncut', WORKERSxTHREADS such as 2x1")
     return settings
-
-
-def load_average() -> str:
-    """The 1, 5 and 15 minute load averages."""
-    return " ".join(f"{value:.2f}" for value in os.getloadavg())
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

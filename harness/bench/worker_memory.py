@@ -25,6 +25,7 @@ from pathlib import Path
 
 import redis
 
+from harness.measure import rss_bytes
 from harness.stack import local_stack
 from harness.workers import WorkerProcess
 from zsynth.core import protocol
@@ -47,18 +48,6 @@ class Outcome:
     total_s: float
     audio_s: float
     ending: str
-
-
-def rss_bytes(pid: int) -> int:
-    """The process's resident set size now (0 once it is gone)."""
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
 
 
 class Sampler:
