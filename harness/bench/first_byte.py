@@ -19,7 +19,7 @@ went. One machine, one clock (Unix time in every process), so the stages add up 
 | out to the client | first ``sentence`` ends | the client's first byte | publish, pub/sub hop, the front's write, TCP |
 
 The worker's spans are the engine thread's, so tracing adds the exporter's work to both processes; the figures are
-a breakdown, and the side-by-side with Piper's own server stays ``harness/bench/vs_piper.py``'s.
+a breakdown, and the side-by-side with Piper's own server stays ``vs-piper``'s.
 """
 
 from __future__ import annotations

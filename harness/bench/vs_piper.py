@@ -60,6 +60,7 @@ import redis
 from harness.base import free_port, wait_for
 from harness.fronts import front_process
 from harness.measure import load_average, pct
+from harness.processes import child_pids, drop_zsynth_settings, is_worker, stop_process
 from harness.stores import RedisServer
 from harness.workers import WorkerProcess
 from zsynth.core import protocol
@@ -169,16 +170,6 @@ class Column:
         }
 
 
-def drop_zsynth_settings() -> None:
-    """Remove every ZSYNTH_* variable from this process's environment, which every server started here inherits.
-
-    Each column then runs with zsynth's defaults except what it sets itself (the helpers of tests.helpers start
-    their children with os.environ, so it is cleaned here rather than per child).
-    """
-    for key in [key for key in os.environ if key.startswith("ZSYNTH_")]:
-        del os.environ[key]
-
-
 def port_answers(port: int, path: str) -> bool:
     """True when a GET of ``path`` on the loopback port gets any HTTP answer."""
     with contextlib.suppress(OSError, http.client.HTTPException):
@@ -190,17 +181,6 @@ def port_answers(port: int, path: str) -> bool:
         finally:
             conn.close()
     return False
-
-
-def stop_process(proc: subprocess.Popen[bytes], grace: float = 20.0) -> None:
-    """SIGTERM, then SIGKILL after ``grace`` seconds."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
 
 
 # --- Piper's own server ---------------------------------------------------------------------------------------
@@ -283,27 +263,6 @@ def zsynth_fixed(workers: int, threads: int, rate: int, data_dir: Path) -> Itera
         for proc in procs:
             proc.stop()
         server.stop()
-
-
-def child_pids(parent: int) -> list[int]:
-    """The pids whose parent is ``parent`` (from /proc)."""
-    children = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                # The command name may hold spaces and parentheses: the fields after its closing one are fixed.
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-                if int(fields[1]) == parent:
-                    children.append(int(entry.name))
-    return children
-
-
-def is_worker(pid: int) -> bool:
-    """True when the process runs ``zsynth worker``."""
-    with contextlib.suppress(OSError):
-        argv = (Path("/proc") / str(pid) / "cmdline").read_bytes().split(b"\0")
-        return any(argv[i : i + 2] == [b"zsynth", b"worker"] for i in range(len(argv)))
-    return False
 
 
 @contextlib.contextmanager

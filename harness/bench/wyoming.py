@@ -51,8 +51,8 @@ from wyoming.info import Describe
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop
 
 from harness.base import free_port, wait_for
-from harness.bench.vs_piper import child_pids, drop_zsynth_settings, is_worker, stop_process
 from harness.measure import load_average, pct
+from harness.processes import child_pids, drop_zsynth_settings, is_worker, stop_process
 from harness.stores import RedisServer
 from zsynth.core import protocol
 
