@@ -13,11 +13,12 @@ import pytest
 import redis
 from redis.asyncio import Redis
 
+from harness.base import make_settings
+from harness.stores import moto_env, moto_server, redis_server
+from harness.workers import WorkerProcess
 from zsynth.core.config import Settings
 from zsynth.services.keystore import KeyStore
 from zsynth.speech.app import create_app
-
-from .helpers import WorkerProcess, make_settings, moto_env, moto_server, redis_server
 
 SHARED_WORKERS = ("shared-0", "shared-1")
 #: The test tiers (setup.cfg registers them); tests/README.md says which one a new test belongs to.
@@ -121,7 +122,7 @@ def loopback_ice(monkeypatch: pytest.MonkeyPatch) -> None:
     """Both WebRTC peers gather 127.0.0.1 host candidates (aioice skips loopback otherwise)."""
     import aioice.ice  # WebRTC stays unloaded in the runs that need no peer
 
-    from .avatar_peer import loopback_host_addresses
+    from harness.avatar import loopback_host_addresses
 
     monkeypatch.setattr(aioice.ice, "get_host_addresses", loopback_host_addresses)
 

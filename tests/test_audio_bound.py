@@ -25,14 +25,14 @@ from wyoming.error import Error
 from wyoming.event import Event
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop
 
+from harness.audio import assert_speech, decode_audio
+from harness.avatar import Control, Viewer, open_session
+from harness.base import free_port, make_settings
 from zsynth.avatar.app import create_avatar_app
 from zsynth.core.text import bounds
 from zsynth.core.text import prepare as text_stage
 from zsynth.core.text.prepare import TextOptions
 from zsynth.speech.app import create_app
-
-from .avatar_peer import Control, Viewer, open_session
-from .helpers import assert_speech, decode_audio, free_port, make_settings
 
 pytestmark = pytest.mark.heavy
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from harness.audio import assert_speech, decode_audio
+from harness.base import make_settings
+from harness.fronts import FakeClock, clocked_app
 from zsynth.services.auth import AUTHENTICATOR, Authenticator
 from zsynth.services.keystore import KeyStore
 from zsynth.speech.app import create_app
-
-from .fronts import clocked_app
-from .helpers import FakeClock, assert_speech, decode_audio, make_settings
 
 pytestmark = pytest.mark.stack
 

@@ -8,6 +8,7 @@ import time
 import pytest
 from aiohttp.test_utils import make_mocked_request
 
+from harness.fronts import FakeClock
 from zsynth.core.config import Settings, SettingsError
 from zsynth.services.auth import (
     Authenticator,
@@ -19,8 +20,6 @@ from zsynth.services.auth import (
     secret_from_request,
 )
 from zsynth.services.keystore import KeyStore
-
-from .helpers import FakeClock
 
 
 class CountingStore(KeyStore):

@@ -18,13 +18,12 @@ from urllib.parse import quote
 import aiohttp
 import pytest
 
+from harness.base import make_settings
+from harness.ws import collect
 from zsynth.core.ratelimit import client_address
 from zsynth.services.auth import AUTHENTICATOR, Authenticator, AuthError
 from zsynth.services.keystore import KeyRecord, KeyStore
 from zsynth.speech.app import create_app
-
-from .helpers import make_settings
-from .ws_helpers import collect
 
 PATH = "/v1/text-to-speech/any-voice/stream-input"
 STATIC = "sk-auth-limits-static"

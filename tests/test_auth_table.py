@@ -9,14 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from harness.base import make_settings
 from zsynth.avatar.app import create_avatar_app
 from zsynth.avatar.routes import TABLES as AVATAR_TABLES
 from zsynth.documents import credentials_table, main, with_credentials_table
 from zsynth.kit.endpoints import Access
 from zsynth.speech.app import create_app
 from zsynth.speech.routes import TABLES as SPEECH_TABLES
-
-from .helpers import make_settings
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "auth.md"
 KEY = "auth-table-key"

@@ -10,9 +10,8 @@ import uuid
 
 import pytest
 
+from harness.base import ROOT, make_settings
 from zsynth.speech.app import create_app
-
-from .helpers import ROOT, make_settings
 
 pytestmark = pytest.mark.heavy
 

@@ -12,15 +12,16 @@ import time
 import aiohttp
 import pytest
 
+from harness.audio import assert_speech, decode_audio
+from harness.avatar import Viewer
+from harness.base import make_settings
+from harness.fronts import FakeClock
+from harness.ws import collect
 from zsynth.avatar.app import create_avatar_app
 from zsynth.avatar.sessions import AVATAR_SESSIONS
 from zsynth.services.auth import Authenticator, AuthError, fingerprint, secret_hash
 from zsynth.services.keystore import KeyRecord
 from zsynth.speech.app import create_app
-
-from .avatar_peer import Viewer
-from .helpers import FakeClock, assert_speech, decode_audio, make_settings
-from .ws_helpers import collect
 
 KEY = "avatar-full-key"
 

@@ -15,20 +15,20 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from harness import avatar as avatar_peer
+from harness.avatar import Viewer
+from harness.base import free_port, make_settings
+from harness.fronts import zsynth_process
+from harness.offer_sdp import browser_like_offer, candidate_line, many_loopback_candidates, with_candidates
 from zsynth.avatar.app import create_avatar_app
 from zsynth.avatar.errors import AvatarError
 from zsynth.avatar.sdp import OfferLimits, check_offer, is_public_address
 from zsynth.avatar.sessions import AVATAR_SESSIONS
 
-from . import avatar_peer
-from .avatar_peer import Viewer
-from .helpers import free_port, make_settings, zsynth_process
-from .offer_sdp import browser_like_offer, candidate_line, many_loopback_candidates, with_candidates
-
 KEY = "avatar-offers-key"
 HEADERS = {"X-Api-Key": KEY}
 FLOOD = 8000  # the candidates of the offer that stalled the server for seconds
-STALL_BOUND_S = 1.0  # loose, against a loaded test machine; scripts/bench_avatar_offers.py reports the real figure
+STALL_BOUND_S = 1.0  # loose, against a loaded test machine; harness/bench/avatar_offers.py reports the real figure
 STUN_COOKIE = 0x2112A442
 
 

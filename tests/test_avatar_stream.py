@@ -10,12 +10,12 @@ import aiohttp
 import numpy as np
 import pytest
 
+from harness import avatar as avatar_peer
+from harness.audio import assert_speech
+from harness.avatar import Control, Viewer
+from harness.base import make_settings
 from zsynth.avatar.app import create_avatar_app
 from zsynth.avatar.sessions import AVATAR_SESSIONS
-
-from . import avatar_peer
-from .avatar_peer import Control, Viewer
-from .helpers import assert_speech, make_settings
 
 KEY = "avatar-full-key"
 HEADERS = {"X-Api-Key": KEY}
@@ -111,7 +111,7 @@ async def test_interrupt_silences_the_stream(avatar) -> None:
     cancelled = await control.next("speak.cancelled")
     assert cancelled["id"] == "queued"
     await asyncio.sleep(1.5)
-    # Loose bound for a busy machine; scripts/bench-avatar measures the real latency.
+    # Loose bound for a busy machine; .venv/bin/python -m harness.bench avatar measures the real latency.
     after = viewer.audio_between(sent + 0.6, time.monotonic())
     assert after.size > 48000 // 2 and float(np.abs(after).max()) < 0.01, "speech went on after the interrupt"
     before = viewer.audio_between(control.arrival("avatar.start_talking"), sent)

@@ -9,17 +9,17 @@ import asyncio
 import aiohttp
 import pytest
 
+from harness import avatar as avatar_peer
+from harness.audio import assert_speech
+from harness.avatar import Viewer
+from harness.base import make_settings
+from harness.s3 import PREFIX, create_bucket, start_front
+from harness.voice_clips import reference_file
 from zsynth.avatar.app import create_avatar_app
 from zsynth.core.voices.store import VoiceStore
 from zsynth.services.auth import fingerprint
 from zsynth.services.dispatch import DISPATCHER
 from zsynth.services.synthesis import SYNTHESIS, SynthesisRequest
-
-from . import avatar_peer
-from .avatar_peer import Viewer
-from .helpers import assert_speech, make_settings
-from .s3_helpers import PREFIX, create_bucket, start_front
-from .voice_clips import reference_file
 
 pytestmark = pytest.mark.stack
 

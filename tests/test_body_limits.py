@@ -20,6 +20,10 @@ import pytest
 from redis.asyncio import Redis
 from yarl import URL
 
+from harness.audio import assert_speech, decode_audio
+from harness.base import ROOT, free_port, make_settings, wait_for
+from harness.s3 import PREFIX, create_bucket, start_front
+from harness.voice_clips import reference_file
 from zsynth.avatar.app import create_avatar_app
 from zsynth.core import protocol
 from zsynth.core.config import Settings
@@ -31,10 +35,6 @@ from zsynth.core.voices.library import MissingIds
 from zsynth.services.keys import VOICE_LIBRARY
 from zsynth.services.voices import new_clone_meta
 from zsynth.speech.app import create_app
-
-from .helpers import ROOT, assert_speech, decode_audio, free_port, make_settings, wait_for
-from .s3_helpers import PREFIX, create_bucket, start_front
-from .voice_clips import reference_file
 
 TIMEOUT = aiohttp.ClientTimeout(total=60)
 JSON_HEADERS = {"Content-Type": "application/json"}

@@ -20,8 +20,10 @@ from urllib.parse import quote
 import pytest
 from playwright import sync_api
 
-from .helpers import ROOT, WorkerProcess, free_port, zsynth_process
-from .voice_clips import reference_file
+from harness.base import ROOT, free_port
+from harness.fronts import zsynth_process
+from harness.voice_clips import reference_file
+from harness.workers import WorkerProcess
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [

@@ -1,7 +1,7 @@
 """CPU proofs of the stream scheduler (issue 47, item 6): how many conversing voice agents one worker carries.
 
 Real redis-server, one real worker on the simulated engine (load tests only: it holds the slot ``RTF * 0.5`` s per
-0.5 s chunk of real PCM), a real front process, and the capacity driver (``scripts/gpu_capacity.converse``): each
+0.5 s chunk of real PCM), a real front process, and the capacity driver (``harness.bench.gpu_capacity.converse``): each
 agent holds a ``multi-stream-input`` socket and speaks turns of one or two sentences as LiveKit's plugin does (a new
 context per turn, sent, flushed and closed), plays each turn from its first chunk behind a 150 ms jitter buffer, and
 its user then speaks for 3-6 s. A turn *runs dry* when a chunk arrives after the playback reached it.
@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import WorkerProcess, front_process
+from harness.fronts import front_process
+from harness.workers import WorkerProcess
 
 pytestmark = pytest.mark.heavy
 
@@ -28,7 +29,7 @@ TURNS = 3
 
 
 def _level(url: str, data: Path, rtf: float, agents: int) -> object:
-    from scripts.gpu_capacity import FIRST_AUDIO_P95_S, converse
+    from harness.bench.gpu_capacity import FIRST_AUDIO_P95_S, converse
 
     env = {
         "ZSYNTH_ENGINE": "simulated",
@@ -75,7 +76,7 @@ READING = " ".join(
 
 async def _answer_s(session: object, base: str) -> float:
     """Seconds to key B's whole answer for SENTENCE (checked as speech)."""
-    from .helpers import assert_speech, decode_audio
+    from harness.audio import assert_speech, decode_audio
 
     started = time.monotonic()
     async with session.post(  # type: ignore[attr-defined]
@@ -108,7 +109,7 @@ async def _engines_idle(metrics_urls: list[str], quiet_s: float, timeout_s: floa
     """Wait until no worker's engine has computed for ``quiet_s`` (longer than one sentence: the engine seconds are
     counted when a chunk is made), at most
     ``timeout_s`` (a busy box: the probe then goes ahead anyway)."""
-    from .helpers import sample_sum, scrape
+    from harness.measure import sample_sum, scrape
 
     def engine_s() -> float:
         return sum(sample_sum(scrape(url), "zsynth_worker_engine_seconds_sum") for url in metrics_urls)

@@ -13,11 +13,12 @@ import sys
 import numpy as np
 import pytest
 
+from harness.base import ROOT
+from harness.fronts import front_process
+from harness.workers import WorkerProcess
 from workers.engines import load_engine
 from workers.engines.base import VoiceSpec
 from zsynth.core.config import Settings
-
-from .helpers import ROOT, WorkerProcess, front_process
 
 pytestmark = pytest.mark.heavy
 
@@ -51,7 +52,9 @@ def test_load_generator_against_a_small_simulated_stack(private_redis_url, tmp_p
             result = subprocess.run(
                 [
                     sys.executable,
-                    str(ROOT / "scripts" / "loadgen.py"),
+                    "-m",
+                    "harness.bench",
+                    "loadgen",
                     "--base",
                     base,
                     "--mode",
@@ -65,6 +68,7 @@ def test_load_generator_against_a_small_simulated_stack(private_redis_url, tmp_p
                     "--json",
                     f"--pid=front={front.pid}",
                 ],
+                cwd=ROOT,
                 capture_output=True,
                 text=True,
                 timeout=120,
@@ -83,7 +87,8 @@ def test_load_generator_against_a_small_simulated_stack(private_redis_url, tmp_p
 
 def test_load_generator_refuses_non_loopback_targets():
     result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "loadgen.py"), "--base", "http://10.0.0.1:8000"],
+        [sys.executable, "-m", "harness.bench", "loadgen", "--base", "http://10.0.0.1:8000"],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=30,
@@ -101,7 +106,7 @@ def test_side_by_side_with_piper(tmp_path):
     example = ROOT / "docs" / "examples" / "bench-vs-piper.sh"
     (line,) = [line for line in example.read_text().splitlines() if line.strip() and not line.startswith("#")]
     command = shlex.split(line)
-    assert command[:2] == [".venv/bin/python", "scripts/bench_vs_piper.py"], line
+    assert command[:4] == [".venv/bin/python", "-m", "harness.bench", "vs-piper"], line
     figures = tmp_path / "figures.json"
     extra = ["--reduced", "--repeats", "1", "--settings", "default", "--json", str(figures)]
     result = subprocess.run(
@@ -145,11 +150,11 @@ FIVE_WORDS = "Short words make short turns."
 
 @pytest.mark.parametrize("mode", ["conversation", "monologue"])
 def test_conversation_driver_on_real_traffic(private_redis_url, tmp_path, mode):
-    """The capacity driver (scripts/gpu_capacity.converse), 2 agents of 2 turns each through a real front and one
+    """The capacity driver (harness.bench.gpu_capacity.converse), 2 agents of 2 turns each through a real front and one
     simulated worker: every turn's audio arrives in full, its figures are the accounting of what arrived, the turns
     follow the seeded plan (each user's pause after the playback ends, or a monologue one turn ahead of it), and the
     worker's slot shares are read from its metrics."""
-    from scripts.gpu_capacity import converse, level, plan, play
+    from harness.bench.gpu_capacity import converse, level, plan, play
 
     hold = 0.01
     env = {"ZSYNTH_ENGINE": "simulated", "ZSYNTH_LOAD_TEST_ONLY": "1", "ZSYNTH_SIM_CHUNK_HOLD": str(hold)}

@@ -24,16 +24,18 @@ import pytest
 import soundfile as sf
 from redis.asyncio import Redis
 
+from harness.audio import assert_speech, decode_audio
+from harness.base import make_settings
+from harness.fronts import front_process
+from harness.s3 import PREFIX, create_bucket
+from harness.voice_clips import flac_bomb, reference_file
+from harness.workers import WorkerProcess
 from zsynth.core import protocol
 from zsynth.core.voices import VoiceStore
 from zsynth.core.voices.bucket import ObjectTooLarge, VoiceBucket, VoiceRefused
 from zsynth.core.voices.clips import ClipError, check_total, clip_header, decode_clips
 from zsynth.core.voices.store import check_reference
 from zsynth.services.dispatch import Dispatcher, JobFailed
-
-from .helpers import WorkerProcess, assert_speech, decode_audio, front_process, make_settings
-from .s3_helpers import PREFIX, create_bucket
-from .voice_clips import flac_bomb, reference_file
 
 TIMEOUT = aiohttp.ClientTimeout(total=60)
 TEXT = "A voice from the library, checked before it is read."

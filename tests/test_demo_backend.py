@@ -6,10 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.base import free_port, make_settings
 from zsynth.demo.app import create_demo_app
 from zsynth.speech.app import create_app
-
-from .helpers import free_port, make_settings
 
 pytestmark = pytest.mark.stack
 

@@ -10,8 +10,9 @@ import pytest
 from elevenlabs import DialogueInput, ElevenLabs
 from elevenlabs.core.api_error import ApiError
 
-from .helpers import assert_speech, decode_audio, front_process
-from .voice_clips import reference_file
+from harness.audio import assert_speech, decode_audio
+from harness.fronts import front_process
+from harness.voice_clips import reference_file
 
 pytestmark = pytest.mark.heavy
 

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 import websockets
 
-from .helpers import assert_speech, decode_audio, front_process
+from harness.audio import assert_speech, decode_audio
+from harness.fronts import front_process
 
 pytestmark = pytest.mark.heavy
 

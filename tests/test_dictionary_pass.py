@@ -20,6 +20,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from harness.base import make_settings
+from harness.fronts import clocked_app
 from zsynth.core.engines import profile
 from zsynth.core.text import marks
 from zsynth.core.text.bounds import UNBOUNDED
@@ -29,12 +31,9 @@ from zsynth.core.text.dictionaries.store import DictionaryStore, DirectoryBacken
 from zsynth.core.text.prepare import TextOptions, prepare
 from zsynth.core.text.spoken import AlignmentMapper, Spoken
 
-from .fronts import clocked_app
-from .helpers import make_settings
-
 KEY = "sk-dictionary-pass-test"
 # Generous bounds for a busy 2-core CI box (the issue measured 18.7 s for one locator before the fix; the benchmark,
-# scripts/bench_text_stage.py --parts dictionaries, reports the real figures).
+# python -m harness.bench text-stage --parts dictionaries, reports the real figures).
 MAX_STAGE_S = 2.0
 MAX_LAG_S = 0.5
 MAX_EXAMPLE_S = 1.0

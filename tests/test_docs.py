@@ -25,11 +25,12 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from harness.audio import assert_speech, decode_audio
+from harness.base import free_port
+from harness.fronts import front_process, zsynth_process
+from harness.tls_certs import CertAuthority
+from harness.voice_clips import reference_file
 from zsynth.core.config import Settings
-
-from .helpers import assert_speech, decode_audio, free_port, front_process, zsynth_process
-from .tls_certs import CertAuthority
-from .voice_clips import reference_file
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "docs" / "examples"

@@ -17,10 +17,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from harness.fronts import front_process
+from harness.tls_certs import CertAuthority
 from zsynth.kit.connections import client_bucket
-
-from .helpers import front_process
-from .tls_certs import CertAuthority
 
 PARTIAL = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"  # the blank line that ends the headers never comes
 HEALTHZ = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"

@@ -10,6 +10,7 @@ from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 from pydantic import BaseModel
 
+from harness.base import make_settings
 from zsynth.kit.endpoints import (
     ENDPOINTS,
     Access,
@@ -31,7 +32,7 @@ from zsynth.speech.routes.voices import VoiceListQuery
 from zsynth.speech.schemas.bodies import MAX_TEXT_CHARS, api_error
 from zsynth.speech.synthesis_http import TextToSpeechRequest
 
-from .helpers import make_settings, status_and_code
+from .helpers import status_and_code
 
 KEY = "endpoints-test-key"
 

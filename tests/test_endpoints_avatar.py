@@ -7,14 +7,13 @@ import pydantic
 import pytest
 from aiohttp import web
 
+from harness.base import make_settings
 from zsynth.avatar.app import create_avatar_app
 from zsynth.avatar.routes import TABLES
 from zsynth.core.config import Settings
 from zsynth.kit.cors import setup_cors
 from zsynth.kit.endpoints import ENDPOINTS, Access, Endpoints, add_endpoints
 from zsynth.kit.openapi import models_in
-
-from .helpers import make_settings
 
 KEY = "avatar-endpoints-key"
 

@@ -16,6 +16,14 @@ import aiohttp
 import pytest
 import redis
 
+from harness.audio import assert_speech, decode_audio
+from harness.avatar import Viewer
+from harness.base import make_settings, wait_for
+from harness.fronts import front_process
+from harness.s3 import PREFIX, create_bucket, start_front
+from harness.stores import RedisServer, redis_text
+from harness.voice_clips import flac_bomb, reference_file
+from harness.workers import WorkerProcess
 from zsynth.avatar.app import create_avatar_app
 from zsynth.avatar.sessions import AVATAR_SESSIONS
 from zsynth.core import protocol
@@ -30,20 +38,7 @@ from zsynth.services.keys import VOICE_LIBRARY
 from zsynth.services.keystore import KeyStore, KeyStoreError
 from zsynth.speech.app import create_app
 
-from .avatar_peer import Viewer
-from .helpers import (
-    RedisServer,
-    WorkerProcess,
-    assert_speech,
-    decode_audio,
-    front_process,
-    make_settings,
-    redis_text,
-    status_and_code,
-    wait_for,
-)
-from .s3_helpers import PREFIX, create_bucket, start_front
-from .voice_clips import flac_bomb, reference_file
+from .helpers import status_and_code
 
 TIMEOUT = aiohttp.ClientTimeout(total=60)
 

@@ -41,11 +41,12 @@ import pytest
 import soundfile as sf
 from redis.asyncio import Redis
 
+from harness.audio import decode_audio
+from harness.fronts import front_process
+from harness.s3 import PREFIX, create_bucket
+from harness.sentinel import DOWN_AFTER_MS, SentinelSet
+from harness.workers import WorkerProcess
 from zsynth.core import protocol
-
-from .helpers import WorkerProcess, decode_audio, front_process
-from .s3_helpers import PREFIX, create_bucket
-from .sentinels import DOWN_AFTER_MS, SentinelSet
 
 pytestmark = [pytest.mark.heavy, pytest.mark.timeout(300)]  # the module's scenario runs in the first test's setup
 
@@ -156,7 +157,7 @@ class Report:
 
 
 def reference_clip() -> bytes:
-    """About 12 s of a voiced buzz with syllable rhythm, as a WAV file (as scripts/soak.py makes it)."""
+    """About 12 s of a voiced buzz with syllable rhythm, as a WAV file (as harness/bench/soak.py makes it)."""
     rate = 24000
     t = np.arange(int(12 * rate)) / rate
     phase = 2 * np.pi * np.cumsum(140 + 20 * np.sin(2 * np.pi * 0.3 * t)) / rate

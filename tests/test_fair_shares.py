@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
+from harness.base import make_settings
+from harness.stores import redis_text
 from zsynth.core import protocol
 from zsynth.core.config import Settings
 from zsynth.services.dispatch import Dispatcher, JobFailed
 from zsynth.speech.app import create_app
-
-from .helpers import make_settings, redis_text
 
 pytestmark = pytest.mark.stack
 

@@ -12,10 +12,12 @@ import aiohttp
 import pytest
 from redis.asyncio import Redis
 
+from harness.audio import assert_speech, decode_audio
+from harness.base import LONG_TEXT, make_settings
+from harness.stores import RedisServer, redis_text
+from harness.workers import WorkerProcess
 from zsynth.core import protocol
 from zsynth.speech.app import create_app
-
-from .helpers import LONG_TEXT, RedisServer, WorkerProcess, assert_speech, decode_audio, make_settings, redis_text
 
 
 async def job_record(redis_url: str, job_id: str) -> dict[str, str]:

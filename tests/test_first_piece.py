@@ -15,13 +15,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from harness.audio import decode_audio
+from harness.base import make_settings
+from harness.workers import WorkerProcess
 from workers.engines.base import EngineChunk
 from workers.synthesis import SEAM_SILENCE, SEAM_WORD_MS, first_piece, seam_head, seam_rest, speak_cut
 from zsynth.core.text import marks
 from zsynth.core.text.sentences import FIRST_PIECE_CLAUSE_CHARS, first_piece_cut
 from zsynth.speech.app import create_app
-
-from .helpers import WorkerProcess, decode_audio, make_settings
 
 RATE = 22050
 LONG = "The weather today is sunny, with a high of seventy degrees and light winds from the west."

@@ -16,13 +16,16 @@ import redis
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.audio import assert_speech, decode_audio
+from harness.base import LONG_TEXT, make_settings
+from harness.fronts import front_process
+from harness.stores import redis_text
+from harness.workers import WorkerProcess
 from workers.flow import CreditGate
 from zsynth.core import protocol
 from zsynth.services.dispatch import DISPATCHER
 from zsynth.services.flow import Ledger, window_bytes
 from zsynth.speech.app import create_app
-
-from .helpers import LONG_TEXT, WorkerProcess, assert_speech, decode_audio, front_process, make_settings, redis_text
 
 # ----- the front's ledger (pure) --------------------------------------------------------------------------------
 

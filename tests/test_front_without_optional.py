@@ -22,7 +22,9 @@ from typing import Any
 
 import pytest
 
-from .helpers import ROOT, assert_speech, decode_audio, front_process
+from harness.audio import assert_speech, decode_audio
+from harness.base import ROOT
+from harness.fronts import front_process
 
 pytestmark = pytest.mark.heavy
 

@@ -16,10 +16,10 @@ from hypothesis import HealthCheck, Phase, settings
 from schemathesis.checks import CheckFunction
 from schemathesis.specs.openapi.checks import positive_data_acceptance, response_schema_conformance
 
+from harness.fronts import front_process
 from zsynth.core.config import Settings
 from zsynth.documents import build_document
 
-from .helpers import front_process
 from .openapi_helpers import JSON_LINES  # one JSON object per line: their per-line schema check lives there
 
 pytestmark = pytest.mark.heavy

@@ -6,10 +6,9 @@ import ipaddress
 
 import pytest
 
+from harness.base import make_settings
 from zsynth.services.keys import SETTINGS
 from zsynth.speech.app import create_app
-
-from .helpers import make_settings
 
 
 @pytest.mark.stack

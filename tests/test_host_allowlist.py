@@ -15,10 +15,13 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from harness.base import free_port
+from harness.fronts import front_process, zsynth_process
+from harness.workers import WorkerProcess
 from zsynth.core.config import Settings
 from zsynth.kit.hosts import AllowedHosts, host_name
 
-from .helpers import WorkerProcess, free_port, front_process, status_and_code, zsynth_process
+from .helpers import status_and_code
 
 KEY = "host-allowlist-full-key"
 REBOUND = "attacker.example"  # the page's name, re-pointed at 127.0.0.1

@@ -13,10 +13,10 @@ import aiohttp
 import pytest
 from yarl import URL
 
+from harness.audio import assert_speech, decode_audio
+from harness.base import make_settings
+from harness.voice_clips import reference_file
 from zsynth.speech.app import create_app
-
-from .helpers import assert_speech, decode_audio, make_settings
-from .voice_clips import reference_file
 
 pytestmark = pytest.mark.stack
 

@@ -7,7 +7,7 @@ naming pronunciation dictionaries: the issue's 10,000 identical rules, and rules
 must stay alive (the same process) with bounded memory, and still speak a normal sentence afterwards.
 
 CI runs ``FUZZ_HOSTILE_EXAMPLES`` examples (default 30) of at most 300 characters, plus the issue's named cases at
-full size; ``scripts/fuzz_hostile.py`` is the long run for a release.
+full size; ``harness/bench/fuzz_hostile.py`` is the long run for a release.
 """
 
 from __future__ import annotations
@@ -19,15 +19,18 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings
 
-from .helpers import WorkerProcess, assert_speech, decode_audio, front_process
-from .hostile_text import HealthProbe, HostileRequest, HostileRun, hostile_requests, rss_bytes
+from harness.audio import assert_speech, decode_audio
+from harness.fronts import front_process
+from harness.hostile_text import HealthProbe, HostileRequest, HostileRun, hostile_requests
+from harness.measure import rss_bytes
+from harness.workers import WorkerProcess
 
 pytestmark = pytest.mark.heavy
 
 EXAMPLES = int(os.environ.get("FUZZ_HOSTILE_EXAMPLES", "30"))
 MAX_CHARS = 300
 # Generous bounds for a busy 2-core CI box: a hang, a stall or a leak still fails. The benchmark
-# (scripts/fuzz_hostile.py) reports the measured figures.
+# (harness/bench/fuzz_hostile.py) reports the measured figures.
 MAX_SECONDS = HostileRun.READ_S + 20.0
 MAX_HEALTHZ_STALL_S = 1.0
 # onnxruntime keeps the arena of the largest call it has made: a Piper call is at most 256 phonemes, which measured

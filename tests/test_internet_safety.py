@@ -16,6 +16,9 @@ import aiohttp
 import pytest
 from redis.asyncio import Redis
 
+from harness.avatar import Viewer
+from harness.base import make_settings
+from harness.ws import collect
 from zsynth.avatar.app import create_avatar_app
 from zsynth.avatar.sessions import AVATAR_SESSIONS
 from zsynth.core.protocol import QUEUE
@@ -23,10 +26,6 @@ from zsynth.services.auth import AUTHENTICATOR, AVATAR_SERVER, Authenticator, Au
 from zsynth.services.keystore import HASH_ATTR
 from zsynth.speech.app import create_app
 from zsynth.speech.ws.buffer import TextBuffer
-
-from .avatar_peer import Viewer
-from .helpers import make_settings
-from .ws_helpers import collect
 
 PATH = "/v1/text-to-speech/any-voice/stream-input"
 STATIC_KEY = "sk-internet-safety"

@@ -8,12 +8,11 @@ from urllib.parse import quote
 
 import pytest
 
+from harness.base import make_settings
+from harness.ws import collect
 from zsynth.avatar.app import create_avatar_app
 from zsynth.services.auth import AUTHENTICATOR, Authenticator
 from zsynth.speech.app import create_app
-
-from .helpers import make_settings
-from .ws_helpers import collect
 
 pytestmark = pytest.mark.stack
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from harness.audio import assert_speech, decode_audio
+from harness.ws import collect
 from zsynth.core.languages import UnsupportedLanguage, check_language_code
-
-from .helpers import assert_speech, decode_audio
-from .ws_helpers import collect
 
 TEXT = "Good morning, and welcome to the show."
 ROUTES = ("", "/stream", "/with-timestamps", "/stream/with-timestamps")

@@ -61,8 +61,8 @@ def test_the_check_sees_every_form_of_such_an_import():
 
 
 def test_the_packages_import_without_cycles():
-    """zsynth and workers stay free of import cycles, TYPE_CHECKING imports included (scripts/import_cycles.py)."""
-    from scripts.import_cycles import DEFAULT_PACKAGES, ROOT, cycles, edges, module_name
+    """zsynth and workers stay free of import cycles, TYPE_CHECKING imports included (tests/import_cycles.py)."""
+    from .import_cycles import DEFAULT_PACKAGES, ROOT, cycles, edges, module_name
 
     modules = {module_name(p): p for package in DEFAULT_PACKAGES for p in sorted((ROOT / package).rglob("*.py"))}
     assert len(modules) > 100  # the walk found the tree
@@ -70,7 +70,7 @@ def test_the_packages_import_without_cycles():
 
 
 def test_the_cycle_finder_finds_a_cycle():
-    from scripts.import_cycles import cycles
+    from .import_cycles import cycles
 
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert cycles(graph) == [["a", "b", "c"]]
@@ -127,7 +127,7 @@ def lateral_route_imports(
 
 
 def _project() -> tuple[dict[str, Path], dict[str, set[str]]]:
-    from scripts.import_cycles import DEFAULT_PACKAGES, ROOT, edges, module_name
+    from .import_cycles import DEFAULT_PACKAGES, ROOT, edges, module_name
 
     modules = {module_name(p): p for package in DEFAULT_PACKAGES for p in sorted((ROOT / package).rglob("*.py"))}
     return modules, edges(modules, False)

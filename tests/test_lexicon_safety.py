@@ -22,6 +22,11 @@ from elevenlabs.pronunciation_dictionaries import (
     BodyAddAPronunciationDictionaryV1PronunciationDictionariesAddFromRulesPostRulesItem_Alias as AliasRule,
 )
 
+from harness.base import make_settings
+from harness.fronts import front_process
+from harness.measure import rss_mb
+from harness.s3 import bucket_keys, create_bucket
+from harness.upload_bodies import inflating_pls, lexicon, lexicon_form
 from zsynth.core.text.dictionaries.cache import ByteBudgetCache
 from zsynth.core.text.dictionaries.rules import MAX_STRING_CHARS, Rule
 from zsynth.core.text.dictionaries.store import (
@@ -35,10 +40,6 @@ from zsynth.core.text.dictionaries.store import (
     rules_bytes,
 )
 from zsynth.speech.app import create_app
-
-from .helpers import front_process, make_settings
-from .s3_helpers import bucket_keys, create_bucket
-from .upload_bodies import inflating_pls, lexicon, lexicon_form, rss_mb
 
 BASE = "/v1/pronunciation-dictionaries"
 TIMEOUT = aiohttp.ClientTimeout(total=60)

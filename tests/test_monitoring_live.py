@@ -18,10 +18,12 @@ import pytest
 import yaml
 from websockets.sync.client import connect as ws_connect
 
-from scripts.dashboard import OUT as DASHBOARD
-from scripts.dashboard import PANELS, render
-
-from .helpers import LONG_TEXT, ROOT, WorkerProcess, assert_speech, decode_audio, free_port, front_process, wait_for
+from harness.audio import assert_speech, decode_audio
+from harness.base import LONG_TEXT, ROOT, free_port, wait_for
+from harness.dashboard import OUT as DASHBOARD
+from harness.dashboard import PANELS, render
+from harness.fronts import front_process
+from harness.workers import WorkerProcess
 
 pytestmark = [pytest.mark.heavy, pytest.mark.timeout(300)]
 
@@ -138,7 +140,7 @@ def mixed_load(front: str) -> None:
 
 
 def test_the_committed_dashboard_is_the_generated_one():
-    assert DASHBOARD.read_text() == render(), "run: python scripts/dashboard.py"
+    assert DASHBOARD.read_text() == render(), "run: python -m harness.dashboard"
     panels = json.loads(DASHBOARD.read_text())["panels"]
     assert [p["title"] for p in panels] == [p.title for p in PANELS]
 

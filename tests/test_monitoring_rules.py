@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .helpers import ROOT
+from harness.base import ROOT
 
 MONITORING = ROOT / "systemd" / "monitoring"
 RULES = MONITORING / "zsynth-rules.yml"

@@ -14,16 +14,17 @@ from collections.abc import Iterator
 import aiohttp
 import pytest
 
+from harness.base import free_port, make_settings
+from harness.fronts import front_process
+from harness.measure import poll_health
+from harness.upload_bodies import PLS_NS, empty_parts
+from harness.voice_clips import reference_file
 from zsynth.demo.app import create_demo_app
 from zsynth.speech.app import create_app
 
-from .helpers import free_port, front_process, make_settings
-from .upload_bodies import PLS_NS, empty_parts, poll_health
-from .voice_clips import reference_file
-
 FLOOD = empty_parts(100_000)
 FLOOD_HEADERS = {"Content-Type": "multipart/form-data; boundary=x"}
-# The probe (scripts/bench_edge_uploads.py) reports the stall against the 50 ms target; this bound leaves room for
+# The probe (harness/bench/edge_uploads.py) reports the stall against the 50 ms target; this bound leaves room for
 # a test box shared with other runs, and is still 400 times below what the flood did before the cap.
 STALL_BOUND_S = 0.25
 TIMEOUT = aiohttp.ClientTimeout(total=60)

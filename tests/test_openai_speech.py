@@ -16,12 +16,13 @@ import pytest
 import redis
 import soundfile as sf
 
+from harness.audio import assert_speech
+from harness.base import wait_for
+from harness.fronts import front_process
+from harness.voice_clips import pitch_of, reference_file
 from zsynth.core import protocol
 from zsynth.core.config import Settings, SettingsError
 from zsynth.speech.routes.openai_speech import engine_speed
-
-from .helpers import assert_speech, front_process, wait_for
-from .voice_clips import pitch_of, reference_file
 
 KEY = "openai-route-static-key"
 TEXT = "The quick brown fox jumps over the lazy dog, and then it takes a nap."

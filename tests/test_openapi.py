@@ -10,13 +10,14 @@ import pytest
 from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate
 
+from harness.audio import assert_speech, decode_audio
+from harness.base import make_settings
+from harness.voice_clips import reference_file
 from zsynth.documents import build_document
 from zsynth.services.keys import SETTINGS
 from zsynth.speech.app import create_app
 
-from .helpers import assert_speech, decode_audio, make_settings
 from .openapi_helpers import DOC, Checker, documented, registered
-from .voice_clips import reference_file
 
 
 @pytest.mark.unit

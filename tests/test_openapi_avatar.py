@@ -6,12 +6,12 @@ import pytest
 from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate
 
+from harness.avatar import Viewer
+from harness.base import make_settings
 from zsynth.avatar.app import create_avatar_app
 from zsynth.core.config import Settings
 from zsynth.documents import build_document
 
-from .avatar_peer import Viewer
-from .helpers import make_settings
 from .openapi_helpers import Checker, documented, registered
 
 DOC = build_document("avatar")

@@ -16,10 +16,12 @@ import aiohttp
 import numpy as np
 import pytest
 
+from harness.audio import assert_speech
+from harness.base import ROOT
+from harness.fronts import front_process
+from harness.workers import WorkerProcess
 from workers.cores import CoreShare
 from zsynth.core.config import Settings, default_engine_threads, default_workers, usable_cores
-
-from .helpers import ROOT, WorkerProcess, assert_speech, front_process
 
 
 @pytest.mark.heavy

@@ -19,9 +19,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from harness.audio import assert_speech
+from harness.base import make_settings
 from zsynth.speech.app import create_app
 
-from .helpers import assert_speech, make_settings, socket_log_after_close
+from .helpers import socket_log_after_close
 
 ROOT = Path(__file__).resolve().parent.parent
 PIPECAT_PYTHON = ROOT / ".venv-pipecat" / "bin" / "python"

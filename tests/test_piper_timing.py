@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.helpers import assert_speech
+from harness.audio import assert_speech
 from workers.engines.base import VoiceSpec
 from workers.engines.piper import PiperEngine
 

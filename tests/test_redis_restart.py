@@ -21,11 +21,13 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from harness.audio import assert_speech, decode_audio
+from harness.fronts import front_process
+from harness.stores import RedisServer, redis_text
+from harness.voice_clips import reference_file
+from harness.workers import WorkerProcess
 from zsynth.core import protocol
 from zsynth.core.redis_link import async_blocking_client, async_client, sync_client
-
-from .helpers import RedisServer, WorkerProcess, assert_speech, decode_audio, front_process, redis_text
-from .voice_clips import reference_file
 
 pytestmark = pytest.mark.heavy
 

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from .helpers import assert_speech, decode_audio
+from harness.audio import assert_speech, decode_audio
 
 pytestmark = pytest.mark.stack
 

@@ -9,7 +9,9 @@ import aiohttp
 import numpy as np
 import pytest
 
-from .helpers import WorkerProcess, decode_audio, front_process
+from harness.audio import decode_audio
+from harness.fronts import front_process
+from harness.workers import WorkerProcess
 
 pytestmark = pytest.mark.heavy
 

@@ -16,10 +16,9 @@ import pytest
 import redis
 from aiohttp import web
 
+from harness.base import ROOT, free_port, make_settings, wait_for
 from zsynth.core import protocol
 from zsynth.kit.server import serve_app
-
-from .helpers import ROOT, free_port, make_settings, wait_for
 
 
 def _log_has(path: Path, text: str) -> bool:

@@ -13,13 +13,14 @@ import redis.asyncio as aioredis
 from elevenlabs import ElevenLabs
 from elevenlabs.core.api_error import ApiError
 
+from harness.audio import assert_speech, decode_audio
+from harness.base import make_settings
+from harness.fronts import FakeClock, front_process
+from harness.ws import Received, collect
 from zsynth.core.protocol import SINGLE_USE_TOKEN_PREFIX
 from zsynth.services import single_use
 from zsynth.services.auth import Credential, fingerprint
 from zsynth.speech.app import create_app
-
-from .helpers import FakeClock, assert_speech, decode_audio, front_process, make_settings
-from .ws_helpers import Received, collect
 
 pytestmark = pytest.mark.heavy
 

@@ -19,10 +19,12 @@ import pytest
 import redis
 from redis.asyncio import Redis
 
+from harness.audio import decode_audio
+from harness.base import make_settings
+from harness.stores import redis_text
+from harness.workers import WorkerProcess
 from zsynth.core import protocol
 from zsynth.speech.app import create_app
-
-from .helpers import WorkerProcess, decode_audio, make_settings, redis_text
 
 pytestmark = pytest.mark.heavy
 

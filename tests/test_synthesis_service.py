@@ -12,15 +12,15 @@ import aiohttp
 import pytest
 from redis.asyncio import Redis
 
+from harness.avatar import Viewer, open_session
+from harness.base import LONG_TEXT, make_settings
+from harness.workers import WorkerProcess
+from harness.ws import collect
 from zsynth.avatar.app import create_avatar_app
 from zsynth.core import protocol
 from zsynth.services.dispatch import JobFailed
 from zsynth.services.synthesis import classify
 from zsynth.speech.app import create_app
-
-from .avatar_peer import Viewer, open_session
-from .helpers import LONG_TEXT, WorkerProcess, make_settings
-from .ws_helpers import collect
 
 KEY = "synthesis-service-key"
 DIED = "The worker died while speaking."

@@ -24,14 +24,15 @@ from elevenlabs.pronunciation_dictionaries import (
 )
 from livekit.plugins import elevenlabs as livekit_elevenlabs
 
+from harness.audio import assert_speech, decode_audio
+from harness.base import make_settings
+from harness.fronts import clocked_app
+from harness.s3 import create_bucket
+from harness.ws import collect
 from zsynth.speech.app import create_app
 
-from .fronts import clocked_app
-from .helpers import assert_speech, decode_audio, make_settings
 from .livekit_helpers import CONN
 from .livekit_helpers import speak as livekit_speak
-from .s3_helpers import create_bucket
-from .ws_helpers import collect
 
 pytestmark = pytest.mark.stack
 

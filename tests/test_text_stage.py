@@ -19,6 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
+from harness.audio import decode_audio
+from harness.base import make_settings
 from zsynth.avatar.speech import SpeechTask
 from zsynth.core.config import Settings
 from zsynth.core.engines import PIPER
@@ -31,8 +33,6 @@ from zsynth.core.text.spoken import AlignmentMapper, Spoken
 from zsynth.services.dispatch import Dispatcher
 from zsynth.services.synthesis import SynthesisRequest, SynthesisService
 from zsynth.speech.app import create_app
-
-from .helpers import decode_audio, make_settings
 
 # Pieces hostile text is made of: long words, digit and punctuation runs, marks, RTL, emoji, controls, tags.
 UNITS = [

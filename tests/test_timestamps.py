@@ -7,13 +7,13 @@ import json
 
 import pytest
 
+from harness.audio import assert_speech, decode_audio
+from harness.ws import squash
 from zsynth.kit.answer_headers import AUDIO_HEADER_NAMES
 from zsynth.speech.access import CORS_EXPOSE_HEADERS
 from zsynth.speech.schemas.apidoc import AUDIO_HEADERS
 
-from .helpers import assert_speech, decode_audio
 from .openapi_helpers import DOC
-from .ws_helpers import squash
 
 TEXT = "The quick brown fox jumps over the lazy dog. Then it runs back home,   before the rain starts!"
 

@@ -28,8 +28,10 @@ from elevenlabs.client import ElevenLabs
 from prometheus_client.parser import text_string_to_metric_families
 from websockets.sync.client import connect as ws_connect
 
-from .helpers import assert_speech, decode_audio, free_port, front_process, wait_for, zsynth_process
-from .tls_certs import CertAuthority
+from harness.audio import assert_speech, decode_audio
+from harness.base import free_port, wait_for
+from harness.fronts import front_process, zsynth_process
+from harness.tls_certs import CertAuthority
 
 pytestmark = pytest.mark.heavy
 

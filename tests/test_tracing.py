@@ -13,8 +13,11 @@ import httpx
 import pytest
 from websockets.sync.client import connect as ws_connect
 
-from .helpers import ROOT, WorkerProcess, assert_speech, decode_audio, front_process, wait_for
-from .otlp import Receiver
+from harness.audio import assert_speech, decode_audio
+from harness.base import ROOT, wait_for
+from harness.fronts import front_process
+from harness.otlp import Receiver
+from harness.workers import WorkerProcess
 
 pytestmark = pytest.mark.timeout(180)
 

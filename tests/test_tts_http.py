@@ -8,7 +8,8 @@ import time
 import numpy as np
 import pytest
 
-from .helpers import assert_speech, decode_audio, sample_sum, scrape
+from harness.audio import assert_speech, decode_audio
+from harness.measure import sample_sum, scrape
 
 pytestmark = pytest.mark.stack
 

@@ -14,9 +14,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from harness.audio import decode_audio
+from harness.base import make_settings
+from harness.workers import WorkerProcess
 from zsynth.speech.app import create_app
 
-from .helpers import WorkerProcess, decode_audio, make_settings
 from .turbo_helpers import MAX_TOKENS, make_voice, turbo_settings
 
 try:
@@ -224,11 +226,11 @@ async def test_worker_serves_cloned_voices_over_http(
 
 
 def test_prepared_gpu_run_pieces_on_the_cpu(engine: TurboEngine, tmp_path: Path):
-    """scripts/gpu_run.py's phases on this engine (tiny, CPU): figures that add up, and the files it writes."""
+    """harness/gpu_run.py's phases on this engine (tiny, CPU): figures that add up, and the files it writes."""
     import json
 
-    from scripts import gpu_run
-    from scripts.bench_turbo import LONG, SHORT
+    from harness import gpu_run
+    from harness.bench.turbo import LONG, SHORT
     from workers.engines.turbo_static import StaticT3
 
     dev = gpu_run.Device(torch, "cpu")
@@ -282,6 +284,6 @@ def test_prepared_gpu_run_refuses_to_pass_cpu_figures_as_gpu_ones():
 
     root = Path(__file__).resolve().parent.parent
     done = subprocess.run(
-        [sys.executable, str(root / "scripts" / "gpu_run.py")], capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, "-m", "harness.gpu_run"], cwd=root, capture_output=True, text=True, timeout=120, check=False
     )
     assert done.returncode == 2 and "--reduced" in done.stderr

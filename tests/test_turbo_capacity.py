@@ -1,4 +1,4 @@
-"""The capacity run's accounting (scripts/gpu_capacity.py) on hand-made schedules: no engine, no sockets."""
+"""The capacity run's accounting (harness/bench/gpu_capacity.py) on hand-made schedules: no engine, no sockets."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts.gpu_capacity import (
+from harness.bench.gpu_capacity import (
     Chunk,
     LevelResult,
     Turn,
@@ -129,7 +129,7 @@ def test_capacity_run_on_the_simulated_engine_finds_what_its_rtf_allows() -> Non
     engine at an RTF of 0.1: every level up to 3 passes, as the worker that shares its slot chunk by chunk allows 6
     (a worker running one sentence job at a time allowed 1, and failed levels 2 and 3). About a minute and a half."""
     result = subprocess.run(
-        [sys.executable, "scripts/gpu_capacity.py", "--reduced", "--rtf", "0.1", "--levels", "1,2,3"],
+        [sys.executable, "-m", "harness.bench", "gpu-capacity", "--reduced", "--rtf", "0.1", "--levels", "1,2,3"],
         cwd=Path(__file__).resolve().parent.parent,
         capture_output=True,
         text=True,

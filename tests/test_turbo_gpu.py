@@ -20,12 +20,12 @@ if not torch.cuda.is_available():
 
 from redis.asyncio import Redis  # noqa: E402
 
+from harness.base import make_settings  # noqa: E402
+from harness.workers import WorkerProcess  # noqa: E402
 from workers.engines.turbo import text_pieces  # noqa: E402
 from workers.engines.turbo_ckpt import write_random_checkpoint  # noqa: E402
 from zsynth.core import protocol  # noqa: E402
 from zsynth.services.dispatch import Dispatcher  # noqa: E402
-
-from .helpers import WorkerProcess, make_settings  # noqa: E402
 
 pytestmark = [
     pytest.mark.heavy,

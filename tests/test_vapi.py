@@ -9,7 +9,8 @@ import httpx
 import numpy as np
 import pytest
 
-from .helpers import assert_speech, front_process
+from harness.audio import assert_speech
+from harness.fronts import front_process
 
 pytestmark = pytest.mark.heavy
 

@@ -12,8 +12,8 @@ import aiohttp
 import pytest
 import soundfile as sf
 
-from .helpers import front_process
-from .voice_clips import reference_file
+from harness.fronts import front_process
+from harness.voice_clips import reference_file
 
 pytestmark = pytest.mark.heavy
 

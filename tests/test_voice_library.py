@@ -22,23 +22,17 @@ from elevenlabs import VoiceSettings
 from elevenlabs.client import AsyncElevenLabs
 from redis.asyncio import Redis
 
+from harness.audio import assert_speech, decode_audio
+from harness.base import free_port, make_settings
+from harness.fronts import front_process
+from harness.stores import redis_server, redis_text
+from harness.voice_clips import RATE, encode, piper_speech, pitch_of, reference_file, reference_pcm
+from harness.workers import WorkerProcess
 from zsynth.core import protocol
 from zsynth.core.supervise import task_stack
 from zsynth.services.dispatch import Dispatcher, JobFailed
 from zsynth.services.keys import VOICE_LIBRARY
 from zsynth.speech.app import create_app
-
-from .helpers import (
-    WorkerProcess,
-    assert_speech,
-    decode_audio,
-    free_port,
-    front_process,
-    make_settings,
-    redis_server,
-    redis_text,
-)
-from .voice_clips import RATE, encode, piper_speech, pitch_of, reference_file, reference_pcm
 
 PREFIX = "library/"
 TEXT = "The library keeps every voice in one place, and every box hears about changes at once."

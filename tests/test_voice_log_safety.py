@@ -22,15 +22,18 @@ import aiohttp
 import pytest
 from redis.asyncio import Redis
 
+from harness.audio import assert_speech, decode_audio
+from harness.base import make_settings
+from harness.fronts import front_process
+from harness.s3 import PREFIX, create_bucket, start_front
+from harness.stores import redis_text
+from harness.voice_clips import reference_file
+from harness.workers import WorkerProcess
 from zsynth.core import protocol
 from zsynth.core.voices.bucket import VoiceBucket
 from zsynth.core.voices.store import VoiceStore
 from zsynth.services.keys import VOICE_LIBRARY
 from zsynth.speech.app import create_app
-
-from .helpers import WorkerProcess, assert_speech, decode_audio, front_process, make_settings, redis_text
-from .s3_helpers import PREFIX, create_bucket, start_front
-from .voice_clips import reference_file
 
 TIMEOUT = aiohttp.ClientTimeout(total=60)
 TEXT = "A forged line on Redis does not remove a voice."

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from elevenlabs.client import AsyncElevenLabs
 
-from .helpers import assert_speech, decode_audio
-from .voice_clips import RATE, encode, piper_speech, pitch_of, reference_file, reference_pcm
+from harness.audio import assert_speech, decode_audio
+from harness.voice_clips import RATE, encode, piper_speech, pitch_of, reference_file, reference_pcm
 
 pytestmark = pytest.mark.stack
 
@@ -202,9 +202,8 @@ async def test_bad_clips_get_400_saying_what_to_send(client, make, code):
 
 
 async def test_oversized_clip_gets_400(aiohttp_client, redis_url, data_dir, shared_workers):
+    from harness.base import make_settings
     from zsynth.speech.app import create_app
-
-    from .helpers import make_settings
 
     small = await aiohttp_client(create_app(make_settings(redis_url, data_dir, voice_clip_max_bytes=100_000)))
     resp = await small.post("/voices", data=clone_form("big", ("big.wav", reference_file(), "audio/wav")))

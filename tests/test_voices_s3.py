@@ -9,16 +9,18 @@ import aiohttp
 import pytest
 from redis.asyncio import Redis
 
+from harness.base import free_port, make_settings
+from harness.s3 import PREFIX, bucket_keys, create_bucket, start_front
+from harness.stores import moto_env
+from harness.voice_clips import reference_file
+from harness.ws import collect
 from zsynth.core import protocol
 from zsynth.core.config import Settings
 from zsynth.core.voices import is_clone_id
 from zsynth.services.keys import VOICE_LIBRARY
 from zsynth.speech.app import create_app
 
-from .helpers import free_port, make_settings, moto_env, status_and_code
-from .s3_helpers import PREFIX, bucket_keys, create_bucket, start_front
-from .voice_clips import reference_file
-from .ws_helpers import collect
+from .helpers import status_and_code
 
 
 async def clone(front, name: str) -> str:

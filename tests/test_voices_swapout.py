@@ -11,11 +11,12 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
+from harness.audio import assert_speech, decode_audio
+from harness.base import ROOT, free_port, make_settings
+from harness.voice_clips import reference_file
+from harness.workers import WorkerProcess
 from zsynth.services.voices import VoiceConfigError
 from zsynth.speech.app import create_app
-
-from .helpers import ROOT, WorkerProcess, assert_speech, decode_audio, free_port, make_settings
-from .voice_clips import reference_file
 
 TEXT = "A client written for another provider still gets speech from this server."
 STOCK_ID = "21m00Tcm4TlvDq8ikWAM"  # a stock id hard-coded in many ElevenLabs clients

@@ -9,10 +9,10 @@ import aiohttp
 import pytest
 from redis.asyncio import Redis
 
+from harness.audio import assert_speech, decode_audio
+from harness.base import LONG_TEXT, make_settings
 from zsynth.core import protocol
 from zsynth.speech.app import create_app
-
-from .helpers import LONG_TEXT, assert_speech, decode_audio, make_settings
 
 
 @pytest.mark.heavy

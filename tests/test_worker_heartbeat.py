@@ -13,13 +13,14 @@ import pytest
 import redis as sync_redis
 from redis.asyncio import Redis
 
+from harness.base import make_settings
+from harness.stores import RedisServer
+from harness.workers import WorkerProcess
 from workers.engines import load_engine
 from workers.worker import Worker
 from zsynth.core import protocol
 from zsynth.core.config import Settings
 from zsynth.services.dispatch import Dispatcher
-
-from .helpers import RedisServer, WorkerProcess, make_settings
 
 TTL_S = 2
 #: About 150 words of simulated speech at 0.1 s a chunk: 12 s, several times the heartbeat's TTL.

@@ -19,13 +19,15 @@ import pytest
 import redis as sync_redis
 from redis.asyncio import Redis
 
+from harness.audio import assert_speech, decode_audio
+from harness.base import ROOT, make_settings, wait_for
+from harness.measure import sample_sum, scrape
+from harness.workers import WorkerProcess
 from workers.engines.base import VoiceSpec
 from workers.memory import MEMORY_EXIT_CODE, MemoryWatch
 from zsynth.core import protocol
 from zsynth.core.config import Settings, SettingsError
 from zsynth.speech.app import create_app
-
-from .helpers import ROOT, WorkerProcess, assert_speech, decode_audio, make_settings, sample_sum, scrape, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 

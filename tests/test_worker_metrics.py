@@ -10,10 +10,11 @@ import urllib.request
 
 import pytest
 
+from harness.audio import assert_speech, decode_audio
+from harness.base import LONG_TEXT, free_port, wait_for
+from harness.measure import sample_sum, scrape
 from workers.metrics import NvmlCollector, gpu_collector
 from zsynth.core.config import Settings
-
-from .helpers import LONG_TEXT, assert_speech, decode_audio, free_port, sample_sum, scrape, wait_for
 
 
 @pytest.mark.stack

@@ -29,13 +29,13 @@ from wyoming.error import Error
 from wyoming.info import Describe, Info
 from wyoming.tts import Synthesize, SynthesizeVoice
 
+from harness.audio import assert_speech, decode_audio
+from harness.base import free_port
+from harness.s3 import PREFIX, create_bucket, start_front
+from harness.voice_clips import reference_file
+from harness.ws import collect
 from zsynth.services.auth import fingerprint, secret_hash
 from zsynth.speech.wyoming.listener import LISTENER
-
-from .helpers import assert_speech, decode_audio, free_port
-from .s3_helpers import PREFIX, create_bucket, start_front
-from .voice_clips import reference_file
-from .ws_helpers import collect
 
 STATIC = "workspaces-static-key"  # a static key: the default workspace
 FMT = "pcm_22050"
@@ -483,11 +483,10 @@ def test_voices_list_shows_each_clone_s_workspace(tmp_path, capsys) -> None:
 async def test_an_avatar_session_token_acts_in_its_key_s_workspace(
     aiohttp_client, aws_endpoint, redis_url, data_dir, keys_table
 ):
+    from harness.base import make_settings
     from zsynth.avatar.app import create_avatar_app
     from zsynth.services.auth import Authenticator
     from zsynth.services.keystore import KeyStore
-
-    from .helpers import make_settings
 
     key = _key()
     await put_key(keys_table, key, "team-a")
@@ -513,10 +512,9 @@ async def test_wyoming_jobs_count_against_their_workspace_s_queue_owner(aiohttp_
     """No worker takes the job here, so it waits on the queue where its owner can be read."""
     from redis.asyncio import Redis
 
+    from harness.base import make_settings
+    from harness.wyoming_client import wyoming_front
     from zsynth.core import protocol
-
-    from .helpers import make_settings
-    from .wyoming_helpers import wyoming_front
 
     settings = make_settings(
         private_redis_url, tmp_path, wyoming_uri=("127.0.0.1", free_port()), wyoming_workspace="team-a"
@@ -577,11 +575,10 @@ async def test_the_avatar_speaks_and_manages_only_its_workspace_s(
     """The avatar server follows the same voice library: a session of workspace B cannot speak A's clone (an
     ``error`` event, as for an unknown clone id), and B's full key neither lists, reads, closes nor attaches to A's
     session."""
+    from harness.avatar import Viewer, open_session
+    from harness.base import make_settings
     from zsynth.avatar.app import create_avatar_app
     from zsynth.speech.app import create_app
-
-    from .avatar_peer import Viewer, open_session
-    from .helpers import make_settings
 
     key_a, key_b = _key(), _key()
     await put_key(keys_table, key_a, "team-a")

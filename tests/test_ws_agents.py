@@ -12,11 +12,11 @@ import aiohttp
 import pytest
 from redis.asyncio import Redis
 
+from harness.audio import assert_speech, decode_audio
+from harness.base import make_settings
+from harness.ws import Received, collect
 from zsynth.core import protocol
 from zsynth.speech.app import create_app
-
-from .helpers import assert_speech, decode_audio, make_settings
-from .ws_helpers import Received, collect
 
 MULTI = "/v1/text-to-speech/any-voice/multi-stream-input"
 SINGLE = "/v1/text-to-speech/any-voice/stream-input"

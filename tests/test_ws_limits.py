@@ -9,10 +9,10 @@ import time
 import aiohttp
 import pytest
 
+from harness.audio import assert_speech, decode_audio
+from harness.base import make_settings
+from harness.ws import collect
 from zsynth.speech.app import create_app
-
-from .helpers import assert_speech, decode_audio, make_settings
-from .ws_helpers import collect
 
 pytestmark = pytest.mark.stack
 

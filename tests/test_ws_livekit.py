@@ -16,9 +16,11 @@ import aiohttp
 import pytest
 from livekit.plugins import elevenlabs
 
+from harness.audio import assert_speech
+from harness.base import make_settings
 from zsynth.speech.app import create_app
 
-from .helpers import assert_speech, make_settings, socket_log_after_close
+from .helpers import socket_log_after_close
 from .livekit_helpers import CONN, Turn, speak
 
 pytestmark = pytest.mark.stack

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from .helpers import assert_speech, decode_audio
-from .ws_helpers import collect
+from harness.audio import assert_speech, decode_audio
+from harness.ws import collect
 
 pytestmark = pytest.mark.stack
 

@@ -12,10 +12,12 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from redis.asyncio import Redis
 
+from harness.audio import assert_speech, decode_audio
+from harness.base import LONG_TEXT, make_settings
+from harness.stores import redis_text
+from harness.workers import WorkerProcess
 from zsynth.core import protocol
 from zsynth.speech.app import create_app
-
-from .helpers import LONG_TEXT, WorkerProcess, assert_speech, decode_audio, make_settings, redis_text
 
 PATH = "/v1/text-to-speech/v/stream-input?output_format=pcm_16000"
 

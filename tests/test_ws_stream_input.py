@@ -10,10 +10,10 @@ import pytest
 from elevenlabs.client import ElevenLabs
 from elevenlabs.core.api_error import ApiError as ElevenLabsApiError
 
+from harness.audio import assert_speech, decode_audio
+from harness.base import make_settings
+from harness.ws import collect, squash
 from zsynth.speech.app import create_app
-
-from .helpers import assert_speech, decode_audio, make_settings
-from .ws_helpers import collect, squash
 
 pytestmark = pytest.mark.stack
 

@@ -6,11 +6,11 @@ from urllib.parse import quote
 
 import pytest
 
+from harness.audio import assert_speech, decode_audio
+from harness.base import make_settings
+from harness.fronts import clocked_app
+from harness.ws import Received, collect, squash
 from zsynth.services.auth import AUTHENTICATOR
-
-from .fronts import clocked_app
-from .helpers import assert_speech, decode_audio, make_settings
-from .ws_helpers import Received, collect, squash
 
 pytestmark = pytest.mark.stack
 

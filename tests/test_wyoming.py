@@ -28,16 +28,17 @@ from wyoming.tts import (
     SynthesizeVoice,
 )
 
+from harness.audio import assert_speech
+from harness.base import LONG_TEXT, ROOT, free_port, make_settings
+from harness.stores import redis_text
+from harness.wyoming_client import error_then_close as _error_then_close
+from harness.wyoming_client import raw_connection as _raw
+from harness.wyoming_client import wyoming_front as _front
 from zsynth.core import protocol
 from zsynth.core.config import Settings, SettingsError
 from zsynth.speech.wyoming.events import MAX_HEADER_BYTES
 from zsynth.speech.wyoming.listener import SERVICE_TYPE, service_info
 from zsynth.speech.wyoming.text import SentenceStream
-
-from .helpers import LONG_TEXT, ROOT, assert_speech, free_port, make_settings, redis_text
-from .wyoming_helpers import error_then_close as _error_then_close
-from .wyoming_helpers import raw_connection as _raw
-from .wyoming_helpers import wyoming_front as _front
 
 PLAIN = "Turning on the kitchen lights. The living room stays as it is. Good night."
 STREAMED = "The weather today is sunny with a light breeze. Tomorrow brings rain in the afternoon."
@@ -395,10 +396,10 @@ async def test_wyoming_bench_runs_clean(port):
 @pytest.mark.heavy
 @pytest.mark.timeout(900)
 def test_side_by_side_with_wyoming_piper(tmp_path):
-    """scripts/bench_wyoming.py, reduced: both servers answer every row, wyoming-bench runs clean over both, and both
-    speak the paragraph in the same voice (about the same length of audio)."""
+    """``python -m harness.bench wyoming``, reduced: both servers answer every row, wyoming-bench runs clean over
+    both, and both speak the paragraph in the same voice (about the same length of audio)."""
     figures = tmp_path / "figures.json"
-    command = [sys.executable, "scripts/bench_wyoming.py", "--reduced", "--repeats", "1", "--json", str(figures)]
+    command = [sys.executable, "-m", "harness.bench", "wyoming", "--reduced", "--repeats", "1", "--json", str(figures)]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     rows = {}

@@ -15,11 +15,10 @@ from typing import Any
 
 import pytest
 
+from harness.base import free_port
+from harness.wyoming_client import error_then_close, raw_connection, read_wire_event, until, wyoming_listener
 from zsynth.core.config import Settings, SettingsError
 from zsynth.speech.wyoming.events import MAX_JSON_DEPTH, FrameError, nests_deeper_than, read_event
-
-from .helpers import free_port
-from .wyoming_helpers import error_then_close, raw_connection, read_wire_event, until, wyoming_listener
 
 # ----- the depth bound, on the reader alone ------------------------------------------------------------------------
 

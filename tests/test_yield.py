@@ -18,13 +18,15 @@ import pytest
 import redis
 from redis.asyncio import Redis
 
+from harness.audio import assert_speech, decode_audio
+from harness.base import make_settings
+from harness.stores import RedisServer, redis_text
+from harness.workers import WorkerProcess
+from harness.ws import squash
 from workers.synthesis import text_pieces
 from zsynth.core import protocol
 from zsynth.services.metrics import METRICS
 from zsynth.speech.app import create_app
-
-from .helpers import RedisServer, WorkerProcess, assert_speech, decode_audio, make_settings, redis_text
-from .ws_helpers import squash
 
 PIECE = 100
 LONG = " ".join(f"Sentence number {n} of a long reading keeps this worker busy for a while." for n in range(14))

@@ -1,2 +1,2 @@
 # In the zsynth checkout, on a box where nothing else runs (about 9 minutes on 2 cores; --reduced: 2 to 3 minutes).
-.venv/bin/python scripts/bench_vs_piper.py --json side-by-side.json
+.venv/bin/python -m harness.bench vs-piper --json side-by-side.json
