@@ -6,6 +6,7 @@ import asyncio
 import itertools
 import time
 import uuid
+import warnings
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -115,6 +116,18 @@ def private_worker(private_redis_url: str, tmp_path: Path) -> Iterator[WorkerPro
     worker = WorkerProcess(private_redis_url, f"private-{time.monotonic_ns()}", tmp_path).wait_ready()
     yield worker
     worker.stop()
+
+
+@pytest.fixture(scope="session")
+def turbo_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random-weight tiny Turbo checkpoint with the real file set (about 1.2 GB), built once for every Turbo test
+    and the reduced GPU run (a build is about 15 s on two cores); nothing writes into it."""
+    with warnings.catch_warnings():  # library chatter on import (pkg_resources, diffusers) whichever test asks first
+        warnings.simplefilter("ignore", UserWarning)
+        warnings.simplefilter("ignore", FutureWarning)
+        from workers.engines.turbo_ckpt import write_random_checkpoint  # torch: only the Turbo tests ask for this
+
+        return write_random_checkpoint(tmp_path_factory.mktemp("turbo-ckpt"), "tiny")
 
 
 @pytest.fixture

@@ -185,6 +185,11 @@ def test_conversation_driver_on_real_traffic(private_redis_url, tmp_path, mode):
         else:  # text one turn ahead: the next turn once this one starts playing, before it ends
             assert play(first, 0.15).starts <= second.sent < play(first, 0.15).ends
     assert result.audio_s == pytest.approx(sum(expected_s[s] for a in planned for t in a.turns for s in t.sentences))
+    # The level ends once the last turn's audio is in: its playback (seconds after its quick chunks) and a pause
+    # after it load nothing, and are not waited out.
+    first_sent = min(turn.sent for turns in result.records for turn in turns)
+    last_ends = max(play(turns[-1], 0.15).ends for turns in result.records)
+    assert result.wall_s < last_ends - first_sent + 0.3, (result.wall_s, last_ends - first_sent)
     # The figures are the accounting of the records (behind the 150 ms jitter buffer).
     again = level(result.records, 0.15, continuous=mode == "monologue", mode=mode)
     for field in ("underruns", "first_audio_p50_s", "first_audio_p95_s", "first_audio_max_s", "dry_turns"):

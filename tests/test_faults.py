@@ -58,8 +58,10 @@ async def test_unstarted_job_of_a_dead_worker_is_run_by_a_survivor(aiohttp_clien
 
 @pytest.mark.heavy
 async def test_started_job_of_a_dead_worker_fails_fast_and_is_not_repeated(aiohttp_client, private_redis_url, tmp_path):
-    victim = WorkerProcess(private_redis_url, "victim", tmp_path).wait_ready()
-    survivor = WorkerProcess(private_redis_url, "survivor2", tmp_path).wait_ready()
+    # Both load at once; the survivor's busy job is not waited out at the end (kill, not stop: SIGTERM drains it).
+    victim, survivor = (WorkerProcess(private_redis_url, name, tmp_path) for name in ("victim", "survivor2"))
+    victim.wait_ready()
+    survivor.wait_ready()
     try:
         client = await aiohttp_client(create_app(make_settings(private_redis_url, tmp_path, chunk_timeout_s=30)))
         # Keep the survivor busy so the long job lands on the victim.
@@ -86,8 +88,8 @@ async def test_started_job_of_a_dead_worker_fails_fast_and_is_not_repeated(aioht
         assert record["state"] == "error" and record["code"] == "worker_died"
         busy.cancel()
     finally:
-        victim.stop()
-        survivor.stop()
+        victim.kill()
+        survivor.kill()
 
 
 @pytest.mark.stack

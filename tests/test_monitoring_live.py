@@ -1,6 +1,9 @@
 """The dashboard and the rules against a live Prometheus (Debian's binary) on loopback, scraping a real front and two
 real Piper workers: after a short mixed load every panel's query parses and returns data, and a killed worker fires
-ZsynthWorkerDown within its ``for:`` plus two scrape intervals."""
+ZsynthWorkerDown within its ``for:`` plus two scrape intervals. The live Prometheus loads the committed rules with
+that alert's ``for:`` cut from a minute to a few seconds (the expression and everything else as committed): the
+minute itself is promtool's to check (zsynth-rules.test.yml, tests/test_monitoring_rules.py), not worth a minute of
+waiting here."""
 
 from __future__ import annotations
 
@@ -30,16 +33,32 @@ pytestmark = [pytest.mark.heavy, pytest.mark.timeout(300)]
 KEY = "monitoring-live-key"
 SCRAPE_S = 1.0  # scrape and rule evaluation interval of the test's Prometheus
 RULES = ROOT / "systemd" / "monitoring" / "zsynth-rules.yml"
+WORKER_DOWN_FOR_S = 5.0  # ZsynthWorkerDown's for: in the live Prometheus's copy of the rules (committed: 1m)
 
 
-def prometheus_config(front: str, workers: list[WorkerProcess]) -> dict[str, Any]:
+def worker_down_rule(groups: dict[str, Any]) -> dict[str, Any]:
+    """The ZsynthWorkerDown rule of a rules file's groups."""
+    return [r for g in groups["groups"] for r in g["rules"] if r.get("alert") == "ZsynthWorkerDown"][0]
+
+
+def live_rules(directory: Path) -> Path:
+    """The committed rules with ZsynthWorkerDown's ``for:`` cut to :data:`WORKER_DOWN_FOR_S`, written to
+    ``directory``."""
+    groups = yaml.safe_load(RULES.read_text())
+    worker_down_rule(groups)["for"] = f"{WORKER_DOWN_FOR_S:g}s"
+    copy = directory / "zsynth-rules.yml"
+    copy.write_text(yaml.safe_dump(groups, sort_keys=False))
+    return copy
+
+
+def prometheus_config(front: str, workers: list[WorkerProcess], rules: Path) -> dict[str, Any]:
     """The example config's jobs (systemd/monitoring/prometheus.yml) on this test's ports, with short intervals."""
     example = yaml.safe_load((ROOT / "systemd" / "monitoring" / "prometheus.yml").read_text())
     jobs = {job["job_name"] for job in example["scrape_configs"]}
     assert {"zsynth-front", "zsynth-worker"} <= jobs
     return {
         "global": {"scrape_interval": f"{SCRAPE_S:g}s", "evaluation_interval": f"{SCRAPE_S:g}s"},
-        "rule_files": [str(RULES)],
+        "rule_files": [str(rules)],
         "scrape_configs": [
             {
                 "job_name": "zsynth-front",
@@ -152,7 +171,7 @@ def test_every_panel_returns_data_and_a_killed_worker_fires_worker_down(private_
             worker.wait_ready()
         with (
             front_process(private_redis_url, tmp_path, ZSYNTH_API_KEY=KEY) as (_, front),
-            prometheus(prometheus_config(front, workers), tmp_path) as prom,
+            prometheus(prometheus_config(front, workers, live_rules(tmp_path)), tmp_path) as prom,
         ):
             wait_for(lambda: len(query(prom, "up == 1")) == 3, 30, "three targets up", interval=0.2)
             mixed_load(front)
@@ -181,14 +200,8 @@ def test_every_panel_returns_data_and_a_killed_worker_fires_worker_down(private_
             killed = workers[1]
             killed.kill()
             died = time.monotonic()
-            alert_for_s = 60.0  # ZsynthWorkerDown's for: in the rules file
-            rule = [
-                r
-                for g in yaml.safe_load(RULES.read_text())["groups"]
-                for r in g["rules"]
-                if r.get("alert") == "ZsynthWorkerDown"
-            ][0]
-            assert rule["for"] == "1m"
+            alert_for_s = WORKER_DOWN_FOR_S
+            assert worker_down_rule(yaml.safe_load(RULES.read_text()))["for"] == "1m"  # as committed
 
             def firing() -> list[dict[str, Any]]:
                 alerts = httpx.get(f"{prom}/api/v1/alerts", timeout=5).json()["data"]["alerts"]
@@ -199,7 +212,7 @@ def test_every_panel_returns_data_and_a_killed_worker_fires_worker_down(private_
             took = time.monotonic() - died
             alerts = firing()
             assert [a["labels"]["instance"] for a in alerts] == [f"127.0.0.1:{killed.metrics_port}"]
-            assert took <= alert_for_s + 2 * SCRAPE_S + SCRAPE_S + 5.0
+            assert alert_for_s <= took <= alert_for_s + 2 * SCRAPE_S + SCRAPE_S + 5.0  # for: is honoured, then fires
             print(f"ZsynthWorkerDown fired {took:.1f} s after the kill (for: {alert_for_s:g} s, scrape {SCRAPE_S:g} s)")
     finally:
         for worker in workers:

@@ -2,7 +2,8 @@
 
 The checkpoint has the published file names and module classes (T3 with a two-layer GPT-2, full-size S3Gen and
 voice encoder, a small BPE tokenizer, a built-in voice made by the package's own conditioning code). It is built once
-per run; everything is slow on a CPU, so each test does as few synthesis calls as its claim needs.
+per run (``turbo_ckpt``, conftest.py); everything is slow on a CPU, so each test does as few synthesis calls as its
+claim needs.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ try:
     import torch
 
     from workers.engines.turbo import TurboEngine, chunk_schedule, text_pieces
-    from workers.engines.turbo_ckpt import write_random_checkpoint
     from workers.engines.turbo_compat import TurboUnavailable
     from workers.engines.turbo_voices import CONDS_FILE, VoiceClipError
 except ImportError as err:  # pragma: no cover - a clear message instead of a bare collection error
@@ -44,12 +44,6 @@ TEXT = "Hello there, this is the first sentence. And here comes a second one! Is
 LONG_TEXT = " ".join(
     f"Sentence number {n} is long enough that two pieces are needed for the whole text [laugh] here." for n in range(5)
 )
-
-
-@pytest.fixture(scope="session")
-def turbo_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A random-weight Turbo checkpoint with the real file set (about 1.2 GB, built once)."""
-    return write_random_checkpoint(tmp_path_factory.mktemp("turbo-ckpt"), "tiny")
 
 
 @pytest.fixture(scope="session")

@@ -144,10 +144,11 @@ def test_capacity_run_on_the_simulated_engine_finds_what_its_rtf_allows() -> Non
 
 
 @pytest.mark.timeout(1500)
-def test_prepared_gpu_run_reduced_end_to_end(tmp_path: Path) -> None:
-    """HEAVY (several minutes on two cores: it builds the tiny checkpoint, whose S3Gen is full size):
+def test_prepared_gpu_run_reduced_end_to_end(tmp_path: Path, turbo_ckpt: Path) -> None:
+    """HEAVY (a couple of minutes on two cores: the tiny checkpoint's S3Gen is full size):
     ``./scripts/gpu-run --reduced`` runs every phase on the CPU, the capacity phase on the simulated engine, and
-    writes its figures."""
+    writes its figures. It is given the session's checkpoint (``--checkpoint``; its own build is the same
+    ``write_random_checkpoint`` the Turbo tests run)."""
     import json
     import os
 
@@ -156,7 +157,10 @@ def test_prepared_gpu_run_reduced_end_to_end(tmp_path: Path) -> None:
     root = Path(__file__).resolve().parent.parent
     env = dict(os.environ, OUT=str(tmp_path / "out"), WHEELS="", PYTHON=sys.executable)
     done = subprocess.run(
-        ["./scripts/gpu-run", "--reduced", "--requests", "1", "--work-dir", str(tmp_path / "work")],
+        [
+            *("./scripts/gpu-run", "--reduced", "--requests", "1"),
+            *("--checkpoint", str(turbo_ckpt), "--work-dir", str(tmp_path / "work")),
+        ],
         cwd=root,
         env=env,
         capture_output=True,

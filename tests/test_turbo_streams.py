@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Generator, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,7 +26,7 @@ try:
     import torch
 
     from workers.engines.turbo import TurboEngine
-    from workers.engines.turbo_ckpt import backbone, tiny_backbone, turbo_t3_config, write_random_checkpoint
+    from workers.engines.turbo_ckpt import backbone, tiny_backbone, turbo_t3_config
     from workers.engines.turbo_compat import apply_workarounds
     from workers.engines.turbo_static import StaticT3
     from workers.engines.turbo_stream import Sampling
@@ -149,12 +150,11 @@ MAX_TOKENS = 24  # a piece's cap: two T3 blocks (8 + 3 lookahead, then 16) and t
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory: pytest.TempPathFactory) -> TurboEngine:
-    ckpt = write_random_checkpoint(tmp_path_factory.mktemp("turbo-ckpt"), "tiny")
+def engine(turbo_ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> TurboEngine:
     data = tmp_path_factory.mktemp("turbo-data")
     make_voice(data / "voices" / "custom-aaaa", 6.2, 120.0, seed=1)
     make_voice(data / "voices" / "custom-bbbb", 6.5, 220.0, seed=2)
-    return TurboEngine(turbo_settings(ckpt, data, turbo_max_tokens=MAX_TOKENS))
+    return TurboEngine(turbo_settings(turbo_ckpt, data, turbo_max_tokens=MAX_TOKENS))  # the session's checkpoint
 
 
 @dataclasses.dataclass(frozen=True)

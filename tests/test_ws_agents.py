@@ -153,12 +153,12 @@ async def test_keep_alives_on_the_socket_and_on_a_context(quick):
     """``{"text": ""}`` keeps the socket alive; with a context id it keeps that context alive and closes nothing."""
     ws = await quick.ws_connect(f"{MULTI}?output_format=pcm_16000")
     await ws.send_json({"text": ""})
-    for _ in range(8):  # 4 s of socket keep-alives: twice the 2 s timeout
+    for _ in range(6):  # 3 s of socket keep-alives: half as long again as the 2 s timeout
         await asyncio.sleep(0.5)
         await ws.send_json({"text": ""})
     await ws.send_json({"text": " ", "context_id": "kept"})
     await ws.send_json({"text": "Still here ", "context_id": "kept"})
-    for _ in range(8):
+    for _ in range(6):
         await asyncio.sleep(0.5)
         await ws.send_json({"text": "", "context_id": "kept"})
     # The context kept its buffered words through the keep-alives: they are spoken now.

@@ -26,7 +26,9 @@ from .livekit_helpers import CONN, Turn, speak
 pytestmark = pytest.mark.stack
 
 KEY = "sk-livekit-agent"
-IDLE_S = 21.0  # longer than the server's default inactivity timeout (20 s) and its first-message bound (10 s)
+#: The front's default socket timeouts, cut from 20 s and 10 s so that the agent's idle start outlasts both in seconds.
+INACTIVITY_S, FIRST_MESSAGE_S = 2.0, 1.0
+IDLE_S = 2.5  # longer than the front's default inactivity timeout and its first-message bound
 TURN_ONE = "Hello! I am the assistant of this test. How can I help you today?"
 TURN_TWO = "Sure, the weather tomorrow looks sunny. Expect a light breeze in the afternoon, and a cool evening."
 TURN_THREE = [f"Let me tell you a long story, part {n}, which the user will interrupt." for n in range(8)]
@@ -39,8 +41,17 @@ def tokens(text: str) -> list[str]:
 
 @pytest.fixture
 async def server(aiohttp_client, redis_url, data_dir, shared_workers):
-    """A keyed front with the default socket timeouts (20 s inactivity, 10 s first-message bound)."""
-    return await aiohttp_client(create_app(make_settings(redis_url, data_dir, api_keys=(KEY,))))
+    """A keyed front whose default socket timeouts (20 s inactivity, 10 s first-message bound as shipped) are
+    :data:`INACTIVITY_S` and :data:`FIRST_MESSAGE_S`: the plugin's own ``inactivity_timeout`` and its key in the
+    header must keep its socket through an idle start longer than either."""
+    settings = make_settings(
+        redis_url,
+        data_dir,
+        api_keys=(KEY,),
+        ws_inactivity_timeout_s=INACTIVITY_S,
+        ws_first_message_timeout_s=FIRST_MESSAGE_S,
+    )
+    return await aiohttp_client(create_app(settings))
 
 
 async def test_livekit_agent_conversation(server, caplog):

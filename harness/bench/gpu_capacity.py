@@ -245,7 +245,8 @@ def _visible(text: str) -> int:
 
 async def agent(base: str, session: Any, turns: int, sentences: int, sample_rate: int) -> list[Turn]:
     """One realtime agent socket (stream-input, auto_mode): each turn's next sentence is sent when the previous
-    one's audio starts playing (text one sentence ahead of the playback), the next turn after the playback ends."""
+    one's audio starts playing (text one sentence ahead of the playback), the next turn after the playback ends; the
+    socket closes once the last turn's audio is in (its playback is not waited out)."""
     url = f"{base}/v1/text-to-speech/agent/stream-input?output_format=pcm_{sample_rate}&auto_mode=true"
     url += "&inactivity_timeout=180"
     recorded: list[Turn] = []
@@ -273,6 +274,8 @@ async def agent(base: str, session: Any, turns: int, sentences: int, sample_rate
                     await ws.send_json({"text": texts[next_text] + " ", "flush": True})
                     next_text += 1
             recorded.append(Turn(sent=sent_at, chunks=chunks))
+            if turn_no + 1 == turns:
+                break  # the last turn's playback would only be waited out: the socket sends nothing more
             playback = play(Turn(sent_at, chunks))
             ends = chunks[0].arrived + sum(c.seconds for c in chunks) + playback.starved_s
             await _sleep_until(ends + PAUSE_S)
@@ -359,6 +362,30 @@ def _loopback_ws(url: str) -> str:
     return f"{scheme}://{parsed.netloc}{parsed.path.rstrip('/')}"
 
 
+async def _read_turn(ws: Any, context: str, index: int, errors: list[str]) -> list[Chunk] | None:
+    """One turn's audio chunks, read to its context's ``isFinal``; None (with the error noted) when the socket ends
+    or an error frame comes instead."""
+    import aiohttp
+
+    chunks: list[Chunk] = []
+    while True:
+        message = await ws.receive(timeout=120)
+        if message.type != aiohttp.WSMsgType.TEXT:
+            errors.append(f"agent {index}: socket ended ({message.type.name}, code {ws.close_code})")
+            return None
+        frame = json.loads(message.data)
+        if frame.get("error"):
+            errors.append(f"agent {index}: {frame.get('error')}: {frame.get('message')}")
+            return None
+        if frame.get("contextId") != context:
+            continue
+        if frame.get("audio"):
+            pcm = base64.b64decode(frame["audio"])
+            chunks.append(Chunk(time.perf_counter(), len(pcm) / 2 / PCM_RATE))
+        if frame.get("isFinal"):
+            return chunks
+
+
 async def _speak_turns(
     session: Any,
     url: str,
@@ -372,9 +399,8 @@ async def _speak_turns(
 ) -> list[Turn]:
     """One agent's socket: each turn a new context (init, its sentences each sent with a flush, an empty flush,
     close_context) read to its ``isFinal``; then the user's pause after the playback ends (conversation), or the next
-    turn as soon as this one starts playing (monologue: text one turn ahead of the playback)."""
-    import aiohttp
-
+    turn as soon as this one starts playing (monologue: text one turn ahead of the playback). After the last turn's
+    audio the socket closes: its playback and pause would load nothing, only lengthen the level."""
     recorded: list[Turn] = []
     async with session.ws_connect(url, max_msg_size=0, headers=dict(headers), heartbeat=None) as ws:
         await asyncio.sleep(agent_plan.start_s)
@@ -389,28 +415,16 @@ async def _speak_turns(
                 await ws.send_json({"text": sentence + " ", "context_id": context, "flush": True})
             await ws.send_json({"text": "", "context_id": context, "flush": True})
             await ws.send_json({"context_id": context, "close_context": True})
-            chunks: list[Chunk] = []
-            while True:
-                message = await ws.receive(timeout=120)
-                if message.type != aiohttp.WSMsgType.TEXT:
-                    errors.append(f"agent {index}: socket ended ({message.type.name}, code {ws.close_code})")
-                    return recorded
-                frame = json.loads(message.data)
-                if frame.get("error"):
-                    errors.append(f"agent {index}: {frame.get('error')}: {frame.get('message')}")
-                    return recorded
-                if frame.get("contextId") != context:
-                    continue
-                if frame.get("audio"):
-                    pcm = base64.b64decode(frame["audio"])
-                    chunks.append(Chunk(time.perf_counter(), len(pcm) / 2 / PCM_RATE))
-                if frame.get("isFinal"):
-                    break
+            chunks = await _read_turn(ws, context, index, errors)
+            if chunks is None:
+                return recorded
             turn = Turn(sent=sent, chunks=chunks)
             recorded.append(turn)
             if not chunks:
                 errors.append(f"agent {index}: turn {number} ended with no audio")
                 continue
+            if number + 1 == len(agent_plan.turns):
+                break  # after the last turn the agent only listens and waits: it loads the worker no more
             playback = play(turn, buffer_s, after if mode == "monologue" else None)
             if mode == "monologue":
                 after = playback.ends
