@@ -42,18 +42,17 @@ def redis_text(reply: object) -> str:
 
 
 def make_settings(redis_url: str, data_dir: Path, **overrides: Any) -> Settings:
-    """Front settings for tests (short deadlines so failures surface quickly)."""
-    base: dict[str, Any] = {
-        "redis_url": redis_url,
-        "data_dir": data_dir,
-        "first_chunk_timeout_s": 20.0,
-        "chunk_timeout_s": 10.0,
+    """Front settings for tests (short deadlines so failures surface quickly); ``overrides`` as Settings.with_ takes
+    them (``ws_max_word_chars=``, ``jobs_max_queue=``)."""
+    base = Settings(data_dir=data_dir).with_(
+        redis_url=redis_url,
+        jobs_first_chunk_timeout_s=20.0,
+        jobs_chunk_timeout_s=10.0,
         # A worker run inside the test process shares that process's memory (torch, every engine the run loaded):
         # the engine's own ceiling would stop its jobs or end the whole test run. Tests of the ceiling set theirs.
-        "worker_max_rss": 2**40,
-    }
-    base.update(overrides)
-    return Settings(**base)
+        worker_max_rss=2**40,
+    )
+    return base.with_(**overrides)
 
 
 def wait_for(predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.05) -> None:

@@ -38,7 +38,7 @@ def tokens(text: str) -> list[str]:
 @pytest.fixture
 async def server(aiohttp_client, redis_url, data_dir, shared_workers):
     """A keyed front with the default socket timeouts (20 s inactivity, 10 s first-message bound)."""
-    return await aiohttp_client(create_app(make_settings(redis_url, data_dir, api_keys=(KEY,))))
+    return await aiohttp_client(create_app(make_settings(redis_url, data_dir, auth_api_keys=(KEY,))))
 
 
 async def test_livekit_agent_conversation(server, caplog):
