@@ -609,29 +609,9 @@ class TelemetrySettings:
     log_json: bool = _env("LOG_JSON", _parse_bool, default=False)
 
 
-# The groups of Settings, by the attribute that holds each (settings.ws, settings.avatar, ...).
-GROUPS: Final[dict[str, type[Any]]] = {
-    "redis": RedisSettings,
-    "http": HttpSettings,
-    "auth": AuthSettings,
-    "aws": AwsSettings,
-    "worker": WorkerSettings,
-    "jobs": JobSettings,
-    "flow": FlowSettings,
-    "limits": LimitSettings,
-    "ws": WsSettings,
-    "voices": VoicesSettings,
-    "turbo": TurboSettings,
-    "sim": SimSettings,
-    "avatar": AvatarSettings,
-    "demo": DemoSettings,
-    "wyoming": WyomingSettings,
-    "telemetry": TelemetrySettings,
-}
-
-
 def _group(cls: type[T]) -> T:
-    return field(default_factory=cls)
+    # A group's field names its class in its metadata (GROUPS is read from them).
+    return field(default_factory=cls, metadata={"group": cls})
 
 
 @dataclass(frozen=True, slots=True)
@@ -726,6 +706,8 @@ class Settings:
         return self.data_dir / "voices"
 
 
+# The groups of Settings, by the attribute that holds each (settings.ws, settings.avatar, ...).
+GROUPS: Final[dict[str, type[Any]]] = {f.name: f.metadata["group"] for f in fields(Settings) if "group" in f.metadata}
 _TOP_FIELDS: Final = frozenset(f.name for f in fields(Settings))
 _GROUP_FIELDS: Final = {name: frozenset(f.name for f in fields(cls)) for name, cls in GROUPS.items()}
 
