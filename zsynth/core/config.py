@@ -1,7 +1,10 @@
 """Typed settings for every zsynth process, read from ``ZSYNTH_*`` environment variables.
 
 Settings are built once at start-up by :meth:`Settings.from_env` and passed down explicitly; nothing here runs at
-import time. A malformed value raises :class:`SettingsError`, whose message names the variable.
+import time. A malformed value raises :class:`SettingsError`, whose message names the variable. The fields sit in one
+frozen group per concern (``settings.ws``, ``settings.avatar``, ``settings.redis``...), each field's metadata naming its
+variable, whose name says nothing of the group (``ZSYNTH_REDIS_URL`` is ``settings.redis.url``, ``ZSYNTH_MAX_QUEUE``
+``settings.jobs.max_queue``): :func:`variables` lists them all.
 """
 
 from __future__ import annotations
