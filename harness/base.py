@@ -35,14 +35,14 @@ def make_settings(redis_url: str, data_dir: Path, **overrides: Any) -> Settings:
     base: dict[str, Any] = {
         "redis_url": redis_url,
         "data_dir": data_dir,
-        "first_chunk_timeout_s": 20.0,
-        "chunk_timeout_s": 10.0,
+        "jobs_first_chunk_timeout_s": 20.0,
+        "jobs_chunk_timeout_s": 10.0,
         # A worker run inside the test process shares that process's memory (torch, every engine the run loaded):
         # the engine's own ceiling would stop its jobs or end the whole test run. Tests of the ceiling set theirs.
         "worker_max_rss": 2**40,
     }
     base.update(overrides)
-    return Settings(**base)
+    return Settings().with_(**base)
 
 
 #: About 30 sentences: keeps a worker busy for a while (a job to kill, to wait behind, to yield).

@@ -149,12 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     ckpt = write_random_checkpoint(work / "ckpt", "tiny")
     _report(results, "checkpoint_s", round(time.perf_counter() - started, 1))
-    settings = Settings(
-        engine="turbo",
-        turbo_checkpoint=ckpt,
-        turbo_device=args.device,
-        turbo_max_tokens=120,
-        data_dir=work / "data",
+    settings = Settings(engine="turbo", data_dir=work / "data").with_(
+        turbo_checkpoint=ckpt, turbo_device=args.device, turbo_max_tokens=120
     )
     engine, first = warm_start(settings)
     _report(results, "first_start", first)

@@ -184,7 +184,7 @@ def decode_modes(engine: Any, dev: Device, tokens: int, reference_tokens: int) -
     t3 = engine.model.t3
     ids = engine.model.tokenizer(LONG[:200], return_tensors="pt").input_ids.to(engine.device)
     sampling = Sampling()
-    eager = StaticT3(t3, engine.settings.turbo_max_tokens, dtype=engine.t3.dtype, graphs=False)
+    eager = StaticT3(t3, engine.settings.turbo.max_tokens, dtype=engine.t3.dtype, graphs=False)
 
     def run(make: Callable[[int], Iterator[int]], count: int) -> tuple[list[int], float]:
         """Tokens and ms per token, the prefill (timed with one token) left out."""
@@ -556,18 +556,17 @@ def main() -> int:
         return 1
 
     settings = Settings(
-        engine="turbo",
+        engine="turbo", data_dir=work, engine_threads=1 if args.reduced else (os.cpu_count() or 1)
+    ).with_(
         turbo_dtype="float32",  # the float32 rows first; the bfloat16 rows swap T3 for its bf16 copy below
         turbo_checkpoint=ckpt,
         turbo_device=device,
-        data_dir=work,
-        engine_threads=1 if args.reduced else (os.cpu_count() or 1),
     )
     report["meta"].update(
-        first_chunk_tokens=settings.turbo_first_chunk_tokens,
-        chunk_tokens=settings.turbo_chunk_tokens,
-        watermark=settings.turbo_watermark,
-        max_tokens=settings.turbo_max_tokens,
+        first_chunk_tokens=settings.turbo.first_chunk_tokens,
+        chunk_tokens=settings.turbo.chunk_tokens,
+        watermark=settings.turbo.watermark,
+        max_tokens=settings.turbo.max_tokens,
     )
     engine: Any = None
     with phase(report, "load", out):
@@ -599,7 +598,7 @@ def main() -> int:
             report["t3_modes"] = decode_modes(engine, dev, n, 12 if args.reduced else 150)
             print(json.dumps(report["t3_modes"]), flush=True)
     if not args.skip_bf16:
-        reduced = StaticT3(engine.model.t3, settings.turbo_max_tokens, torch.bfloat16, settings.turbo_cuda_graphs)
+        reduced = StaticT3(engine.model.t3, settings.turbo.max_tokens, torch.bfloat16, settings.turbo.cuda_graphs)
         with phase(report, "bfloat16 against float32", out):
             report["bf16_vs_fp32"] = bf16_diffs(engine, reduced)
             print(json.dumps(report["bf16_vs_fp32"]), flush=True)

@@ -13,8 +13,8 @@ from zsynth.speech.wyoming.listener import LISTENER, Listener
 
 
 async def wyoming_listener(aiohttp_client: Any, settings: Settings) -> Listener:
-    """Start the speech front with its Wyoming listener (``settings.wyoming_uri``); return the listener."""
-    assert settings.wyoming_uri is not None
+    """Start the speech front with its Wyoming listener (``settings.wyoming.uri``); return the listener."""
+    assert settings.wyoming.uri is not None
     client = await aiohttp_client(create_app(settings))
     listener: Listener = client.app[LISTENER]
     return listener

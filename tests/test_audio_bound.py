@@ -329,7 +329,7 @@ AVATAR_KEY = "avatar-bound-key"
 async def test_the_avatar_refuses_ten_thousand_digits_and_speaks_a_long_text(
     aiohttp_client, redis_url, data_dir, shared_workers
 ):
-    settings = make_settings(redis_url, data_dir, api_keys=(AVATAR_KEY,), avatar_connect_timeout_s=30.0)
+    settings = make_settings(redis_url, data_dir, auth_api_keys=(AVATAR_KEY,), avatar_connect_timeout_s=30.0)
     client = await aiohttp_client(create_avatar_app(settings))
     headers = {"X-Api-Key": AVATAR_KEY}
     viewer = Viewer()

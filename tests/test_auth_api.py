@@ -37,7 +37,7 @@ CREDENTIALS = ["none", "static", "table", "ephemeral", "expired", "revoked", "ga
 @pytest.fixture
 async def table_client(aiohttp_client, redis_url, data_dir, shared_workers, keys_table):
     """A front with a static key and the keys table; its authenticator runs on a clock the test moves."""
-    settings = make_settings(redis_url, data_dir, api_key=STATIC, api_keys_table=keys_table)
+    settings = make_settings(redis_url, data_dir, auth_api_key=STATIC, auth_keys_table=keys_table)
     return await aiohttp_client(clocked_app(settings))
 
 
@@ -202,7 +202,7 @@ async def test_revoked_key_stops_within_the_cache_bound(table_client):
 
 
 async def test_static_keys_only_cannot_mint(aiohttp_client, redis_url, data_dir, shared_workers):
-    client = await aiohttp_client(create_app(make_settings(redis_url, data_dir, api_keys=("k1", "k2"))))
+    client = await aiohttp_client(create_app(make_settings(redis_url, data_dir, auth_api_keys=("k1", "k2"))))
     resp = await client.post("/v1/tokens/ephemeral", json={}, headers={"Authorization": "Bearer k2"})
     assert resp.status == 501
     detail = (await resp.json())["detail"]
@@ -214,7 +214,7 @@ async def test_static_keys_only_cannot_mint(aiohttp_client, redis_url, data_dir,
 
 
 async def test_open_server_lets_everyone_in_and_warns_off_loopback(aiohttp_client, redis_url, data_dir, caplog):
-    client = await aiohttp_client(create_app(make_settings(redis_url, data_dir, host="0.0.0.0")))
+    client = await aiohttp_client(create_app(make_settings(redis_url, data_dir, http_host="0.0.0.0")))
     assert any("AUTHENTICATION IS OFF" in r.getMessage() for r in caplog.records)
     assert (await client.post("/v1/text-to-speech/v", json={})).status == 422
     resp = await client.post("/v1/tokens/ephemeral", json={})
@@ -275,7 +275,7 @@ async def test_cors_preflight_and_headers_on_errors(table_client):
 
 
 async def test_cors_origins_are_configurable(aiohttp_client, redis_url, data_dir, shared_workers):
-    settings = make_settings(redis_url, data_dir, api_key=STATIC, cors_origins=("https://ok.example",))
+    settings = make_settings(redis_url, data_dir, auth_api_key=STATIC, http_cors_origins=("https://ok.example",))
     client = await aiohttp_client(create_app(settings))
     preflight = {"Access-Control-Request-Method": "POST"}
     ok = await client.options("/v1/text-to-speech/v", headers={"Origin": "https://ok.example", **preflight})

@@ -70,12 +70,12 @@ def test_settings_read_auth_variables():
             "ZSYNTH_AUTH_CACHE_TTL": "5",
         }
     )
-    assert s.static_keys == ("one", "two", "three")
-    assert s.api_keys_table == "keys"
-    assert s.cors_origins == ("https://a.example", "https://b.example")
-    assert s.auth_cache_ttl_s == 5.0
-    assert Settings.from_env({}).cors_origins == ("*",)
-    assert Settings.from_env({"ZSYNTH_CORS_ORIGINS": ""}).cors_origins == ()
+    assert s.auth.static_keys == ("one", "two", "three")
+    assert s.auth.keys_table == "keys"
+    assert s.http.cors_origins == ("https://a.example", "https://b.example")
+    assert s.auth.cache_ttl_s == 5.0
+    assert Settings.from_env({}).http.cors_origins == ("*",)
+    assert Settings.from_env({"ZSYNTH_CORS_ORIGINS": ""}).http.cors_origins == ()
     with pytest.raises(SettingsError, match="ZSYNTH_AUTH_CACHE_TTL"):
         Settings.from_env({"ZSYNTH_AUTH_CACHE_TTL": "31"})
 
@@ -271,7 +271,7 @@ async def test_table_down_is_503_not_401(aws_endpoint):
 
 @pytest.mark.stack
 async def test_start_fails_on_a_missing_table(aws_endpoint):
-    auth = Authenticator.from_settings(Settings(api_keys_table="missing-table"))
+    auth = Authenticator.from_settings(Settings().with_(auth_keys_table="missing-table"))
     with pytest.raises(Exception, match="does not exist"):
         await auth.start()
     await auth.close()

@@ -30,7 +30,7 @@ STATIC = "sk-auth-limits-static"
 
 
 async def front(aiohttp_client, redis_url, data_dir, keys_table, **overrides):
-    settings = make_settings(redis_url, data_dir, api_keys_table=keys_table, **overrides)
+    settings = make_settings(redis_url, data_dir, auth_keys_table=keys_table, **overrides)
     return await aiohttp_client(create_app(settings))
 
 
@@ -182,7 +182,7 @@ async def test_forwarded_for_counts_only_from_a_trusted_proxy(aiohttp_client, re
         data_dir,
         keys_table,
         auth_max_failures_per_min=3,
-        trusted_proxies=(ipaddress.ip_network("127.0.0.1/32"),),
+        http_trusted_proxies=(ipaddress.ip_network("127.0.0.1/32"),),
     )
 
     async def made_up(forwarded: str) -> int:
@@ -237,9 +237,9 @@ async def test_two_tokens_of_one_key_share_its_queue_share(aiohttp_client, priva
         private_redis_url,
         data_dir,
         keys_table,
-        max_queue=4,
-        credential_queue_share=0.25,
-        first_chunk_timeout_s=10.0,
+        jobs_max_queue=4,
+        jobs_credential_queue_share=0.25,
+        jobs_first_chunk_timeout_s=10.0,
     )
     key, _ = await client.server.app[AUTHENTICATOR].create_key("queue owner")
     first, second = await mint(client, key), await mint(client, key)
@@ -279,7 +279,7 @@ async def _raw_get(port: int, header: bytes) -> tuple[int, dict]:
 async def test_a_credential_header_that_is_not_utf8_is_a_401(
     aiohttp_client, redis_url, data_dir, keys_table, caplog, header
 ):
-    client = await front(aiohttp_client, redis_url, data_dir, keys_table, api_key=STATIC)
+    client = await front(aiohttp_client, redis_url, data_dir, keys_table, auth_api_key=STATIC)
     with caplog.at_level(logging.INFO):
         code, body = await _raw_get(client.server.port, header)
     assert code == 401
@@ -295,10 +295,10 @@ async def test_a_token_of_a_static_key_stops_where_that_key_was_rotated_away(
     aiohttp_client, redis_url, data_dir, keys_table
 ):
     old, new = "sk-rotated-away", "sk-rotated-in"
-    before = await front(aiohttp_client, redis_url, data_dir, keys_table, api_keys=(old, new))
+    before = await front(aiohttp_client, redis_url, data_dir, keys_table, auth_api_keys=(old, new))
     token = await mint(before, old)
     assert await status(before, token) == 200
-    after = await front(aiohttp_client, redis_url, data_dir, keys_table, api_keys=(new,))
+    after = await front(aiohttp_client, redis_url, data_dir, keys_table, auth_api_keys=(new,))
     resp = await after.get("/v1/voices", headers={"xi-api-key": token})
     assert resp.status == 401
     detail = (await resp.json())["detail"]
@@ -311,7 +311,7 @@ async def test_a_token_of_a_static_key_stops_where_that_key_was_rotated_away(
 
 @pytest.mark.stack
 async def test_a_full_key_in_the_socket_query_is_refused(aiohttp_client, redis_url, data_dir, keys_table):
-    client = await front(aiohttp_client, redis_url, data_dir, keys_table, api_key=STATIC)
+    client = await front(aiohttp_client, redis_url, data_dir, keys_table, auth_api_key=STATIC)
     table_key, _ = await client.server.app[AUTHENTICATOR].create_key("in a url")
     for key in (STATIC, table_key):
         ws = await client.ws_connect(f"{PATH}?authorization=" + quote(f"Bearer {key}"))

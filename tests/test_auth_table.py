@@ -82,7 +82,7 @@ async def test_each_token_reaches_exactly_the_http_routes_its_row_names(
 ):
     """What the table says is what the servers do: a token gets past auth on every HTTP route its row names and 401
     ``insufficient_scope`` on every other route that needs a credential."""
-    settings = make_settings(redis_url, data_dir, api_key=KEY, api_keys_table=keys_table)
+    settings = make_settings(redis_url, data_dir, auth_api_key=KEY, auth_keys_table=keys_table)
     speech = await aiohttp_client(create_app(settings))
     avatar = await aiohttp_client(create_avatar_app(settings))
     resp = await speech.post("/v1/tokens/ephemeral", json={}, headers={"xi-api-key": KEY})

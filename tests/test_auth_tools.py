@@ -57,7 +57,7 @@ async def test_keys_command_lifecycle(aiohttp_client, aws_endpoint, redis_url, d
     assert listed.returncode == 0 and key_id in listed.stdout and "backend" in listed.stdout
     assert key not in listed.stdout
 
-    settings = make_settings(redis_url, data_dir, api_keys_table=table, auth_cache_ttl_s=0.0)
+    settings = make_settings(redis_url, data_dir, auth_keys_table=table, auth_cache_ttl_s=0.0)
     client = await aiohttp_client(create_app(settings))
     base = str(client.make_url("")).rstrip("/")
     code, out, err = await mint_token(base, key, "--ttl", "45")
@@ -86,7 +86,7 @@ def test_keys_command_needs_a_table():
 
 
 async def test_mint_token_script_failures(aiohttp_client, redis_url, data_dir, shared_workers):
-    client = await aiohttp_client(create_app(make_settings(redis_url, data_dir, api_key="only-static")))
+    client = await aiohttp_client(create_app(make_settings(redis_url, data_dir, auth_api_key="only-static")))
     base = str(client.make_url("")).rstrip("/")
     code, _, err = await mint_token(base, None)
     assert code == 2 and "ZSYNTH_API_KEY" in err
@@ -113,7 +113,7 @@ async def test_keys_are_made_in_a_workspace_and_listed_with_it(aiohttp_client, a
     assert [r[2] for k, r in rows.items() if k != fields["id"]] == ["default"]
 
     # The key acts in its workspace: a front that reads the table sees its token's workspace in the record too.
-    settings = make_settings(redis_url, data_dir, api_keys_table=table)
+    settings = make_settings(redis_url, data_dir, auth_keys_table=table)
     client = await aiohttp_client(create_app(settings))
     minted = await client.post("/v1/tokens/ephemeral", json={}, headers={"xi-api-key": fields["key"]})
     assert minted.status == 200, await minted.text()

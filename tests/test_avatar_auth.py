@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.stack, pytest.mark.usefixtures("loopback_ice")]
 
 @pytest.fixture
 def table_settings(redis_url, data_dir, keys_table):
-    return make_settings(redis_url, data_dir, api_keys=(KEY,), api_keys_table=keys_table)
+    return make_settings(redis_url, data_dir, auth_api_keys=(KEY,), auth_keys_table=keys_table)
 
 
 @pytest.fixture
@@ -96,7 +96,7 @@ async def test_revoking_the_minting_key_revokes_the_avatar_token(server, tokens)
 
 
 async def test_token_minting_without_a_keys_table_is_not_supported(aiohttp_client, redis_url, data_dir) -> None:
-    client = await aiohttp_client(create_avatar_app(make_settings(redis_url, data_dir, api_keys=(KEY,))))
+    client = await aiohttp_client(create_avatar_app(make_settings(redis_url, data_dir, auth_api_keys=(KEY,))))
     resp = await client.post("/v1/streaming.create_token", json={"ttl_seconds": 60}, headers={"X-Api-Key": KEY})
     assert resp.status == 501
     body = await resp.json()

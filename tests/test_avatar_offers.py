@@ -191,7 +191,7 @@ async def in_process(aiohttp_client, redis_url, data_dir, loopback_ice) -> Async
     """Make an in-process avatar server (real app factory, real aiortc) with settings overrides."""
 
     async def make(**overrides: object):
-        settings = make_settings(redis_url, data_dir, api_keys=(KEY,), avatar_connect_timeout_s=30.0, **overrides)
+        settings = make_settings(redis_url, data_dir, auth_api_keys=(KEY,), avatar_connect_timeout_s=30.0, **overrides)
         return await aiohttp_client(create_avatar_app(settings))
 
     yield make

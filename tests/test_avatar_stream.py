@@ -28,7 +28,9 @@ pytestmark = [pytest.mark.stack, pytest.mark.usefixtures("loopback_ice")]
 
 
 def avatar_settings(redis_url: str, data_dir: Path, **overrides: object):
-    return make_settings(redis_url, data_dir, **{"api_keys": (KEY,), "avatar_connect_timeout_s": 30.0, **overrides})
+    return make_settings(
+        redis_url, data_dir, **{"auth_api_keys": (KEY,), "avatar_connect_timeout_s": 30.0, **overrides}
+    )
 
 
 @pytest.fixture
@@ -235,7 +237,7 @@ async def test_a_peer_that_never_connects_is_dropped(aiohttp_client, redis_url, 
 
 async def test_speech_that_never_comes_is_reported(aiohttp_client, private_redis_url, data_dir) -> None:
     # No worker serves this database: the job's first-chunk deadline passes.
-    settings = avatar_settings(private_redis_url, data_dir, first_chunk_timeout_s=1.0)
+    settings = avatar_settings(private_redis_url, data_dir, jobs_first_chunk_timeout_s=1.0)
     client = await aiohttp_client(create_avatar_app(settings))
     viewer = Viewer()
     resp = await client.post("/connect", json=await viewer.offer(), headers=HEADERS)

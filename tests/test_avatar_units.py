@@ -120,12 +120,12 @@ def test_avatar_settings_parse_and_validate() -> None:
             "ZSYNTH_AVATAR_ICE_CREDENTIAL": "p",
         }
     )
-    assert (settings.avatar_port, settings.avatar_max_sessions, settings.avatar_idle_timeout_s) == (9100, 3, 45.0)
+    assert (settings.avatar.port, settings.avatar.max_sessions, settings.avatar.idle_timeout_s) == (9100, 3, 45.0)
     servers = ice_configuration(settings).iceServers
     assert servers is not None
     assert [s.urls for s in servers] == ["stun:stun.example.org:3478", "turn:turn.example.org:3478"]
     assert servers[0].username is None and (servers[1].username, servers[1].credential) == ("u", "p")
-    assert Settings().avatar_port == 8100 and ice_configuration(Settings()).iceServers == []
+    assert Settings().avatar.port == 8100 and ice_configuration(Settings()).iceServers == []
     with pytest.raises(SettingsError, match="ZSYNTH_AVATAR_ICE_SERVERS"):
         Settings.from_env({"ZSYNTH_AVATAR_ICE_SERVERS": "http://example.org"})
     with pytest.raises(SettingsError, match="ZSYNTH_AVATAR_SIZE"):

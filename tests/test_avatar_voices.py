@@ -54,7 +54,7 @@ async def test_the_avatar_fetches_a_clone_its_box_lacks_and_swaps_out_unknown_id
 
     box_b = tmp_path / "box-b"  # another box: the clone was made on box A
     settings = make_settings(
-        redis_url, box_b, api_keys=(KEY,), voices_bucket=bucket, voices_prefix=PREFIX, voices_start_wait_s=1.0
+        redis_url, box_b, auth_api_keys=(KEY,), voices_bucket=bucket, voices_prefix=PREFIX, voices_start_wait_s=1.0
     )
     avatar = await aiohttp_client(create_avatar_app(settings))
     service = avatar.app[SYNTHESIS]
@@ -70,7 +70,7 @@ async def test_the_avatar_fetches_a_clone_its_box_lacks_and_swaps_out_unknown_id
 async def test_an_avatar_session_speaks_an_unknown_voice_as_the_swap_out_one_within_its_keys_share(
     aiohttp_client, redis_url, data_dir, shared_workers
 ):
-    settings = make_settings(redis_url, data_dir, api_keys=(KEY,), avatar_connect_timeout_s=30.0)
+    settings = make_settings(redis_url, data_dir, auth_api_keys=(KEY,), avatar_connect_timeout_s=30.0)
     avatar = await aiohttp_client(create_avatar_app(settings))
     viewer = Viewer()
     _, control = await avatar_peer.open_session(avatar, viewer, HEADERS, voice_id="no-such-voice")

@@ -114,7 +114,7 @@ async def test_300_kib_of_json_gets_413_on_the_avatar_server(aiohttp_client, set
 
 @pytest.mark.stack
 async def test_the_json_limit_is_a_setting_and_a_body_under_it_is_spoken(aiohttp_client, redis_url, data_dir, client):
-    small = await aiohttp_client(create_app(make_settings(redis_url, data_dir, max_json_body_bytes=1024)))
+    small = await aiohttp_client(create_app(make_settings(redis_url, data_dir, limits_max_json_body_bytes=1024)))
     resp = await small.post("/v1/text-to-speech/joe", data=padded({"text": "Hi."}, 2048), headers=JSON_HEADERS)
     assert resp.status == 413, await resp.text()
     # The default limit takes a 200 KiB body: its unknown fields are dropped and the text is spoken.
@@ -141,7 +141,7 @@ async def test_ten_jobs_with_200_kib_of_unknown_settings_hold_little_in_redis(
 
     Before: each job carried its 200 KiB field (about 2 MB queued for ten requests).
     """
-    settings = make_settings(private_redis_url, data_dir, first_chunk_timeout_s=3.0)
+    settings = make_settings(private_redis_url, data_dir, jobs_first_chunk_timeout_s=3.0)
     front = await aiohttp_client(create_app(settings))
     redis = Redis.from_url(private_redis_url)
     try:
@@ -320,5 +320,5 @@ async def test_a_model_id_over_128_characters_is_refused_not_echoed(client):
 @pytest.mark.unit
 def test_the_new_settings_have_their_documented_defaults():
     defaults = Settings.from_env({})
-    assert defaults.max_json_body_bytes == JSON_LIMIT and defaults.max_body_bytes == 25 * 1024 * 1024
-    assert (defaults.voices_missing_ttl_s, defaults.voices_missing_max) == (30.0, 4096)
+    assert defaults.limits.max_json_body_bytes == JSON_LIMIT and defaults.limits.max_body_bytes == 25 * 1024 * 1024
+    assert (defaults.voices.missing_ttl_s, defaults.voices.missing_max) == (30.0, 4096)

@@ -30,8 +30,8 @@ def test_simulated_engine_needs_the_explicit_switch(tmp_path):
 
 def test_simulated_engine_emits_real_pcm_for_the_text(tmp_path):
     engine = load_engine(
-        Settings(
-            engine="simulated", load_test_only=True, sim_chunk_hold_s=0.01, sim_chunk_audio_s=0.5, data_dir=tmp_path
+        Settings(engine="simulated", data_dir=tmp_path).with_(
+            sim_load_test_only=True, sim_chunk_hold_s=0.01, sim_chunk_audio_s=0.5
         )
     )
     chunks = list(engine.synthesize("one two three four five six seven", VoiceSpec("x"), {}, lambda: False))

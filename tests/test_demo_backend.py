@@ -16,7 +16,7 @@ KEY = "demo-backend-full-key"
 
 
 async def test_open_servers_get_no_token(aiohttp_client, redis_url: str, data_dir: Path) -> None:
-    settings = make_settings(redis_url, data_dir, port=free_port(), avatar_port=free_port())
+    settings = make_settings(redis_url, data_dir, http_port=free_port(), avatar_port=free_port())
     client = await aiohttp_client(create_demo_app(settings))
     resp = await client.get("/demo/session")
     assert resp.status == 200 and resp.headers["Cache-Control"] == "no-store"
@@ -25,8 +25,8 @@ async def test_open_servers_get_no_token(aiohttp_client, redis_url: str, data_di
     assert body["speech"] == {"token": None} and body["avatar"] == {"token": None}
     assert "ZSYNTH_API_KEY" in body["note"]
     host = client.server.host
-    assert body["api_url"] == f"http://{host}:{settings.port}"
-    assert body["avatar_url"] == f"http://{host}:{settings.avatar_port}"
+    assert body["api_url"] == f"http://{host}:{settings.http.port}"
+    assert body["avatar_url"] == f"http://{host}:{settings.avatar.port}"
 
 
 async def test_page_and_static_files(aiohttp_client, redis_url: str, data_dir: Path) -> None:
@@ -45,10 +45,10 @@ async def test_page_and_static_files(aiohttp_client, redis_url: str, data_dir: P
 async def test_without_a_keys_table_the_key_is_not_handed_out(
     aiohttp_client, aiohttp_server, redis_url: str, data_dir: Path
 ) -> None:
-    front = await aiohttp_server(create_app(make_settings(redis_url, data_dir, api_key=KEY)))
+    front = await aiohttp_server(create_app(make_settings(redis_url, data_dir, auth_api_key=KEY)))
     api_url = str(front.make_url("")).rstrip("/")
     settings = make_settings(
-        redis_url, data_dir, api_key=KEY, demo_api_url=api_url, demo_avatar_url=f"http://127.0.0.1:{free_port()}"
+        redis_url, data_dir, auth_api_key=KEY, demo_api_url=api_url, demo_avatar_url=f"http://127.0.0.1:{free_port()}"
     )
     client = await aiohttp_client(create_demo_app(settings))
     resp = await client.get("/demo/session")

@@ -336,7 +336,7 @@ def test_duplicates_are_dropped_when_rules_are_read() -> None:
 async def api_client(aiohttp_client, redis_url, data_dir, shared_workers, keys_table):
     # 10,000 rules in JSON are over the default 256 KiB body limit: raised, as an operator who wants them does.
     settings = make_settings(
-        redis_url, data_dir, api_key=KEY, api_keys_table=keys_table, max_json_body_bytes=4 * 1024 * 1024
+        redis_url, data_dir, auth_api_key=KEY, auth_keys_table=keys_table, limits_max_json_body_bytes=4 * 1024 * 1024
     )
     return await aiohttp_client(clocked_app(settings))
 

@@ -275,7 +275,7 @@ def test_readme_blocks_default_to_the_dev_stack():
     """Every block that names a default address names the one ``./scripts/dev`` serves on."""
     dev = Settings.from_env({})
     defaults = {m for _, body in README_BLOCKS for m in re.findall(r"https?://[\w.]+:\d+", body)}
-    assert defaults == {f"http://{dev.host}:{dev.port}"}
+    assert defaults == {f"http://{dev.http.host}:{dev.http.port}"}
 
 
 @pytest.mark.unit

@@ -39,7 +39,7 @@ KEY = "endpoints-test-key"
 
 @pytest.fixture
 def app(redis_url, data_dir):
-    return create_app(make_settings(redis_url, data_dir, api_key=KEY))
+    return create_app(make_settings(redis_url, data_dir, auth_api_key=KEY))
 
 
 @pytest.mark.stack

@@ -39,7 +39,7 @@ def test_every_registered_route_is_declared_with_an_access_rule():
 
 @pytest.mark.stack
 async def test_every_declared_model_is_in_the_served_document(aiohttp_client, redis_url, data_dir):
-    client = await aiohttp_client(create_avatar_app(make_settings(redis_url, data_dir, api_keys=(KEY,))))
+    client = await aiohttp_client(create_avatar_app(make_settings(redis_url, data_dir, auth_api_keys=(KEY,))))
     resp = await client.get("/openapi.json")
     assert resp.status == 200
     document = await resp.json()
@@ -91,7 +91,7 @@ async def test_cors_is_offered_only_where_declared(aiohttp_client):
 
 @pytest.mark.stack
 async def test_the_avatar_answers_any_origin_with_a_wildcard(aiohttp_client, redis_url, data_dir):
-    client = await aiohttp_client(create_avatar_app(make_settings(redis_url, data_dir, api_keys=(KEY,))))
+    client = await aiohttp_client(create_avatar_app(make_settings(redis_url, data_dir, auth_api_keys=(KEY,))))
     page = {"Origin": "https://app.example"}
     resp = await client.options("/v1/sessions/abc", headers={**page, "Access-Control-Request-Method": "DELETE"})
     assert resp.status == 204 and resp.headers["Access-Control-Allow-Origin"] == "*"

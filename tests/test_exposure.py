@@ -367,11 +367,11 @@ DEMO_KEY = "exposure-demo-full-key"
 
 @pytest.mark.stack
 async def test_demo_clone_accepts_its_own_page_only(aiohttp_client, aiohttp_server, redis_url, tmp_path):
-    front = await aiohttp_server(create_app(make_settings(redis_url, tmp_path, api_key=DEMO_KEY)))
+    front = await aiohttp_server(create_app(make_settings(redis_url, tmp_path, auth_api_key=DEMO_KEY)))
     front_client = await aiohttp_client(front)
     api_url = str(front.make_url("")).rstrip("/")
     demo = await aiohttp_client(
-        create_demo_app(make_settings(redis_url, tmp_path, api_key=DEMO_KEY, demo_api_url=api_url))
+        create_demo_app(make_settings(redis_url, tmp_path, auth_api_key=DEMO_KEY, demo_api_url=api_url))
     )
     own = str(demo.make_url("")).rstrip("/")
 
@@ -414,11 +414,11 @@ async def test_an_open_server_with_any_origin_refuses_cross_site_writes_and_warn
     same_site = {"Origin": f"http://{open_front.server.host}:1"}
     assert await status_and_code(await open_front.delete("/v1/voices/custom-abcdefgh", headers=same_site)) == missing
 
-    allowed = await aiohttp_client(create_app(make_settings(redis_url, tmp_path, cors_open_writes=True)))
+    allowed = await aiohttp_client(create_app(make_settings(redis_url, tmp_path, http_cors_open_writes=True)))
     assert await status_and_code(await allowed.delete("/v1/voices/custom-abcdefgh", headers=evil)) == missing
-    listed = await aiohttp_client(create_app(make_settings(redis_url, tmp_path, cors_origins=("*", EVIL))))
+    listed = await aiohttp_client(create_app(make_settings(redis_url, tmp_path, http_cors_origins=("*", EVIL))))
     assert await status_and_code(await listed.delete("/v1/voices/custom-abcdefgh", headers=evil)) == missing
-    keyed = await aiohttp_client(create_app(make_settings(redis_url, tmp_path, api_key=DEMO_KEY)))
+    keyed = await aiohttp_client(create_app(make_settings(redis_url, tmp_path, auth_api_key=DEMO_KEY)))
     keyed_headers = {**evil, "xi-api-key": DEMO_KEY}
     assert await status_and_code(await keyed.delete("/v1/voices/custom-abcdefgh", headers=keyed_headers)) == missing
 
@@ -433,7 +433,7 @@ async def test_one_session_token_cannot_take_every_avatar_slot(
     aiohttp_client, private_redis_url, data_dir, keys_table, loopback_ice
 ):
     settings = make_settings(
-        private_redis_url, data_dir, api_keys=(AVATAR_KEY,), api_keys_table=keys_table, avatar_max_sessions=4
+        private_redis_url, data_dir, auth_api_keys=(AVATAR_KEY,), auth_keys_table=keys_table, avatar_max_sessions=4
     )
     server = await aiohttp_client(create_avatar_app(settings, Authenticator.from_settings(settings)))
 

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.stack
 async def queue(private_redis_url: str, tmp_path: Path) -> AsyncIterator[tuple[Dispatcher, Redis]]:
     """A started dispatcher on a private database where no worker claims anything, and a client to look."""
     redis = Redis.from_url(private_redis_url)
-    dispatcher = Dispatcher(Settings(redis_url=private_redis_url, data_dir=tmp_path), redis)
+    dispatcher = Dispatcher(Settings(data_dir=tmp_path).with_(redis_url=private_redis_url), redis)
     await dispatcher.start()
     try:
         yield dispatcher, redis
@@ -166,10 +166,10 @@ async def test_a_keys_share_is_sized_by_the_live_workers(private_redis_url, tmp_
     settings = make_settings(
         private_redis_url,
         tmp_path,
-        credential_jobs_per_worker=2,
-        credential_min_jobs=3,
-        heartbeat_interval_s=0.1,
-        first_chunk_timeout_s=1.0,
+        jobs_credential_jobs_per_worker=2,
+        jobs_credential_min_jobs=3,
+        worker_heartbeat_interval_s=0.1,
+        jobs_first_chunk_timeout_s=1.0,
     )
     dispatcher = Dispatcher(settings, redis)
     await dispatcher.start()
@@ -200,8 +200,10 @@ async def test_a_keys_share_is_sized_by_the_live_workers(private_redis_url, tmp_
 
 
 def test_the_queue_share_stays_the_ceiling(tmp_path):
-    settings = Settings(redis_url="redis://127.0.0.1:1/0", data_dir=tmp_path, max_queue=8, credential_queue_share=0.25)
-    dispatcher = Dispatcher(settings, Redis.from_url(settings.redis_url))
+    settings = Settings(data_dir=tmp_path).with_(
+        redis_url="redis://127.0.0.1:1/0", jobs_max_queue=8, jobs_credential_queue_share=0.25
+    )
+    dispatcher = Dispatcher(settings, Redis.from_url(settings.redis.url))
     dispatcher.live_workers = 50
     assert dispatcher.share_limit == 2
 

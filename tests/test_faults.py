@@ -33,7 +33,7 @@ async def job_record(redis_url: str, job_id: str) -> dict[str, str]:
 async def test_unstarted_job_of_a_dead_worker_is_run_by_a_survivor(aiohttp_client, private_redis_url, tmp_path):
     doomed = WorkerProcess(private_redis_url, "doomed", tmp_path).wait_ready()
     os.kill(doomed.proc.pid, signal.SIGSTOP)  # frozen inside BLMOVE: Redis still hands it the next job
-    client = await aiohttp_client(create_app(make_settings(private_redis_url, tmp_path, first_chunk_timeout_s=40)))
+    client = await aiohttp_client(create_app(make_settings(private_redis_url, tmp_path, jobs_first_chunk_timeout_s=40)))
     text = "This job was claimed by a worker that died before it spoke."
     request = asyncio.ensure_future(client.post("/v1/text-to-speech/v?output_format=pcm_16000", json={"text": text}))
     redis = Redis.from_url(private_redis_url)
@@ -63,7 +63,7 @@ async def test_started_job_of_a_dead_worker_fails_fast_and_is_not_repeated(aioht
     victim.wait_ready()
     survivor.wait_ready()
     try:
-        client = await aiohttp_client(create_app(make_settings(private_redis_url, tmp_path, chunk_timeout_s=30)))
+        client = await aiohttp_client(create_app(make_settings(private_redis_url, tmp_path, jobs_chunk_timeout_s=30)))
         # Keep the survivor busy so the long job lands on the victim.
         busy = asyncio.ensure_future(
             client.post("/v1/text-to-speech/v?output_format=pcm_16000", json={"text": LONG_TEXT})
@@ -94,7 +94,7 @@ async def test_started_job_of_a_dead_worker_fails_fast_and_is_not_repeated(aioht
 
 @pytest.mark.stack
 async def test_full_queue_answers_429_with_retry_after(aiohttp_client, private_redis_url, tmp_path):
-    settings = make_settings(private_redis_url, tmp_path, max_queue=2, first_chunk_timeout_s=2)
+    settings = make_settings(private_redis_url, tmp_path, jobs_max_queue=2, jobs_first_chunk_timeout_s=2)
     client = await aiohttp_client(create_app(settings))
     # No worker: the first two wait in the queue, the third finds it full.
     waiting = [
@@ -116,7 +116,7 @@ async def test_full_queue_answers_429_with_retry_after(aiohttp_client, private_r
 
 @pytest.mark.heavy
 async def test_job_past_its_deadline_is_dropped_unrun(aiohttp_client, private_redis_url, tmp_path):
-    client = await aiohttp_client(create_app(make_settings(private_redis_url, tmp_path, first_chunk_timeout_s=1)))
+    client = await aiohttp_client(create_app(make_settings(private_redis_url, tmp_path, jobs_first_chunk_timeout_s=1)))
     resp = await client.post("/v1/text-to-speech/v", json={"text": "Nobody hears this in time."})
     assert resp.status == 503
     # The front that gave up took its job off the queue at once.
@@ -192,7 +192,7 @@ async def test_a_dropped_reply_subscription_fails_only_the_streams_that_lost_aud
     long_text = " ".join(f"Sentence {n} keeps the only worker busy for a while longer." for n in range(12))
     short_text = "Queued while the subscription dropped, spoken whole."
     try:
-        client = await aiohttp_client(create_app(make_settings(server.url, tmp_path, first_chunk_timeout_s=60.0)))
+        client = await aiohttp_client(create_app(make_settings(server.url, tmp_path, jobs_first_chunk_timeout_s=60.0)))
         caplog.set_level("INFO", logger="zsynth.services.dispatch")
         busy = await client.post("/v1/text-to-speech/v/stream?output_format=pcm_16000", json={"text": long_text})
         assert busy.status == 200

@@ -181,10 +181,10 @@ async def test_a_client_that_reads_nothing_holds_one_window_and_is_cut_at_the_wr
     aiohttp_client, redis_url, data_dir, shared_workers
 ):
     """F2, with ordinary text: the front buffers at most a window per job, then cuts the client and frees the worker."""
-    settings_ = make_settings(redis_url, data_dir, write_timeout_s=3.0)
+    settings_ = make_settings(redis_url, data_dir, flow_write_timeout_s=3.0)
     client = await aiohttp_client(create_app(settings_))
     app = client.server.app
-    window = window_bytes(96_000, settings_.flow_window_bytes, settings_.flow_window_seconds)
+    window = window_bytes(96_000, settings_.flow.window_bytes, settings_.flow.window_seconds)
     body = aiohttp.JsonPayload({"text": ORDINARY})._value
     socks = [
         await _request_without_reading(client.server.port, "/v1/text-to-speech/v/stream?output_format=pcm_48000", body)
@@ -326,10 +326,10 @@ async def test_normal_streams_come_whole_beside_clients_that_do_not_read_and_pau
     settings_ = make_settings(
         redis_url,
         data_dir,
-        write_timeout_s=4.0,
-        front_audio_budget=4 * 1024 * 1024,
-        first_chunk_timeout_s=120.0,
-        chunk_timeout_s=60.0,
+        flow_write_timeout_s=4.0,
+        flow_front_audio_budget=4 * 1024 * 1024,
+        jobs_first_chunk_timeout_s=120.0,
+        jobs_chunk_timeout_s=60.0,
     )
     client = await aiohttp_client(create_app(settings_))
     app = client.server.app
@@ -371,4 +371,4 @@ async def test_normal_streams_come_whole_beside_clients_that_do_not_read_and_pau
     assert results[:2] == [200, 200]
     assert all(duration > 1.5 for duration in results[2:])
     # The budget bounds every job's credit together; the whole answers take their chunks as they come.
-    assert peak <= settings_.front_audio_budget + 3 * 1_000_000, f"the front buffered {peak} bytes"
+    assert peak <= settings_.flow.front_audio_budget + 3 * 1_000_000, f"the front buffered {peak} bytes"

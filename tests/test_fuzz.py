@@ -29,7 +29,7 @@ KEY = "fuzz-key-0123456789"
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "12"))
 
 MAX_TEXT = 80  # long enough for every route's shapes; each example's synthesis stays short
-schema = schemathesis.openapi.from_dict(build_document("speech", Settings(max_text_chars=MAX_TEXT)))
+schema = schemathesis.openapi.from_dict(build_document("speech", Settings().with_(limits_max_text_chars=MAX_TEXT)))
 # Operations whose inputs have a validity the schema cannot state: a clip must be real speech, a page token must
 # come from an earlier page. Schema-valid requests may get a 4xx there; every other check still runs.
 # So must a PLS file, and a dictionary id (or version id) must name one that exists.

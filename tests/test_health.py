@@ -25,7 +25,7 @@ async def test_readyz_with_workers(client):
     assert resp.status == 200
     assert body["status"] == "ready" and body["workers"] >= 2
     # A plain URL: the master is that URL's address (shown to this loopback caller), and no failover was seen.
-    port = client.app[SETTINGS].redis_url.rsplit(":", 1)[1].split("/")[0]
+    port = client.app[SETTINGS].redis.url.rsplit(":", 1)[1].split("/")[0]
     assert (body["redis_mode"], body["redis_master"], body["redis_promotions"]) == ("direct", f"127.0.0.1:{port}", 0)
 
 
@@ -33,7 +33,7 @@ async def test_readyz_with_workers(client):
 async def test_readyz_names_the_redis_master_to_callers_on_the_box_only(aiohttp_client, redis_url, data_dir):
     """Issue 36 F9: behind nginx on the same box, every client's request came from loopback, so /readyz showed
     anyone the Redis master. The caller is now the client a trusted proxy names, as for every per-address limit."""
-    proxied = make_settings(redis_url, data_dir, trusted_proxies=(ipaddress.ip_network("127.0.0.1/32"),))
+    proxied = make_settings(redis_url, data_dir, http_trusted_proxies=(ipaddress.ip_network("127.0.0.1/32"),))
     client = await aiohttp_client(create_app(proxied))
 
     async def shown(app_client, **headers: str) -> bool:
@@ -95,7 +95,7 @@ def test_json_logs_carry_ids(capsys):
     from zsynth.core.config import Settings
     from zsynth.core.logs import setup_logging
 
-    setup_logging(Settings(log_json=True), "front")
+    setup_logging(Settings().with_(telemetry_log_json=True), "front")
     try:
         logging.getLogger("zsynth.test").info("job %s queued", "abc", extra={"job_id": "abc", "request_id": "r1"})
         line = capsys.readouterr().err.strip().splitlines()[-1]

@@ -211,9 +211,9 @@ async def test_the_avatar_offers_token_minting_to_no_page(demo_stack) -> None:
 
 @pytest.mark.stack
 def test_the_allowed_names_come_from_the_settings() -> None:
-    settings = Settings(
-        host="192.0.2.10",
-        allowed_hosts=("Speech.Example.com.",),
+    settings = Settings().with_(
+        http_host="192.0.2.10",
+        http_allowed_hosts=("Speech.Example.com.",),
         demo_api_url="https://api.example.com:8443",
         demo_avatar_url="https://avatar.example.com",
     )
@@ -222,9 +222,11 @@ def test_the_allowed_names_come_from_the_settings() -> None:
         assert hosts.admits(host_name(host)), host
     assert not hosts.admits(host_name(f"{REBOUND}:8000")) and not hosts.admits(None)
     assert hosts.configured and not hosts.any_host
-    assert AllowedHosts.from_settings(Settings(allowed_hosts=("*",))).admits("anything.example")
+    assert AllowedHosts.from_settings(Settings().with_(http_allowed_hosts=("*",))).admits("anything.example")
     # A WebSocket's page must be on loopback or a named host: any IP address is not enough, "*" neither.
     assert hosts.admits_origin("http://localhost:8200") and hosts.admits_origin("https://speech.example.com")
     assert hosts.admits_origin("http://192.0.2.10:8200")  # the bound address is named
     assert not hosts.admits_origin("http://203.0.113.5") and not hosts.admits_origin("null")
-    assert not AllowedHosts.from_settings(Settings(allowed_hosts=("*",))).admits_origin("https://evil.example")
+    assert not AllowedHosts.from_settings(Settings().with_(http_allowed_hosts=("*",))).admits_origin(
+        "https://evil.example"
+    )

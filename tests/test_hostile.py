@@ -46,7 +46,9 @@ def raw_url(client, path: str) -> URL:
 @pytest.fixture
 async def small_client(aiohttp_client, redis_url, data_dir, shared_workers):
     """An app with a 64 KiB body limit, for JSON bodies and multipart uploads alike."""
-    settings = make_settings(redis_url, data_dir, max_body_bytes=SMALL_BODY, max_json_body_bytes=SMALL_BODY)
+    settings = make_settings(
+        redis_url, data_dir, limits_max_body_bytes=SMALL_BODY, limits_max_json_body_bytes=SMALL_BODY
+    )
     return await aiohttp_client(create_app(settings))
 
 

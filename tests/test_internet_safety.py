@@ -72,7 +72,7 @@ async def flood_client(aiohttp_client, private_redis_url, data_dir):
     settings = make_settings(
         private_redis_url,
         data_dir,
-        api_key=STATIC_KEY,
+        auth_api_key=STATIC_KEY,
         ws_max_messages_per_s=100_000.0,
         ws_max_queued_chars=20_000_000,
         ws_max_queued_segments=20_000,
@@ -116,7 +116,7 @@ async def test_a_10_mb_flood_without_white_space_never_stalls_the_event_loop(flo
 @pytest.mark.stack
 async def test_text_queued_faster_than_it_is_spoken_ends_the_socket(aiohttp_client, private_redis_url, data_dir):
     settings = make_settings(
-        private_redis_url, data_dir, api_key=STATIC_KEY, ws_max_queued_chars=5000, ws_max_messages_per_s=1000.0
+        private_redis_url, data_dir, auth_api_key=STATIC_KEY, ws_max_queued_chars=5000, ws_max_messages_per_s=1000.0
     )
     client = await aiohttp_client(create_app(settings))
     ws = await client.ws_connect(PATH, headers={"xi-api-key": STATIC_KEY})
@@ -133,7 +133,7 @@ async def test_text_queued_faster_than_it_is_spoken_ends_the_socket(aiohttp_clie
 
 @pytest.fixture
 async def table_front(aiohttp_client, redis_url, data_dir, shared_workers, keys_table):
-    settings = make_settings(redis_url, data_dir, api_keys_table=keys_table, auth_cache_ttl_s=2.0)
+    settings = make_settings(redis_url, data_dir, auth_keys_table=keys_table, auth_cache_ttl_s=2.0)
     client = await aiohttp_client(create_app(settings))
     return client, client.server.app[AUTHENTICATOR]
 
@@ -214,7 +214,7 @@ async def test_a_token_is_refused_once_the_key_that_minted_it_is_revoked(table_f
 
 @pytest.mark.stack
 async def test_minting_refuses_a_revoked_key_still_in_the_cache(aiohttp_client, redis_url, data_dir, keys_table):
-    settings = make_settings(redis_url, data_dir, api_keys_table=keys_table, auth_cache_ttl_s=30.0)
+    settings = make_settings(redis_url, data_dir, auth_keys_table=keys_table, auth_cache_ttl_s=30.0)
     client = await aiohttp_client(create_app(settings))
     auth = client.server.app[AUTHENTICATOR]
     key, record = await auth.create_key("minter")
@@ -232,7 +232,7 @@ async def test_minting_refuses_a_revoked_key_still_in_the_cache(aiohttp_client, 
 @pytest.fixture
 async def keyed_front(aiohttp_client, redis_url, data_dir):
     settings = make_settings(
-        redis_url, data_dir, api_key=STATIC_KEY, ws_max_unauthenticated=2, ws_first_message_max_bytes=1024
+        redis_url, data_dir, auth_api_key=STATIC_KEY, ws_max_unauthenticated=2, ws_first_message_max_bytes=1024
     )
     return await aiohttp_client(create_app(settings))
 
@@ -296,7 +296,7 @@ async def test_made_up_keys_do_not_push_real_ones_out_of_the_cache(keys_table):
 
 @pytest.mark.stack
 async def test_an_address_sending_made_up_keys_is_rate_limited(aiohttp_client, redis_url, data_dir, keys_table):
-    settings = make_settings(redis_url, data_dir, api_keys_table=keys_table, auth_max_failures_per_min=5)
+    settings = make_settings(redis_url, data_dir, auth_keys_table=keys_table, auth_max_failures_per_min=5)
     client = await aiohttp_client(create_app(settings))
     key, _ = await client.server.app[AUTHENTICATOR].create_key("known")
     assert (await client.get("/v1/voices", headers={"xi-api-key": key})).status == 200
@@ -314,7 +314,7 @@ async def test_an_address_sending_made_up_keys_is_rate_limited(aiohttp_client, r
 
 @pytest.mark.stack
 async def test_multipart_part_headers_and_empty_parts_count(aiohttp_client, redis_url, data_dir):
-    client = await aiohttp_client(create_app(make_settings(redis_url, data_dir, max_body_bytes=8192)))
+    client = await aiohttp_client(create_app(make_settings(redis_url, data_dir, limits_max_body_bytes=8192)))
     boundary = "b0undary"
     part = (f'--{boundary}\r\nContent-Disposition: form-data; name="x"\r\nX-Pad: {"p" * 200}\r\n\r\n\r\n').encode()
 
@@ -334,7 +334,7 @@ async def test_multipart_part_headers_and_empty_parts_count(aiohttp_client, redi
 async def test_an_avatar_session_ends_when_its_token_expires(
     aiohttp_client, redis_url, data_dir, keys_table, loopback_ice
 ):
-    settings = make_settings(redis_url, data_dir, api_keys=("avatar-key",), api_keys_table=keys_table)
+    settings = make_settings(redis_url, data_dir, auth_api_keys=("avatar-key",), auth_keys_table=keys_table)
     tokens = Authenticator.from_settings(settings, cache_ttl_s=2.0)
     server = await aiohttp_client(create_avatar_app(settings, tokens))
     token, expires_at = await tokens.mint_token(4, server=AVATAR_SERVER)
@@ -365,7 +365,7 @@ async def test_an_avatar_session_ends_when_its_token_expires(
 async def test_one_key_cannot_fill_the_queue_ahead_of_another(aiohttp_client, private_redis_url, data_dir):
     # No worker on this database: jobs stay queued. Queue of 4, half of it per key.
     settings = make_settings(
-        private_redis_url, data_dir, api_keys=("key-a", "key-b"), max_queue=4, first_chunk_timeout_s=5.0
+        private_redis_url, data_dir, auth_api_keys=("key-a", "key-b"), jobs_max_queue=4, jobs_first_chunk_timeout_s=5.0
     )
     client = await aiohttp_client(create_app(settings))
     redis = Redis.from_url(private_redis_url)
@@ -393,7 +393,7 @@ async def test_one_key_cannot_fill_the_queue_ahead_of_another(aiohttp_client, pr
 @pytest.mark.stack
 async def test_a_keys_realtime_segments_wait_for_its_own_share(aiohttp_client, private_redis_url, data_dir):
     settings = make_settings(
-        private_redis_url, data_dir, api_keys=("key-a", "key-b"), max_queue=4, first_chunk_timeout_s=5.0
+        private_redis_url, data_dir, auth_api_keys=("key-a", "key-b"), jobs_max_queue=4, jobs_first_chunk_timeout_s=5.0
     )
     client = await aiohttp_client(create_app(settings))
     redis = Redis.from_url(private_redis_url)

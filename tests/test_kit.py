@@ -34,7 +34,7 @@ async def test_paths_no_route_answers_get_404_and_405_whatever_the_caller_presen
     aiohttp_client, redis_url, data_dir, server
 ):
     """As ElevenLabs answers them: 404 and 405 come before any key check, in the server's envelope."""
-    client = await aiohttp_client(build(server, make_settings(redis_url, data_dir, api_keys=(KEY,))))
+    client = await aiohttp_client(build(server, make_settings(redis_url, data_dir, auth_api_keys=(KEY,))))
     get_only, code_of = SERVERS[server]
     for headers in ({}, {"xi-api-key": "not-a-key"}, {"X-Api-Key": KEY}):
         resp = await client.get("/v1/no-such-route", headers=headers)
@@ -51,7 +51,7 @@ async def test_paths_no_route_answers_get_404_and_405_whatever_the_caller_presen
 async def test_errors_take_the_envelope_their_route_declares(aiohttp_client, redis_url, data_dir):
     """The OpenAI route declares OpenAI's envelope: its refusals, and a wrong method on its path, come in it; a path
     under /v1/audio/ that no route declares gets the API's own envelope."""
-    client = await aiohttp_client(create_app(make_settings(redis_url, data_dir, api_key=KEY)))
+    client = await aiohttp_client(create_app(make_settings(redis_url, data_dir, auth_api_key=KEY)))
     resp = await client.post("/v1/audio/speech", json={"model": "m", "voice": "alloy", "input": "Hi."})
     assert resp.status == 401 and resp.headers["WWW-Authenticate"] == "Bearer"
     body = await resp.json()
@@ -81,7 +81,7 @@ async def token_without_scope(auth: Authenticator) -> str:
 async def test_one_access_check_for_http_and_the_realtime_socket(aiohttp_client, redis_url, data_dir, keys_table):
     """A token without the ``tts`` scope is refused by the same check on a token route over HTTP and on the socket
     after it authenticates in band: the same code, ``insufficient_scope``."""
-    settings = make_settings(redis_url, data_dir, api_key=KEY, api_keys_table=keys_table)
+    settings = make_settings(redis_url, data_dir, auth_api_key=KEY, auth_keys_table=keys_table)
     client = await aiohttp_client(create_app(settings))
     token = await token_without_scope(client.server.app[AUTHENTICATOR])
     resp = await client.get("/v1/voices", headers={"xi-api-key": token})
@@ -102,7 +102,7 @@ async def test_one_access_check_for_http_and_the_realtime_socket(aiohttp_client,
 async def test_one_access_check_for_the_avatar_control_socket(aiohttp_client, redis_url, data_dir, keys_table):
     """The avatar's stream routes (its control socket included) are token routes: a token without scope is refused
     there with the same code."""
-    settings = make_settings(redis_url, data_dir, api_keys=(KEY,), api_keys_table=keys_table)
+    settings = make_settings(redis_url, data_dir, auth_api_keys=(KEY,), auth_keys_table=keys_table)
     client = await aiohttp_client(create_avatar_app(settings))
     token = await token_without_scope(client.server.app[AUTHENTICATOR])
     for resp in (

@@ -231,7 +231,7 @@ async def test_delete_removes_a_dictionary_for_every_front(aiohttp_client, aws_e
 
 @pytest.mark.stack
 async def test_delete_needs_a_full_key(aiohttp_client, redis_url, data_dir, keys_table):
-    settings = make_settings(redis_url, data_dir, api_key="full-key-delete", api_keys_table=keys_table)
+    settings = make_settings(redis_url, data_dir, auth_api_key="full-key-delete", auth_keys_table=keys_table)
     client = await aiohttp_client(create_app(settings))
     full = {"xi-api-key": "full-key-delete"}
     rule = {"type": "alias", "string_to_replace": "a", "alias": "b"}

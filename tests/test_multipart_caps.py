@@ -80,7 +80,7 @@ async def test_the_demo_refuses_a_flood_before_forwarding_it(aiohttp_client, red
     # The speech API behind the demo is not even there: forwarding would answer 502 upstream_unavailable.
     nowhere = f"http://127.0.0.1:{free_port()}"
     demo = await aiohttp_client(
-        create_demo_app(make_settings(redis_url, tmp_path, api_key="demo-full-key", demo_api_url=nowhere))
+        create_demo_app(make_settings(redis_url, tmp_path, auth_api_key="demo-full-key", demo_api_url=nowhere))
     )
     resp = await demo.post("/demo/clone", data=FLOOD, headers=FLOOD_HEADERS)
     body = await resp.json()
@@ -93,7 +93,7 @@ async def test_the_demo_refuses_a_flood_before_forwarding_it(aiohttp_client, red
         yield b"--b--\r\n"
 
     small = await aiohttp_client(
-        create_demo_app(make_settings(redis_url, tmp_path, max_body_bytes=100_000, demo_api_url=nowhere))
+        create_demo_app(make_settings(redis_url, tmp_path, limits_max_body_bytes=100_000, demo_api_url=nowhere))
     )
     resp = await small.post(
         "/demo/clone", data=framing_only(), headers={"Content-Type": "multipart/form-data; boundary=b"}
@@ -104,7 +104,7 @@ async def test_the_demo_refuses_a_flood_before_forwarding_it(aiohttp_client, red
 
 @pytest.mark.stack
 async def test_the_part_cap_is_a_setting(aiohttp_client, redis_url, data_dir):
-    client = await aiohttp_client(create_app(make_settings(redis_url, data_dir, max_multipart_parts=5)))
+    client = await aiohttp_client(create_app(make_settings(redis_url, data_dir, limits_max_multipart_parts=5)))
 
     def form(fields: int) -> aiohttp.FormData:
         data = aiohttp.FormData(default_to_multipart=True)

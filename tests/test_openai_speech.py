@@ -206,7 +206,7 @@ def test_full_queue_and_no_worker_raise_the_sdk_types(private_redis_url, data_di
 @pytest.mark.unit
 def test_voice_map_setting_is_parsed_and_checked():
     parsed = Settings.from_env({"ZSYNTH_OPENAI_VOICES": " alloy=joe , nova=custom-abc "})
-    assert parsed.openai_voices == (("alloy", "joe"), ("nova", "custom-abc"))
+    assert parsed.voices.openai == (("alloy", "joe"), ("nova", "custom-abc"))
     for bad in ("alloy", "alloy=", "=joe"):
         with pytest.raises(SettingsError, match="ZSYNTH_OPENAI_VOICES"):
             Settings.from_env({"ZSYNTH_OPENAI_VOICES": bad})

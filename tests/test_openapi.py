@@ -62,7 +62,7 @@ def test_operations_document_their_security_and_media_types():
 
 @pytest.mark.stack
 async def test_document_is_served_without_a_key(aiohttp_client, redis_url, data_dir, shared_workers):
-    settings = make_settings(redis_url, data_dir, api_key="secret-key", max_text_chars=321)
+    settings = make_settings(redis_url, data_dir, auth_api_key="secret-key", limits_max_text_chars=321)
     client = await aiohttp_client(create_app(settings))
     async with client.get("/openapi.json") as resp:
         assert resp.status == 200
@@ -240,7 +240,7 @@ async def test_real_answers_match_the_document(client):
 
 @pytest.mark.stack
 async def test_auth_failures_match_the_document(aiohttp_client, redis_url, data_dir, shared_workers):
-    client = await aiohttp_client(create_app(make_settings(redis_url, data_dir, api_key="secret-key")))
+    client = await aiohttp_client(create_app(make_settings(redis_url, data_dir, auth_api_key="secret-key")))
     c = Checker()
     assert (await c.call(client, "GET", "/v1/voices"))[0] == 401
     assert (await c.call(client, "GET", "/metrics", headers={"xi-api-key": "wrong"}))[0] == 401

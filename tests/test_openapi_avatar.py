@@ -62,7 +62,7 @@ def test_avatar_document_lists_exactly_the_registered_routes():
 
 @pytest.mark.stack
 async def test_avatar_document_is_served_without_a_key(aiohttp_client, redis_url, data_dir):
-    settings = make_settings(redis_url, data_dir, api_keys=(KEY,))
+    settings = make_settings(redis_url, data_dir, auth_api_keys=(KEY,))
     client = await aiohttp_client(create_avatar_app(settings))
     c = Checker(DOC)
     assert (await c.call(client, "GET", "/openapi.json"))[1] == build_document("avatar", settings)
@@ -76,7 +76,7 @@ async def test_avatar_document_is_served_without_a_key(aiohttp_client, redis_url
 @pytest.mark.stack
 async def test_real_avatar_answers_match_the_document(aiohttp_client, redis_url, data_dir, keys_table):
     """A sample of successful and failing calls on every avatar route, each checked against the document."""
-    settings = make_settings(redis_url, data_dir, api_keys=(KEY,), api_keys_table=keys_table)
+    settings = make_settings(redis_url, data_dir, auth_api_keys=(KEY,), auth_keys_table=keys_table)
     client = await aiohttp_client(create_avatar_app(settings))
     c = Checker(DOC)
     assert (await c.call(client, "GET", "/healthz"))[0] == 200

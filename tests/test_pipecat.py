@@ -37,7 +37,7 @@ pytestmark = [pytest.mark.heavy, pytest.mark.timeout(240)]
 @pytest.fixture
 async def server(aiohttp_client, redis_url, data_dir, shared_workers):
     """A keyed front with the default socket timeouts (20 s inactivity, 10 s first-message bound)."""
-    return await aiohttp_client(create_app(make_settings(redis_url, data_dir, api_keys=(KEY,))))
+    return await aiohttp_client(create_app(make_settings(redis_url, data_dir, auth_api_keys=(KEY,))))
 
 
 async def run_pipecat(service: str, base: str, out: Path) -> dict:

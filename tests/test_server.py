@@ -116,7 +116,7 @@ async def test_a_second_signal_cancels_the_requests_then_runs_the_cleanup_contex
     app.cleanup_ctx.extend([context("outer"), context("inner")])
     app.router.add_get("/held", held)
     port = free_port()
-    settings = make_settings("redis://127.0.0.1:1/0", tmp_path, port=port, drain_timeout_s=120.0)
+    settings = make_settings("redis://127.0.0.1:1/0", tmp_path, http_port=port, http_drain_timeout_s=120.0)
     caplog.set_level("INFO", logger="zsynth.kit.server")
     served = asyncio.create_task(serve_app(app, settings, port, "test"))
     # The line comes once the port listens and the stop signals are the server's, not pytest's.

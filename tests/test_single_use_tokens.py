@@ -156,7 +156,9 @@ async def test_a_key_holds_at_most_its_cap_of_unspent_tokens(aiohttp_client, red
     """A6: a full key minted 1,000 tokens in 10.6 s, each a live record for 15 minutes. Past
     ZSYNTH_SINGLE_USE_MAX_UNSPENT unspent ones it gets 429 in ElevenLabs' envelope; spending one frees a place."""
     other_key = "single-use-other-key"
-    settings = make_settings(redis_url, data_dir, api_keys=(CAPPED_KEY, other_key), single_use_max_unspent=CAP)
+    settings = make_settings(
+        redis_url, data_dir, auth_api_keys=(CAPPED_KEY, other_key), auth_single_use_max_unspent=CAP
+    )
     client = await aiohttp_client(create_app(settings))
     held = []
     for _ in range(CAP):

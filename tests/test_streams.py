@@ -134,7 +134,7 @@ async def test_a_client_that_reads_nothing_holds_no_slot(aiohttp_client, private
     """A stream waiting for flow-control credit is parked: the worker's one slot serves another request at once,
     while the unread stream stays held (in the in-flight list, no terminal yet) until its front gives up on it."""
     worker = _sim_worker(private_redis_url, tmp_path, "parked", 0.02).wait_ready()
-    settings = make_settings(private_redis_url, tmp_path, write_timeout_s=60.0)
+    settings = make_settings(private_redis_url, tmp_path, flow_write_timeout_s=60.0)
     client = await aiohttp_client(create_app(settings))
     long_text = " ".join(["a long reading that nobody reads"] * 120)  # 720 words: 288 s of audio, 25 MB at 44.1 kHz
     body = json.dumps({"text": long_text}).encode()
@@ -201,7 +201,7 @@ async def test_stop_signals_finish_every_stream_then_abort_them_all(aiohttp_clie
     each stream still held with worker_stopping, so no client is left waiting."""
     worker = _sim_worker(private_redis_url, tmp_path, "stopping", 0.05).wait_ready()
     try:
-        client = await aiohttp_client(create_app(make_settings(private_redis_url, tmp_path, chunk_timeout_s=5.0)))
+        client = await aiohttp_client(create_app(make_settings(private_redis_url, tmp_path, jobs_chunk_timeout_s=5.0)))
         short = " ".join(["twenty words of speech"] * 5)  # 8 s: 16 chunks, under 2 s of the slot for two streams
         finishing = [await client.post(STREAM, json={"text": short}) for _ in range(2)]
         await _until(lambda: len(_in_flight(private_redis_url, worker)) == 2, 10, "both streams held")
@@ -239,7 +239,7 @@ async def test_a_killed_worker_s_streams_each_end_and_none_is_spoken_twice(aioht
     doomed = _sim_worker(private_redis_url, tmp_path, "doomed", 0.05).wait_ready()
     reaper: WorkerProcess | None = None
     try:
-        client = await aiohttp_client(create_app(make_settings(private_redis_url, tmp_path, chunk_timeout_s=20.0)))
+        client = await aiohttp_client(create_app(make_settings(private_redis_url, tmp_path, jobs_chunk_timeout_s=20.0)))
         long_text = " ".join(["a long reading cut short"] * 60)
         responses = [await client.post(STREAM, json={"text": long_text}) for _ in range(3)]
         for resp in responses:

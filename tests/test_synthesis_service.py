@@ -67,10 +67,10 @@ async def test_a_dead_worker_is_the_same_classified_error_on_every_transport(
         for victim in victims:
             await asyncio.to_thread(victim.wait_ready)
         # Deadlines far beyond the reaper's few seconds: the failure seen must be the worker's death, not a timeout.
-        slow = {"first_chunk_timeout_s": 60.0, "chunk_timeout_s": 60.0}
+        slow = {"jobs_first_chunk_timeout_s": 60.0, "jobs_chunk_timeout_s": 60.0}
         front = await aiohttp_client(create_app(make_settings(private_redis_url, tmp_path, **slow)))
         avatar_settings = make_settings(
-            private_redis_url, tmp_path, api_keys=(KEY,), avatar_connect_timeout_s=30.0, **slow
+            private_redis_url, tmp_path, auth_api_keys=(KEY,), avatar_connect_timeout_s=30.0, **slow
         )
         avatar = await aiohttp_client(create_avatar_app(avatar_settings))
         headers = {"X-Api-Key": KEY}
@@ -192,7 +192,7 @@ async def test_bad_voice_settings_are_refused_alike_on_http_and_both_sockets(
 @pytest.mark.stack
 async def test_a_full_queue_is_system_busy_on_http_and_the_socket(aiohttp_client, private_redis_url, tmp_path) -> None:
     """No worker, a queue of one: a waiting job fills it, then HTTP answers 429 and the socket an error frame."""
-    settings = make_settings(private_redis_url, tmp_path, max_queue=1, first_chunk_timeout_s=3)
+    settings = make_settings(private_redis_url, tmp_path, jobs_max_queue=1, jobs_first_chunk_timeout_s=3)
     client = await aiohttp_client(create_app(settings))
     waiting = asyncio.ensure_future(client.post("/v1/text-to-speech/v", json={"text": "Waiting in the queue."}))
     redis = Redis.from_url(private_redis_url)

@@ -49,7 +49,7 @@ PLS = b"""<?xml version="1.0" encoding="UTF-8"?>
 
 @pytest.fixture
 async def api_client(aiohttp_client, redis_url, data_dir, shared_workers, keys_table):
-    settings = make_settings(redis_url, data_dir, api_key=KEY, api_keys_table=keys_table)
+    settings = make_settings(redis_url, data_dir, auth_api_key=KEY, auth_keys_table=keys_table)
     return await aiohttp_client(clocked_app(settings))
 
 

@@ -91,8 +91,8 @@ def test_each_engine_has_a_bound_and_the_setting_overrides_it() -> None:
     assert word_bound("piper") == PIPER.word_chars == 100
     assert word_bound("turbo") == 300
     assert word_bound("piper", 40) == 40
-    assert Settings.from_env({"ZSYNTH_MAX_WORD_CHARS": "150"}).max_word_chars == 150
-    assert Settings.from_env({}).max_word_chars is None
+    assert Settings.from_env({"ZSYNTH_MAX_WORD_CHARS": "150"}).limits.max_word_chars == 150
+    assert Settings.from_env({}).limits.max_word_chars is None
 
 
 @pytest.mark.unit
@@ -193,7 +193,7 @@ async def test_every_transport_builds_its_job_with_bounded_words() -> None:
     try:
         http = await service.build(SynthesisRequest(word, "joe", "mp3_44100_128", "r1", "default"))
         avatar = await service.build(SpeechTask(word, "joe").synthesis_request("session", "default"))
-        capped = await SynthesisService(Settings(max_word_chars=30), Dispatcher(settings, redis)).build(
+        capped = await SynthesisService(Settings().with_(limits_max_word_chars=30), Dispatcher(settings, redis)).build(
             SynthesisRequest(word, "joe", "mp3_44100_128", "r2", "default", options=None)
         )
     finally:
@@ -361,7 +361,7 @@ async def test_ten_thousand_digits_with_normalization_never_get_a_500_nor_stall_
 async def test_alignment_of_a_cut_word_stays_on_the_callers_characters(
     aiohttp_client, redis_url, data_dir, shared_workers
 ):
-    app = create_app(make_settings(redis_url, data_dir, max_word_chars=20))
+    app = create_app(make_settings(redis_url, data_dir, limits_max_word_chars=20))
     client = await aiohttp_client(app)
     text = "Say " + "1st2nd3rd4th" * 5 + " now."
     resp = await client.post("/v1/text-to-speech/joe/with-timestamps?output_format=pcm_22050", json={"text": text})

@@ -175,8 +175,8 @@ def test_pls_round_trip() -> None:
 
 def test_engines_turn_pause_markers_into_silent_chunks(tmp_path) -> None:
     engine = load_engine(
-        Settings(
-            engine="simulated", load_test_only=True, sim_chunk_hold_s=0.0, sim_chunk_audio_s=0.5, data_dir=tmp_path
+        Settings(engine="simulated", data_dir=tmp_path).with_(
+            sim_load_test_only=True, sim_chunk_hold_s=0.0, sim_chunk_audio_s=0.5
         )
     )
     text = f"one two three {marks.pause(1500)} four five {marks.phonemes('ipa', 'fɔː')}"

@@ -165,6 +165,6 @@ def test_an_endpoint_without_the_extra_logs_and_runs_without_traces(tmp_path, mo
     from zsynth.core.tracing import Tracing
 
     monkeypatch.setitem(sys.modules, "opentelemetry", None)  # the otel extra not installed
-    settings = Settings(data_dir=tmp_path, otlp_endpoint="http://127.0.0.1:4318")
+    settings = Settings(data_dir=tmp_path).with_(telemetry_otlp_endpoint="http://127.0.0.1:4318")
     assert Tracing.from_settings(settings, "zsynth-front") is None
     assert "otel extra is not installed" in caplog.text

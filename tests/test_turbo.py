@@ -183,7 +183,9 @@ async def test_worker_serves_cloned_voices_over_http(
     worker = WorkerProcess(private_redis_url, f"turbo-{time.monotonic_ns()}", turbo_data, **env)
     try:
         worker.wait_ready(timeout=900)
-        settings = make_settings(private_redis_url, turbo_data, first_chunk_timeout_s=300.0, chunk_timeout_s=300.0)
+        settings = make_settings(
+            private_redis_url, turbo_data, jobs_first_chunk_timeout_s=300.0, jobs_chunk_timeout_s=300.0
+        )
         client = await aiohttp_client(create_app(settings))
 
         async def speak(voice_id: str) -> bytes:

@@ -63,7 +63,7 @@ async def test_full_size_engine_streams_through_the_worker_loop(private_redis_ur
         "ZSYNTH_TURBO_MAX_TOKENS": str(MAX_TOKENS),
     }
     worker = WorkerProcess(private_redis_url, f"turbo-gpu-{time.monotonic_ns()}", tmp_path, **env)
-    settings = make_settings(private_redis_url, tmp_path, first_chunk_timeout_s=120.0, chunk_timeout_s=60.0)
+    settings = make_settings(private_redis_url, tmp_path, jobs_first_chunk_timeout_s=120.0, jobs_chunk_timeout_s=60.0)
     redis = Redis.from_url(private_redis_url)
     dispatcher = Dispatcher(settings, redis)
     try:

@@ -266,9 +266,9 @@ def test_turbo_speed_settings_parse_and_refuse_bad_values():
     from zsynth.core.config import Settings, SettingsError
 
     default = Settings.from_env({})
-    assert (default.turbo_cuda_graphs, default.turbo_dtype) == (True, "bfloat16")
+    assert (default.turbo.cuda_graphs, default.turbo.dtype) == (True, "bfloat16")
     chosen = Settings.from_env({"ZSYNTH_TURBO_CUDA_GRAPHS": "false", "ZSYNTH_TURBO_DTYPE": "Float32"})
-    assert (chosen.turbo_cuda_graphs, chosen.turbo_dtype) == (False, "float32")
+    assert (chosen.turbo.cuda_graphs, chosen.turbo.dtype) == (False, "float32")
     with pytest.raises(SettingsError, match="ZSYNTH_TURBO_DTYPE"):
         Settings.from_env({"ZSYNTH_TURBO_DTYPE": "float16"})
 

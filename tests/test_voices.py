@@ -205,7 +205,7 @@ async def test_oversized_clip_gets_400(aiohttp_client, redis_url, data_dir, shar
     from harness.base import make_settings
     from zsynth.speech.app import create_app
 
-    small = await aiohttp_client(create_app(make_settings(redis_url, data_dir, voice_clip_max_bytes=100_000)))
+    small = await aiohttp_client(create_app(make_settings(redis_url, data_dir, voices_clip_max_bytes=100_000)))
     resp = await small.post("/voices", data=clone_form("big", ("big.wav", reference_file(), "audio/wav")))
     assert resp.status == 400
     detail = (await resp.json())["detail"]

@@ -34,9 +34,9 @@ async def clone(front, name: str) -> str:
 
 @pytest.mark.unit
 def test_prefix_setting_is_normalised():
-    assert Settings.from_env({"ZSYNTH_VOICES_PREFIX": "/a/b"}).voices_prefix == "a/b/"
-    assert Settings.from_env({"ZSYNTH_VOICES_PREFIX": ""}).voices_prefix == ""
-    assert Settings.from_env({}).voices_prefix == "voices/" and Settings.from_env({}).voices_bucket is None
+    assert Settings.from_env({"ZSYNTH_VOICES_PREFIX": "/a/b"}).voices.prefix == "a/b/"
+    assert Settings.from_env({"ZSYNTH_VOICES_PREFIX": ""}).voices.prefix == ""
+    assert Settings.from_env({}).voices.prefix == "voices/" and Settings.from_env({}).voices.bucket is None
 
 
 @pytest.mark.stack
@@ -141,7 +141,7 @@ async def test_an_unauthenticated_socket_never_makes_the_front_fetch_a_voice(
     refusal as for any other voice id, and the library has not looked for the voice. With the key, it does look."""
     key = "s3-socket-key"
     bucket = await create_bucket()
-    front = await start_front(aiohttp_client, private_redis_url, tmp_path, bucket, api_keys=(key,))
+    front = await start_front(aiohttp_client, private_redis_url, tmp_path, bucket, auth_api_keys=(key,))
     library = front.app[VOICE_LIBRARY]
     missing = "custom-" + "N0tInTheBucket00"
     assert is_clone_id(missing)
@@ -182,7 +182,7 @@ async def test_a_bucket_that_is_down_is_named_in_the_log_never_in_an_answer(
         tmp_path,
         voices_bucket=bucket,
         voices_prefix="internal-voices/",
-        dictionaries_prefix="internal-dictionaries/",
+        voices_dictionaries_prefix="internal-dictionaries/",
         voices_start_wait_s=1.0,
     )
     front = await aiohttp_client(create_app(settings))

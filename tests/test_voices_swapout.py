@@ -52,7 +52,9 @@ async def test_unknown_voice_is_spoken_by_the_first_builtin_voice(client):
 async def test_pinned_swapout_voice_serves_unknown_ids(aiohttp_client, client, redis_url, data_dir):
     voice_id = await clone(client, "swap-out target")
     try:
-        pinned = await aiohttp_client(create_app(make_settings(redis_url, data_dir, swapout_default_voice=voice_id)))
+        pinned = await aiohttp_client(
+            create_app(make_settings(redis_url, data_dir, voices_swapout_default_voice=voice_id))
+        )
         used, _ = await speak(pinned, STOCK_ID)
         assert used == voice_id
         # The with-timestamps routes swap too (they share the speech routes' submit).
@@ -71,14 +73,14 @@ async def test_pinned_swapout_voice_serves_unknown_ids(aiohttp_client, client, r
 
 @pytest.mark.stack
 async def test_pinned_builtin_is_accepted(aiohttp_client, redis_url, data_dir, shared_workers):
-    front = await aiohttp_client(create_app(make_settings(redis_url, data_dir, swapout_default_voice="joe")))
+    front = await aiohttp_client(create_app(make_settings(redis_url, data_dir, voices_swapout_default_voice="joe")))
     assert (await speak(front, "no-such-voice"))[0] == "joe"
 
 
 @pytest.mark.stack
 async def test_pinned_voice_that_does_not_exist_stops_startup(redis_url, tmp_path):
     # A bare TestServer, not the aiohttp_client fixture: that one leaves its client session open when startup fails.
-    server = TestServer(create_app(make_settings(redis_url, tmp_path, swapout_default_voice="custom-gone")))
+    server = TestServer(create_app(make_settings(redis_url, tmp_path, voices_swapout_default_voice="custom-gone")))
     try:
         with pytest.raises(VoiceConfigError, match="ZSYNTH_SWAPOUT_DEFAULT_VOICE='custom-gone' is not a voice"):
             await server.start_server()

@@ -17,7 +17,7 @@ from zsynth.speech.app import create_app
 
 @pytest.mark.heavy
 async def test_killed_worker_mid_stream_ends_the_response(aiohttp_client, private_redis_url, private_worker, tmp_path):
-    settings = make_settings(private_redis_url, tmp_path, chunk_timeout_s=3.0)
+    settings = make_settings(private_redis_url, tmp_path, jobs_chunk_timeout_s=3.0)
     client = await aiohttp_client(create_app(settings))
     resp = await client.post("/v1/text-to-speech/v/stream?output_format=pcm_22050", json={"text": LONG_TEXT})
     assert resp.status == 200
@@ -33,7 +33,7 @@ async def test_killed_worker_mid_stream_ends_the_response(aiohttp_client, privat
 
 @pytest.mark.heavy
 async def test_killed_worker_before_first_byte_gets_503(aiohttp_client, private_redis_url, private_worker, tmp_path):
-    settings = make_settings(private_redis_url, tmp_path, first_chunk_timeout_s=3.0)
+    settings = make_settings(private_redis_url, tmp_path, jobs_first_chunk_timeout_s=3.0)
     client = await aiohttp_client(create_app(settings))
     private_worker.kill()
     started = time.monotonic()
@@ -113,7 +113,7 @@ async def test_engine_failure_mid_job_reaches_the_client_as_an_error(private_red
                     chunks.append(event)
         assert len(chunks) == 1 and len(chunks[0].audio) == 3200
         assert failed.value.code == "synthesis_failed" and "reference clip is gone" in failed.value.message
-        assert await redis.llen(protocol.processing_key(settings.worker_id)) == 0  # the slot was released
+        assert await redis.llen(protocol.processing_key(settings.worker.id)) == 0  # the slot was released
     finally:
         await dispatcher.close()
         chunk_redis.close()
@@ -147,7 +147,7 @@ async def test_a_job_pushed_twice_is_spoken_once(private_redis_url, tmp_path, ca
         assert_speech(*decode_audio(audio, "pcm_16000"), text)
         assert stream.queue.empty(), "a second run's events reached the stream"
         assert await redis.llen(protocol.QUEUE) == 0
-        assert await redis.llen(protocol.processing_key(settings.worker_id)) == 0
+        assert await redis.llen(protocol.processing_key(settings.worker.id)) == 0
         assert await redis.hget(protocol.job_key(stream.job.job_id), "state") == b"done"
         dropped = [r.getMessage() for r in caplog.records if "dropped unrun, silently" in r.getMessage()]
         assert len(dropped) == 1 and stream.job.job_id in dropped[0], dropped

@@ -27,7 +27,7 @@ TTL_S = 2
 #: the heartbeat's TTL, and longer than the 3 TTLs its connection stalls for.
 LONG_WORDS = " ".join(f"word{n}" for n in range(100))
 LONG_CHUNKS = 66  # at least this many of its 80 arrive (as 100 of 120 did when it was 150 words)
-SIMULATED = {"engine": "simulated", "load_test_only": True, "sim_chunk_hold_s": 0.1}
+SIMULATED = {"engine": "simulated", "sim_load_test_only": True, "sim_chunk_hold_s": 0.1}
 SIMULATED_ENV = {
     "ZSYNTH_ENGINE": "simulated",
     "ZSYNTH_LOAD_TEST_ONLY": "1",
@@ -129,10 +129,10 @@ async def test_a_worker_whose_redis_connection_stops_answering_is_not_reaped(pri
     host_port, db = private_redis_url.removeprefix("redis://").rsplit("/", 1)
     proxy = StallingProxy(int(host_port.rsplit(":", 1)[1]))
     proxied_url = f"redis://{await proxy.start()}/{db}"
-    base: dict[str, Any] = {**SIMULATED, "heartbeat_interval_s": 0.5, "heartbeat_ttl_s": TTL_S}
+    base: dict[str, Any] = {**SIMULATED, "worker_heartbeat_interval_s": 0.5, "worker_heartbeat_ttl_s": TTL_S}
     victim_settings = make_settings(proxied_url, tmp_path / "victim", worker_id="victim", **base)
     reaper_settings = make_settings(private_redis_url, tmp_path / "reaper", worker_id="reaper", **base)
-    front = make_settings(private_redis_url, tmp_path, chunk_timeout_s=30.0, first_chunk_timeout_s=30.0)
+    front = make_settings(private_redis_url, tmp_path, jobs_chunk_timeout_s=30.0, jobs_first_chunk_timeout_s=30.0)
     redis = Redis.from_url(private_redis_url)
     dispatcher = Dispatcher(front, redis)
     await dispatcher.start()
@@ -167,7 +167,7 @@ async def test_a_worker_whose_redis_connection_stops_answering_is_not_reaped(pri
 
 
 def _sync(settings: Settings) -> sync_redis.Redis:
-    return sync_redis.Redis.from_url(settings.redis_url, socket_timeout=10)
+    return sync_redis.Redis.from_url(settings.redis.url, socket_timeout=10)
 
 
 @pytest.mark.heavy
@@ -191,7 +191,7 @@ async def test_a_redis_restart_then_a_long_job_reaps_no_worker(tmp_path, caplog)
             await asyncio.sleep(0.1)
         await admin.aclose()
         redis = Redis.from_url(server.url)
-        dispatcher = Dispatcher(make_settings(server.url, tmp_path, chunk_timeout_s=30.0), redis)
+        dispatcher = Dispatcher(make_settings(server.url, tmp_path, jobs_chunk_timeout_s=30.0), redis)
         await dispatcher.start()
         try:
             streams = [await dispatcher.submit(protocol.Job(LONG_WORDS, "v", "pcm_16000")) for _ in workers]
@@ -217,7 +217,7 @@ async def test_a_redis_restart_then_a_long_job_reaps_no_worker(tmp_path, caplog)
 async def test_one_missed_read_of_a_heartbeat_reaps_nobody(private_redis_url, tmp_path):
     """A heartbeat missing at one look (a key read just as it expired, a beat a moment late) is not a death: the
     reaper needs it missing for longer than its TTL across two looks."""
-    settings = make_settings(private_redis_url, tmp_path, worker_id="reaper", heartbeat_ttl_s=1, **SIMULATED)
+    settings = make_settings(private_redis_url, tmp_path, worker_id="reaper", worker_heartbeat_ttl_s=1, **SIMULATED)
     redis = Redis.from_url(private_redis_url)
     reaper = Worker(settings, load_engine(settings), redis, _sync(settings))
     job = protocol.Job("Spoken by a live worker.", "v", "pcm_16000", reply_to="replies:test")
@@ -228,11 +228,11 @@ async def test_one_missed_read_of_a_heartbeat_reaps_nobody(private_redis_url, tm
         await redis.set(protocol.heartbeat_key("live"), "{}", ex=5)  # it beats again
         await reaper.reap_dead_workers()
         await redis.delete(protocol.heartbeat_key("live"))  # missing again, for a moment
-        await asyncio.sleep(settings.heartbeat_ttl_s)
+        await asyncio.sleep(settings.worker.heartbeat_ttl_s)
         assert await reaper.reap_dead_workers() == 0  # one look since it was last seen: still not reaped
         assert await redis.llen(protocol.processing_key("live")) == 1
         assert await redis.sismember(protocol.WORKERS, "live")
-        await asyncio.sleep(settings.heartbeat_ttl_s)  # now missing over a TTL across two looks: dead
+        await asyncio.sleep(settings.worker.heartbeat_ttl_s)  # now missing over a TTL across two looks: dead
         await reaper.reap_dead_workers()
         assert await redis.llen(protocol.processing_key("live")) == 0
         assert [protocol.Job.from_json(raw).job_id for raw in await redis.lrange(protocol.QUEUE, 0, -1)] == [job.job_id]

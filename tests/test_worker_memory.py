@@ -118,10 +118,10 @@ def test_cancellation_is_honoured_between_bounded_calls(piper):
 
 @pytest.mark.unit
 def test_max_rss_setting_takes_bytes_and_units():
-    assert Settings.from_env({"ZSYNTH_WORKER_MAX_RSS": "2GiB"}).worker_max_rss == 2 * 1024**3
-    assert Settings.from_env({"ZSYNTH_WORKER_MAX_RSS": "1500MB"}).worker_max_rss == 1500 * MB
-    assert Settings.from_env({"ZSYNTH_WORKER_MAX_RSS": "123456"}).worker_max_rss == 123456
-    assert Settings.from_env({}).worker_max_rss == 0  # the engine's default
+    assert Settings.from_env({"ZSYNTH_WORKER_MAX_RSS": "2GiB"}).worker.max_rss == 2 * 1024**3
+    assert Settings.from_env({"ZSYNTH_WORKER_MAX_RSS": "1500MB"}).worker.max_rss == 1500 * MB
+    assert Settings.from_env({"ZSYNTH_WORKER_MAX_RSS": "123456"}).worker.max_rss == 123456
+    assert Settings.from_env({}).worker.max_rss == 0  # the engine's default
     with pytest.raises(SettingsError, match="ZSYNTH_WORKER_MAX_RSS"):
         Settings.from_env({"ZSYNTH_WORKER_MAX_RSS": "lots"})
 
@@ -333,7 +333,7 @@ async def test_memory_killed_job_is_never_requeued(private_redis_url, tmp_path):
     ends with input_too_complex for its client, never on a second worker."""
     from workers.worker import Worker
 
-    settings = make_settings(private_redis_url, tmp_path, worker_id="reaper", heartbeat_ttl_s=1)
+    settings = make_settings(private_redis_url, tmp_path, worker_id="reaper", worker_heartbeat_ttl_s=1)
     redis = Redis.from_url(private_redis_url)
     chunk_redis = sync_redis.Redis.from_url(private_redis_url)
     try:
@@ -346,7 +346,7 @@ async def test_memory_killed_job_is_never_requeued(private_redis_url, tmp_path):
         await pubsub.subscribe("replies:test")
         reaper = Worker(settings, _Idle(), redis, chunk_redis)
         assert await reaper.reap_dead_workers() == 0  # one look never reaps: the heartbeat must stay missing a TTL
-        await asyncio.sleep(settings.heartbeat_ttl_s)
+        await asyncio.sleep(settings.worker.heartbeat_ttl_s)
         assert await reaper.reap_dead_workers() == 1
         queued = [protocol.Job.from_json(raw) for raw in await redis.lrange(protocol.QUEUE, 0, -1)]
         assert [(j.job_id, j.attempts) for j in queued] == [(plain.job_id, 1)]  # the ordinary one, retried once

@@ -67,8 +67,8 @@ async def test_the_workers_export_their_jobs_engine_time_rtf_waits_and_memory(cl
 @pytest.mark.stack
 def test_the_port_is_the_base_plus_the_worker_index_on_loopback():
     settings = Settings.from_env({"ZSYNTH_WORKER_METRICS_PORT": "9300", "ZSYNTH_WORKER_INDEX": "3"})
-    assert (settings.worker_metrics_port + settings.worker_index, settings.worker_metrics_host) == (9303, "127.0.0.1")
-    assert Settings.from_env({}).worker_metrics_port == 0  # off unless set (the systemd units set it)
+    assert (settings.worker.metrics_port + settings.worker.index, settings.worker.metrics_host) == (9303, "127.0.0.1")
+    assert Settings.from_env({}).worker.metrics_port == 0  # off unless set (the systemd units set it)
 
 
 @pytest.mark.stack
@@ -80,13 +80,13 @@ def test_a_port_taken_is_logged_and_the_worker_serves_without_it(tmp_path, caplo
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        settings = Settings(data_dir=tmp_path, worker_metrics_port=port, worker_id="w-taken")
+        settings = Settings(data_dir=tmp_path).with_(worker_metrics_port=port, worker_id="w-taken")
         metrics = WorkerMetrics(settings, SimulatedEngine(0.01, 0.1), lambda: 1)
         with caplog.at_level(logging.ERROR):
             assert metrics.serve() is None
         assert "metrics endpoint" in caplog.text and str(port) in caplog.text
     free = free_port()
-    settings = Settings(data_dir=tmp_path, worker_metrics_port=free - 2, worker_index=2, worker_id="w-free")
+    settings = Settings(data_dir=tmp_path).with_(worker_metrics_port=free - 2, worker_index=2, worker_id="w-free")
     metrics = WorkerMetrics(settings, SimulatedEngine(0.01, 0.1), lambda: 123)
     try:
         assert metrics.serve() == free
@@ -100,7 +100,7 @@ def test_a_port_taken_is_logged_and_the_worker_serves_without_it(tmp_path, caplo
 @pytest.mark.unit
 def test_no_gpu_collector_for_a_cpu_engine_nor_without_nvml(monkeypatch):
     assert gpu_collector(Settings(engine="piper")) is None
-    assert gpu_collector(Settings(engine="turbo", turbo_device="cpu")) is None
+    assert gpu_collector(Settings(engine="turbo").with_(turbo_device="cpu")) is None
     monkeypatch.setitem(sys.modules, "pynvml", None)  # nvidia-ml-py not installed: the import fails
     assert NvmlCollector.open("0") is None
 

@@ -100,9 +100,9 @@ async def _team_front(aiohttp_client: Any, redis_url: str, data_dir: Path, bucke
         redis_url,
         data_dir,
         bucket,
-        api_key=STATIC,
-        api_keys_table=keys_table,
-        dictionaries_prefix=DICTIONARIES_PREFIX,
+        auth_api_key=STATIC,
+        auth_keys_table=keys_table,
+        voices_dictionaries_prefix=DICTIONARIES_PREFIX,
     )
 
 
@@ -295,7 +295,7 @@ async def test_wyoming_acts_in_its_workspace(aiohttp_client, aws_endpoint, redis
             redis_url,
             data_dir,
             team["bucket"],
-            api_key=STATIC,
+            auth_api_key=STATIC,
             wyoming_uri=("127.0.0.1", free_port()),
             **extra,
         )
@@ -355,8 +355,8 @@ async def test_the_owner_survives_a_second_box(aiohttp_client, aws_endpoint, red
         redis_url,
         tmp_path / "box2",
         team["bucket"],
-        api_key=STATIC,
-        api_keys_table=team["table"],
+        auth_api_key=STATIC,
+        auth_keys_table=team["table"],
     )
     a2, b2 = sdk(box2, team["a"]), sdk(box2, team["b"])
     assert voice_id in {v.voice_id for v in (await a2.voices.get_all()).voices}
@@ -490,7 +490,7 @@ async def test_an_avatar_session_token_acts_in_its_key_s_workspace(
 
     key = _key()
     await put_key(keys_table, key, "team-a")
-    settings = make_settings(redis_url, data_dir, api_keys_table=keys_table)
+    settings = make_settings(redis_url, data_dir, auth_keys_table=keys_table)
     server = await aiohttp_client(create_avatar_app(settings))
     resp = await server.post("/v1/streaming.create_token", json={}, headers={"X-Api-Key": key})
     assert resp.status == 200, await resp.text()
@@ -556,7 +556,7 @@ async def test_another_workspace_s_unusable_clone_reads_as_unknown(
     await put_key(keys_table, key_a, "team-a")
     await put_key(keys_table, key_b, "team-b")
     front = await start_front(
-        aiohttp_client, private_redis_url, tmp_path, bucket, api_keys_table=keys_table, voice_clip_max_bytes=100_000
+        aiohttp_client, private_redis_url, tmp_path, bucket, auth_keys_table=keys_table, voices_clip_max_bytes=100_000
     )
     voice_id = meta["voice_id"]
     own = await front.get(f"/v1/voices/{voice_id}", headers={"xi-api-key": key_a})
@@ -583,7 +583,7 @@ async def test_the_avatar_speaks_and_manages_only_its_workspace_s(
     key_a, key_b = _key(), _key()
     await put_key(keys_table, key_a, "team-a")
     await put_key(keys_table, key_b, "team-b")
-    settings = make_settings(redis_url, data_dir, api_keys_table=keys_table, avatar_connect_timeout_s=30.0)
+    settings = make_settings(redis_url, data_dir, auth_keys_table=keys_table, avatar_connect_timeout_s=30.0)
     speech = await aiohttp_client(create_app(settings))
     clone_a = await _clone(sdk(speech, key_a), "AvatarVoiceOfA")
     avatar = await aiohttp_client(create_avatar_app(settings))

@@ -34,7 +34,7 @@ async def quick(aiohttp_client, redis_url, data_dir, shared_workers):
 async def keyed(aiohttp_client, redis_url, data_dir, shared_workers):
     """A front that requires KEY, with a short first-message bound and a 2 s default inactivity timeout."""
     settings = make_settings(
-        redis_url, data_dir, api_keys=(KEY,), ws_first_message_timeout_s=0.5, ws_inactivity_timeout_s=2.0
+        redis_url, data_dir, auth_api_keys=(KEY,), ws_first_message_timeout_s=0.5, ws_inactivity_timeout_s=2.0
     )
     return await aiohttp_client(create_app(settings))
 

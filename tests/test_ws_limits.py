@@ -21,7 +21,7 @@ PATH = "/v1/text-to-speech/any-voice/stream-input"
 
 
 async def keyed_client(aiohttp_client, redis_url, data_dir, **overrides):
-    settings = make_settings(redis_url, data_dir, api_key=KEY, **overrides)
+    settings = make_settings(redis_url, data_dir, auth_api_key=KEY, **overrides)
     return await aiohttp_client(create_app(settings))
 
 
@@ -83,7 +83,7 @@ async def test_closed_contexts_count_until_their_audio_is_sent(
     10 s as shipped: the queue is watched all that while)."""
     # (The package's name multi_stream_input is the route's function: the module itself, by its full name.)
     monkeypatch.setattr(importlib.import_module("zsynth.speech.ws.multi_stream_input"), "CLOSING_WAIT_S", 3.0)
-    settings = make_settings(private_redis_url, data_dir, api_key=KEY, first_chunk_timeout_s=60.0)
+    settings = make_settings(private_redis_url, data_dir, auth_api_key=KEY, jobs_first_chunk_timeout_s=60.0)
     client = await aiohttp_client(create_app(settings))
     ws = await client.ws_connect(MULTI, headers={"xi-api-key": KEY})
     for n in range(8):
@@ -153,9 +153,9 @@ async def test_one_address_cannot_take_every_place_of_first_message_auth(
     settings = make_settings(
         redis_url,
         data_dir,
-        api_key=KEY,
+        auth_api_key=KEY,
         ws_max_unauthenticated=20,
-        trusted_proxies=(ipaddress.ip_network("127.0.0.1/32"),),
+        http_trusted_proxies=(ipaddress.ip_network("127.0.0.1/32"),),
     )
     client = await aiohttp_client(create_app(settings))
     held: list[aiohttp.ClientWebSocketResponse] = []

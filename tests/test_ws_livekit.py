@@ -47,7 +47,7 @@ async def server(aiohttp_client, redis_url, data_dir, shared_workers):
     settings = make_settings(
         redis_url,
         data_dir,
-        api_keys=(KEY,),
+        auth_api_keys=(KEY,),
         ws_inactivity_timeout_s=INACTIVITY_S,
         ws_first_message_timeout_s=FIRST_MESSAGE_S,
     )

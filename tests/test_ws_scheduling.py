@@ -75,7 +75,9 @@ async def test_disconnect_mid_speech_frees_the_worker(aiohttp_client, private_re
 async def test_realtime_segment_goes_ahead_of_waiting_batch_jobs(
     aiohttp_client, private_redis_url, whole_job_worker, tmp_path
 ):
-    client = await aiohttp_client(create_app(make_settings(private_redis_url, tmp_path, first_chunk_timeout_s=60.0)))
+    client = await aiohttp_client(
+        create_app(make_settings(private_redis_url, tmp_path, jobs_first_chunk_timeout_s=60.0))
+    )
     busy = "This batch request keeps the only worker busy for a little while, sentence after sentence. " * 6
     running = asyncio.create_task(client.post("/v1/text-to-speech/v?output_format=pcm_16000", json={"text": busy}))
     await asyncio.sleep(1.0)  # it is claimed by now
@@ -122,7 +124,7 @@ async def test_shutdown_closes_sockets_with_going_away(private_redis_url, tmp_pa
 @pytest.mark.stack
 async def test_synthesis_failure_ends_the_socket_with_1008(aiohttp_client, private_redis_url, tmp_path):
     """No worker answers within the first-chunk deadline: an error frame, then close 1008."""
-    app = create_app(make_settings(private_redis_url, tmp_path, first_chunk_timeout_s=1.0))
+    app = create_app(make_settings(private_redis_url, tmp_path, jobs_first_chunk_timeout_s=1.0))
     ws = await (await aiohttp_client(app)).ws_connect(PATH)
     await ws.send_json({"text": " "})
     await ws.send_json({"text": "Nobody is there to speak this. ", "flush": True})
@@ -141,7 +143,7 @@ async def test_realtime_jobs_are_claimed_first_come_first_served(private_redis_u
     from zsynth.services.dispatch import Dispatcher
 
     redis = Redis.from_url(private_redis_url)
-    dispatcher = Dispatcher(Settings(redis_url=private_redis_url, data_dir=tmp_path), redis)
+    dispatcher = Dispatcher(Settings(data_dir=tmp_path).with_(redis_url=private_redis_url), redis)
     await dispatcher.start()
     try:
         names: list[tuple[str, protocol.Priority]] = [
@@ -171,7 +173,7 @@ async def test_realtime_order_holds_while_workers_claim_between_pushes(private_r
     from zsynth.services.dispatch import Dispatcher
 
     redis = Redis.from_url(private_redis_url)
-    dispatcher = Dispatcher(Settings(redis_url=private_redis_url, data_dir=tmp_path), redis)
+    dispatcher = Dispatcher(Settings(data_dir=tmp_path).with_(redis_url=private_redis_url), redis)
     await dispatcher.start()
 
     async def push(name: str, priority: protocol.Priority) -> None:

@@ -25,7 +25,7 @@ PATH = "/v1/text-to-speech/any-voice/stream-input"
 @pytest.fixture
 async def keyed(aiohttp_client, redis_url, data_dir, shared_workers):
     """A front that requires the static key KEY."""
-    return await aiohttp_client(create_app(make_settings(redis_url, data_dir, api_keys=(KEY,))))
+    return await aiohttp_client(create_app(make_settings(redis_url, data_dir, auth_api_keys=(KEY,))))
 
 
 async def _speak(ws, text: str = TEXT, bos: dict | None = None) -> None:
@@ -160,7 +160,7 @@ async def test_unauthenticated_socket_must_send_its_first_message_soon(
     aiohttp_client, redis_url, data_dir, shared_workers
 ):
     """Only a socket that still has to authenticate in its first message gets the short first-message bound."""
-    app = create_app(make_settings(redis_url, data_dir, api_keys=(KEY,), ws_first_message_timeout_s=0.5))
+    app = create_app(make_settings(redis_url, data_dir, auth_api_keys=(KEY,), ws_first_message_timeout_s=0.5))
     ws = await (await aiohttp_client(app)).ws_connect(PATH)
     got = await collect(ws, timeout=10)
     assert got.close_code == 1008

@@ -20,7 +20,7 @@ TEXT = "A browser holds only a short lived token, never the full key."
 
 @pytest.fixture
 async def token_client(aiohttp_client, redis_url, data_dir, shared_workers, keys_table):
-    settings = make_settings(redis_url, data_dir, api_key=FULL_KEY, api_keys_table=keys_table)
+    settings = make_settings(redis_url, data_dir, auth_api_key=FULL_KEY, auth_keys_table=keys_table)
     return await aiohttp_client(clocked_app(settings))
 
 

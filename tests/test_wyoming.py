@@ -303,9 +303,9 @@ async def test_addresses_outside_the_allow_list_are_closed_at_once(aiohttp_clien
 
 @pytest.mark.unit
 def test_settings_parse_the_listener_address():
-    assert Settings.from_env({}).wyoming_uri is None
-    assert Settings.from_env({"ZSYNTH_WYOMING_URI": "tcp://0.0.0.0:10200"}).wyoming_uri == ("0.0.0.0", 10200)
-    assert Settings.from_env({"ZSYNTH_WYOMING_URI": "tcp://[::1]:10300"}).wyoming_uri == ("::1", 10300)
+    assert Settings.from_env({}).wyoming.uri is None
+    assert Settings.from_env({"ZSYNTH_WYOMING_URI": "tcp://0.0.0.0:10200"}).wyoming.uri == ("0.0.0.0", 10200)
+    assert Settings.from_env({"ZSYNTH_WYOMING_URI": "tcp://[::1]:10300"}).wyoming.uri == ("::1", 10300)
     for bad in ("10200", "unix:///tmp/x", "tcp://host", "tcp://:1", "tcp://h:70000", "stdio://"):
         with pytest.raises(SettingsError, match="ZSYNTH_WYOMING_URI"):
             Settings.from_env({"ZSYNTH_WYOMING_URI": bad})

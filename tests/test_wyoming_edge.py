@@ -187,8 +187,8 @@ async def test_connections_from_all_addresses_together_are_capped(aiohttp_client
 
 @pytest.mark.unit
 def test_the_cap_setting_is_read_from_the_environment():
-    assert Settings.from_env({}).wyoming_max_connections == 64
-    assert Settings.from_env({"ZSYNTH_WYOMING_MAX_CONNECTIONS": "5"}).wyoming_max_connections == 5
+    assert Settings.from_env({}).wyoming.max_connections == 64
+    assert Settings.from_env({"ZSYNTH_WYOMING_MAX_CONNECTIONS": "5"}).wyoming.max_connections == 5
     for bad in ("0", "-1", "many"):
         with pytest.raises(SettingsError, match="ZSYNTH_WYOMING_MAX_CONNECTIONS"):
             Settings.from_env({"ZSYNTH_WYOMING_MAX_CONNECTIONS": bad})

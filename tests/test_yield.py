@@ -70,7 +70,7 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
 
 
 def _front(url: str, data: Path, **overrides: object) -> object:
-    return create_app(make_settings(url, data, first_chunk_timeout_s=30.0, chunk_timeout_s=20.0, **overrides))
+    return create_app(make_settings(url, data, jobs_first_chunk_timeout_s=30.0, jobs_chunk_timeout_s=20.0, **overrides))
 
 
 async def _flush_first_audio(client) -> float:

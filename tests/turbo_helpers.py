@@ -25,15 +25,9 @@ def make_voice(voice_dir: Path, seconds: float, pitch_hz: float, seed: int) -> P
 
 
 def turbo_settings(ckpt: Path | None, data: Path, **overrides: Any) -> Settings:
-    """Settings of a tiny Turbo on the CPU, one engine thread as in the worker processes (same sampled tokens)."""
-    values: dict[str, Any] = {
-        "engine": "turbo",
-        "turbo_checkpoint": ckpt,
-        "turbo_device": "cpu",
-        "turbo_max_tokens": MAX_TOKENS,
-        "turbo_first_chunk_tokens": 8,
-        "data_dir": data,
-        "engine_threads": 1,
-    }
-    values.update(overrides)
-    return Settings(**values)
+    """Settings of a tiny Turbo on the CPU, one engine thread as in the worker processes (same sampled tokens);
+    ``overrides`` as Settings.with_ takes them."""
+    base = Settings(engine="turbo", data_dir=data, engine_threads=1).with_(
+        turbo_checkpoint=ckpt, turbo_device="cpu", turbo_max_tokens=MAX_TOKENS, turbo_first_chunk_tokens=8
+    )
+    return base.with_(**overrides)

@@ -25,19 +25,19 @@ async def serve(settings: Settings) -> None:
         engine = load_engine(settings)
         engine.warm_up()
     except Exception:
-        logger.exception("worker %s failed to start: the %s engine did not load", settings.worker_id, settings.engine)
+        logger.exception("worker %s failed to start: the %s engine did not load", settings.worker.id, settings.engine)
         raise
-    logger.info("worker %s: engine %s warm in %.1fs", settings.worker_id, engine.name, time.monotonic() - started)
-    redis = async_client(settings.redis_url, socket_timeout=None, health_check_interval=30)
+    logger.info("worker %s: engine %s warm in %.1fs", settings.worker.id, engine.name, time.monotonic() - started)
+    redis = async_client(settings.redis.url, socket_timeout=None, health_check_interval=30)
     # The engine thread's own blocking connection for chunk events; a Redis that stops answering fails the job
     # within the timeout instead of holding the slot.
-    chunk_redis = sync_client(settings.redis_url, socket_timeout=10, health_check_interval=30)
+    chunk_redis = sync_client(settings.redis.url, socket_timeout=10, health_check_interval=30)
     try:
         worker = Worker(settings, engine, redis, chunk_redis)
         worker.metrics.serve()  # its own /metrics, when ZSYNTH_WORKER_METRICS_PORT is set
         worker.install_signal_handlers()
         # READY only now: the engine is loaded and warm and the heartbeat is running.
-        await worker.run(on_ready=lambda: notify(f"READY=1\nSTATUS=worker {settings.worker_id} serving"))
+        await worker.run(on_ready=lambda: notify(f"READY=1\nSTATUS=worker {settings.worker.id} serving"))
         notify("STOPPING=1")
     finally:
         await redis.aclose()
@@ -49,15 +49,15 @@ async def serve(settings: Settings) -> None:
 
 async def check(settings: Settings) -> bool:
     """True when this worker id's heartbeat is fresh (for ``zsynth worker --check``)."""
-    redis = async_client(settings.redis_url, socket_timeout=5)
+    redis = async_client(settings.redis.url, socket_timeout=5)
     try:
-        raw = await redis.get(protocol.heartbeat_key(settings.worker_id))
+        raw = await redis.get(protocol.heartbeat_key(settings.worker.id))
     finally:
         await redis.aclose()
     if raw is None:
         return False
     status = json.loads(raw)
-    return bool(time.time() - float(status.get("ts", 0)) < settings.heartbeat_ttl_s)
+    return bool(time.time() - float(status.get("ts", 0)) < settings.worker.heartbeat_ttl_s)
 
 
 def run(settings: Settings) -> None:

@@ -167,7 +167,7 @@ class JobGuard:
         self.settings = settings
         self.redis = redis
         self.processing = processing
-        self.watch = MemoryWatch(ceiling_for(settings.engine, settings.worker_max_rss), self._over, self._stuck)
+        self.watch = MemoryWatch(ceiling_for(settings.engine, settings.worker.max_rss), self._over, self._stuck)
         self.on_fatal: Callable[[int], object] = os._exit  # the only way to stop an engine thread that ignores us
         self._lock = threading.Lock()
         self._running: tuple[protocol.Job, bytes, Callable[[], int], threading.Event] | None = None
@@ -213,14 +213,14 @@ class JobGuard:
         logger.error(
             "[job %s worker %s] RSS %d MB passed the ceiling of %d MB: stopping the job",
             job.job_id,
-            self.settings.worker_id,
+            self.settings.worker.id,
             rss // 10**6,
             self.watch.ceiling // 10**6,
         )
         # Marked first, before anything that could fail: should this process die now, no reaper runs the job again.
         with contextlib.suppress(RedisError, OSError), self.redis.pipeline(transaction=False) as pipe:
             pipe.hset(protocol.job_key(job.job_id), protocol.MEMORY_FIELD, str(rss))
-            pipe.expire(protocol.job_key(job.job_id), self.settings.job_ttl_s)
+            pipe.expire(protocol.job_key(job.job_id), self.settings.jobs.ttl_s)
             pipe.execute()
         abort.set()
 
@@ -231,7 +231,7 @@ class JobGuard:
                 return  # it ended meanwhile; the worker sheds the memory
             self._taken = True
             job, raw, seq, _ = self._running
-        worker_id = self.settings.worker_id
+        worker_id = self.settings.worker.id
         ids = (job.job_id, worker_id)
         logger.critical("[job %s worker %s] RSS %d MB and the job has not stopped: restarting", *ids, rss // 10**6)
         terminal = protocol.error_event(seq(), ErrorCode.INPUT_TOO_COMPLEX, TOO_COMPLEX_MESSAGE)
@@ -242,7 +242,7 @@ class JobGuard:
             with self.redis.pipeline(transaction=True) as pipe:
                 pipe.publish(job.reply_to, terminal.encode())
                 pipe.hset(protocol.job_key(job.job_id), mapping=state)
-                pipe.expire(protocol.job_key(job.job_id), self.settings.job_ttl_s)
+                pipe.expire(protocol.job_key(job.job_id), self.settings.jobs.ttl_s)
                 pipe.lrem(self.processing, 1, raw)  # type: ignore[arg-type]  # redis-py types the value str
                 pipe.delete(protocol.heartbeat_key(worker_id))
                 pipe.execute()

@@ -70,7 +70,7 @@ class WorkerMetrics:
         info = Gauge(
             "zsynth_worker_info", "This worker's id and engine (always 1).", ["worker_id", "engine"], registry=r
         )
-        info.labels(settings.worker_id, engine.name).set(1)
+        info.labels(settings.worker.id, engine.name).set(1)
         self.jobs = Counter(
             "zsynth_worker_jobs",
             "Jobs (and remainders of jobs that yielded) this worker ended, by outcome (done, or the error code) and "
@@ -150,21 +150,21 @@ class WorkerMetrics:
 
         A port that cannot be bound is logged and the worker serves speech without it: metrics never stop a worker.
         """
-        base = self.settings.worker_metrics_port
+        base = self.settings.worker.metrics_port
         if not base:
             return None
-        port = base + self.settings.worker_index
-        host = self.settings.worker_metrics_host
+        port = base + self.settings.worker.index
+        host = self.settings.worker.metrics_host
         try:
             if port > 65535:
-                raise OSError(f"port {base} + index {self.settings.worker_index} is past 65535")
+                raise OSError(f"port {base} + index {self.settings.worker.index} is past 65535")
             self._server, _ = start_http_server(port, addr=host, registry=self.registry)
         except OSError as err:
             logger.error(
-                "worker %s: metrics endpoint on %s:%d not served: %s", self.settings.worker_id, host, port, err
+                "worker %s: metrics endpoint on %s:%d not served: %s", self.settings.worker.id, host, port, err
             )
             return None
-        logger.info("worker %s: metrics on http://%s:%d/metrics", self.settings.worker_id, host, port)
+        logger.info("worker %s: metrics on http://%s:%d/metrics", self.settings.worker.id, host, port)
         return port
 
     def close(self) -> None:
@@ -194,7 +194,7 @@ class WorkerMetrics:
         if self.tracing is not None and job.trace:
             attributes = {
                 "zsynth.job_id": job.job_id,
-                "zsynth.worker_id": self.settings.worker_id,
+                "zsynth.worker_id": self.settings.worker.id,
                 "zsynth.priority": job.priority,
                 "zsynth.part": job.part,
                 "zsynth.queue_wait_s": round(waited, 4),
@@ -330,7 +330,7 @@ class _StateCollector(Collector):
 def gpu_collector(settings: Settings) -> Collector | None:
     """The GPU collector of a worker whose engine runs on CUDA, when NVML answers; None otherwise (a CPU engine, no
     ``nvidia-ml-py``, no driver): the worker then exports no GPU figures at all."""
-    if not profile(settings.engine).runs_on_gpu or settings.turbo_device != "cuda":
+    if not profile(settings.engine).runs_on_gpu or settings.turbo.device != "cuda":
         return None
     return NvmlCollector.open(os.environ.get("CUDA_VISIBLE_DEVICES", ""))
 

@@ -82,7 +82,7 @@ class StreamHost:
     @property
     def hard_audio_s(self) -> float:
         """The most audio one job may make: twice the front's estimate bound (ZSYNTH_MAX_AUDIO), which reads fast."""
-        return 2 * self.settings.max_audio_s
+        return 2 * self.settings.limits.max_audio_s
 
 
 class Stream:
@@ -97,12 +97,16 @@ class Stream:
         self.abort = threading.Event()  # read by the engine between its calls, and by this stream between chunks
         self.seq = job.seq  # the next sequence number
         self.samples = job.sample_offset  # engine samples published, earlier parts included
-        self.gate = CreditGate(host.chunk_redis, job, host.settings.flow_wait_s, self.abort)
+        self.gate = CreditGate(host.chunk_redis, job, host.settings.flow.wait_s, self.abort)
         self.figures: StreamFigures = host.metrics.claimed(job)
         self.started = time.time()
         # Its deadline before its first chunk: when it was queued, plus the first-audio budget of its priority.
         settings = host.settings
-        budget = settings.first_audio_budget_s if job.priority == "realtime" else settings.batch_first_audio_budget_s
+        budget = (
+            settings.jobs.first_audio_budget_s
+            if job.priority == "realtime"
+            else settings.jobs.batch_first_audio_budget_s
+        )
         queued_for = max(0.0, time.time() - (job.queued_at or job.created_at))
         self.first_due = time.monotonic() - queued_for + budget
         self.first_sent_at: float | None = None  # monotonic, when this part's first chunk went out
@@ -224,12 +228,12 @@ class Stream:
         # A batch job gives way to any fresh job, a realtime segment to another owner's (SHOULD_YIELD_LUA); a segment
         # that fits in one piece (an agent's usual flush) is never cut.
         may_yield = self.fmt.codec in YIELDING_CODECS and (
-            job.priority == "batch" or len(job.text) > settings.piece_max_chars
+            job.priority == "batch" or len(job.text) > settings.jobs.piece_max_chars
         )
         # Only a job that may yield is cut into pieces: the others go to the engine whole (one call, one seeding).
-        pieces = text_pieces(job.text, settings.piece_max_chars) if may_yield else [job.text]
+        pieces = text_pieces(job.text, settings.jobs.piece_max_chars) if may_yield else [job.text]
         # A job's first sentence may be spoken in two calls, the first one short (docs/scaling.md): not a remainder's.
-        cuts_first = settings.first_piece and not job.resumed and profile(settings.engine).cuts_first_piece
+        cuts_first = settings.jobs.first_piece and not job.resumed and profile(settings.engine).cuts_first_piece
 
         def speak(text: str) -> Iterator[EngineChunk]:
             # Timing only where an alignment goes out: without it Piper runs its faster, unpatched model.
@@ -309,7 +313,7 @@ class Stream:
             # Redis in several reads, so a mark sent after it could land after a client's look).
             with redis.pipeline(transaction=False) as pipe:
                 pipe.hset(protocol.job_key(job.job_id), protocol.STARTED_FIELD, str(time.time()))
-                pipe.expire(protocol.job_key(job.job_id), self.host.settings.job_ttl_s)
+                pipe.expire(protocol.job_key(job.job_id), self.host.settings.jobs.ttl_s)
                 pipe.publish(job.reply_to, event.encode())
                 pipe.execute()
         else:
@@ -319,7 +323,7 @@ class Stream:
             self.first_sent_at = now
             # A turn's playback starts a jitter buffer after its first chunk lands; a following segment's goes on
             # from the previous one's.
-            self.dry_at = now + self.host.settings.playback_jitter_s if self.anchor is None else self.anchor
+            self.dry_at = now + self.host.settings.jobs.playback_jitter_s if self.anchor is None else self.anchor
         samples = int(meta.get("samples", 0))
         self.dry_at = max(self.dry_at, now) + samples / self.host.engine.sample_rate
         self.seq += 1

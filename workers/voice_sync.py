@@ -94,7 +94,7 @@ class WorkerVoices:
             raise VoiceUnavailable(ErrorCode.VOICE_NOT_FOUND, f"The voice {voice_id} is not on this box.")
         future = asyncio.run_coroutine_threadsafe(self.library.ensure(voice_id), self._loop)
         try:
-            found = future.result(timeout=self.settings.voices_fetch_wait_s + 5.0)
+            found = future.result(timeout=self.settings.voices.fetch_wait_s + 5.0)
         except VoiceRefused as err:
             raise VoiceUnavailable(
                 ErrorCode.VOICE_NOT_FOUND,

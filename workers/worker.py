@@ -74,7 +74,7 @@ def beat_bound_s(settings: Settings) -> float:
     """The longest one heartbeat may take before its connections are dropped: half the TTL, so that after a beat
     that timed out (the next one goes at once) a fresh one still lands within the TTL, while a beat that is only slow
     (a worker starved of CPU) has time to finish."""
-    return settings.heartbeat_ttl_s / 2
+    return settings.worker.heartbeat_ttl_s / 2
 
 
 def heartbeat_client(settings: Settings) -> Redis:
@@ -82,7 +82,7 @@ def heartbeat_client(settings: Settings) -> Redis:
     beat), every connect and read bounded, and no retries (the next beat is the retry)."""
     bound = beat_bound_s(settings)
     return async_client(
-        settings.redis_url, socket_connect_timeout=bound, socket_timeout=bound, retry=Retry(NoBackoff(), 0)
+        settings.redis.url, socket_connect_timeout=bound, socket_timeout=bound, retry=Retry(NoBackoff(), 0)
     )
 
 
@@ -109,12 +109,12 @@ class Worker:
         # Other workers whose heartbeat this worker's reaper found missing, and since when (monotonic): a worker is
         # reaped only when its heartbeat stays missing for longer than its TTL, over two looks at least.
         self._missing_since: dict[str, float] = {}
-        self.worker_id = settings.worker_id
+        self.worker_id = settings.worker.id
         self.processing = protocol.processing_key(self.worker_id)
         self.voices = WorkerVoices(settings, engine)  # the voice library: follows it, loads each job's voice
         #: The streams this worker holds, each recorded in its in-flight list until its terminal event is.
         self.streams: list[Stream] = []
-        self.max_streams = settings.max_streams or profile(settings.engine).max_streams
+        self.max_streams = settings.jobs.max_streams or profile(settings.engine).max_streams
         # Streams that lost Redis while they ran ((their queue JSON, whether they published), until settled.
         self._orphans: list[tuple[bytes, bool]] = []
         self._stopping = asyncio.Event()
@@ -132,7 +132,7 @@ class Worker:
         self.jobs_done = 0
         self._reap = redis.register_script(protocol.REAP_LUA)
         # Restarts come at least every heartbeat interval: a heartbeat silent past its TTL gets this worker reaped.
-        beat = settings.heartbeat_interval_s
+        beat = settings.worker.heartbeat_interval_s
         self.supervisor = Supervisor(first_backoff_s=min(0.5, beat), max_backoff_s=beat)
         # The one engine thread: every step of every stream runs on it, one at a time (batch size 1).
         self._engine_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
@@ -225,7 +225,7 @@ class Worker:
                     await self._claim(0.0)
                 elif self._room:
                     await self._claim(0.0, new_owner_only=True)
-                stream = pick(self.streams, time.monotonic(), self.settings.batch_first_audio_budget_s)
+                stream = pick(self.streams, time.monotonic(), self.settings.jobs.batch_first_audio_budget_s)
                 if stream is None:
                     claimed = await self._idle(burst)
                     if burst and not claimed and not self.streams and not self._orphans:
@@ -246,7 +246,7 @@ class Worker:
         booked = load(demands, now, self.rate)
         room = not self._stopping.is_set() and not self._orphans and len(self.streams) < self.max_streams
         # The newcomer: its first chunk due within the realtime first-audio budget, then one per chunk played.
-        newcomer = Demand(now + self.settings.first_audio_budget_s, period)
+        newcomer = Demand(now + self.settings.jobs.first_audio_budget_s, period)
         self._room = room
         self._admitting = room and feasible(demands, now, self.rate, newcomer)
         self.metrics.held(len(self.streams), self.max_streams, not self._admitting, booked)
@@ -497,16 +497,18 @@ class Worker:
         # Bounded: a connection that stopped answering (a Redis restart or failover can leave one) is dropped when
         # the time is up, and the next beat opens a fresh one, long before the TTL runs out.
         async with asyncio.timeout(beat_bound_s(self.settings)), self.beat_redis.pipeline(transaction=False) as pipe:
-            pipe.set(protocol.heartbeat_key(self.worker_id), json.dumps(status), ex=self.settings.heartbeat_ttl_s)
+            pipe.set(
+                protocol.heartbeat_key(self.worker_id), json.dumps(status), ex=self.settings.worker.heartbeat_ttl_s
+            )
             pipe.sadd(protocol.WORKERS, self.worker_id)
             await pipe.execute()
 
     async def _heartbeat_loop(self) -> None:
         """Beat every heartbeat interval, on the heartbeat's own connections; nothing else runs in this loop."""
-        pause = self.settings.heartbeat_interval_s
+        pause = self.settings.worker.heartbeat_interval_s
         while True:
             await asyncio.sleep(pause)
-            pause = self.settings.heartbeat_interval_s
+            pause = self.settings.worker.heartbeat_interval_s
             try:
                 await self._beat()
             except TimeoutError:
@@ -530,7 +532,7 @@ class Worker:
     async def _reaper_loop(self) -> None:
         """Look for dead workers every heartbeat interval (apart from the heartbeat: a slow look never delays it)."""
         while True:
-            await asyncio.sleep(self.settings.heartbeat_interval_s)
+            await asyncio.sleep(self.settings.worker.heartbeat_interval_s)
             try:
                 await self.reap_dead_workers()
             except (RedisConnectionError, RedisTimeoutError, OSError) as err:
@@ -545,7 +547,9 @@ class Worker:
         now = time.monotonic()
         missing = {worker_id for worker_id, beat in zip(others, beats, strict=True) if beat is None}
         self._missing_since = {w: self._missing_since.get(w, now) for w in missing}
-        return [w for w in others if w in missing and now - self._missing_since[w] >= self.settings.heartbeat_ttl_s]
+        return [
+            w for w in others if w in missing and now - self._missing_since[w] >= self.settings.worker.heartbeat_ttl_s
+        ]
 
     async def reap_dead_workers(self) -> int:
         """Recover the in-flight jobs of workers whose heartbeat expired over a TTL ago; return how many jobs were
@@ -632,7 +636,7 @@ class Worker:
             if not job.resumed:  # a remainder's owner is the worker that ran its first part
                 pipe.hsetnx(key, protocol.OWNER_FIELD, self.worker_id)
                 pipe.hget(key, protocol.OWNER_FIELD)
-                pipe.expire(key, self.settings.job_ttl_s)
+                pipe.expire(key, self.settings.jobs.ttl_s)
             cancelled, poison, *claim = await pipe.execute()
         if claim and not claim[0]:
             owner = claim[1].decode() if isinstance(claim[1], bytes) else str(claim[1])
@@ -681,7 +685,7 @@ class Worker:
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.publish(job.reply_to, terminal.encode())
             pipe.hset(protocol.job_key(job.job_id), mapping=state)
-            pipe.expire(protocol.job_key(job.job_id), self.settings.job_ttl_s)
+            pipe.expire(protocol.job_key(job.job_id), self.settings.jobs.ttl_s)
             if release is not None:
                 pipe.lrem(self.processing, 1, release)  # type: ignore[arg-type]  # redis-py types the value str
             await pipe.execute()

@@ -62,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             from workers.main import check
 
             raise SystemExit(0 if asyncio.run(check(settings)) else 1)
-        setup_logging(settings, f"worker[{settings.worker_id}]")
+        setup_logging(settings, f"worker[{settings.worker.id}]")
         from workers.main import run as run_worker
 
         run_worker(settings)

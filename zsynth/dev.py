@@ -97,9 +97,9 @@ def run_dev(settings: Settings, workers: int = 1) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     try:
         # A Sentinel-managed Redis is the operator's to run: dev starts a redis-server only for a plain URL.
-        if not is_sentinel_url(settings.redis_url) and not redis_answers(settings.redis_url):
-            services.append(start_redis(settings.redis_url))
-        env = dict(os.environ, ZSYNTH_REDIS_URL=settings.redis_url)
+        if not is_sentinel_url(settings.redis.url) and not redis_answers(settings.redis.url):
+            services.append(start_redis(settings.redis.url))
+        env = dict(os.environ, ZSYNTH_REDIS_URL=settings.redis.url)
         for index in range(workers):
             worker_env = dict(env, ZSYNTH_WORKER_ID=f"dev-{index}", ZSYNTH_WORKER_INDEX=str(index))
             children.append(subprocess.Popen([sys.executable, "-m", "zsynth", "worker"], env=worker_env))
@@ -107,12 +107,12 @@ def run_dev(settings: Settings, workers: int = 1) -> int:
         for command in ("serve", "avatar", "demo"):
             child_env = dict(env, ZSYNTH_WYOMING_URI=wyoming) if command == "serve" else env
             children.append(subprocess.Popen([sys.executable, "-m", "zsynth", command], env=child_env))
-        host = settings.host if ":" not in settings.host else f"[{settings.host}]"
-        scheme = "https" if settings.tls else "http"
+        host = settings.http.host if ":" not in settings.http.host else f"[{settings.http.host}]"
+        scheme = "https" if settings.http.tls else "http"
         print(
-            f"zsynth dev: API on {scheme}://{host}:{settings.port} with {workers} worker(s) of "
+            f"zsynth dev: API on {scheme}://{host}:{settings.http.port} with {workers} worker(s) of "
             f"{settings.engine_thread_count} engine thread(s), avatar server on "
-            f"{scheme}://{host}:{settings.avatar_port}; open the demo at {scheme}://{host}:{settings.demo_port}/ "
+            f"{scheme}://{host}:{settings.avatar.port}; open the demo at {scheme}://{host}:{settings.demo.port}/ "
             f"(Ctrl-C stops all){'; Home Assistant (Wyoming) on ' + wyoming if wyoming.strip() else ''}",
             file=sys.stderr,
         )

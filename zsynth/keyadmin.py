@@ -42,7 +42,7 @@ def _when(ts: int | None) -> str:
 
 async def run_keys(settings: Settings, args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     """Run one ``zsynth keys`` action; returns the exit status."""
-    table = args.table or settings.api_keys_table
+    table = args.table or settings.auth.keys_table
     if not table:
         print("zsynth keys: set ZSYNTH_API_KEYS_TABLE or pass --table", file=sys.stderr)
         return 2
@@ -84,7 +84,7 @@ async def run_keys(settings: Settings, args: argparse.Namespace, out: TextIO = s
             return 1
         print(
             f"revoked {args.key_id} ({changed} record(s), tokens it minted included); fronts honour it within "
-            f"{settings.auth_cache_ttl_s:g} s",
+            f"{settings.auth.cache_ttl_s:g} s",
             file=out,
         )
         return 0

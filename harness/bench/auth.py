@@ -113,7 +113,7 @@ async def measure(n: int) -> None:
     await store.open()
     await store.ensure_table()
     await store.close()
-    settings = Settings(api_key=STATIC, api_keys_table=table)
+    settings = Settings().with_(auth_api_key=STATIC, auth_keys_table=table)
 
     auth = Authenticator.from_settings(settings)
     await auth.start()

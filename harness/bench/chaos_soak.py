@@ -65,7 +65,7 @@ FORMAT = "pcm_16000"
 VOICE = "soak"  # no such voice: the swap-out voice speaks
 _DEFAULTS = Settings()
 #: A request with no end by then is hung: the front's first-chunk and chunk deadlines, plus 10 s.
-HANG_S = _DEFAULTS.first_chunk_timeout_s + _DEFAULTS.chunk_timeout_s + 10
+HANG_S = _DEFAULTS.jobs.first_chunk_timeout_s + _DEFAULTS.jobs.chunk_timeout_s + 10
 #: Audio this much longer than the same text spoken alone was (at least in part) spoken twice.
 LONG_RATIO = 1.6
 #: Audio this much shorter than the same text spoken alone lost a part.
@@ -288,7 +288,7 @@ class Stack:
         proc = self.front_procs[index]
         proc.terminate()
         try:
-            proc.wait(_DEFAULTS.drain_timeout_s + 15)
+            proc.wait(_DEFAULTS.http.drain_timeout_s + 15)
         except subprocess.TimeoutExpired:
             fault.error = "did not stop after SIGTERM: killed"
             proc.kill()

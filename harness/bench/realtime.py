@@ -147,7 +147,7 @@ def front_main(redis_url: str, port: int) -> None:
             }
         )
 
-    settings = Settings(redis_url=redis_url, port=port, log_level="WARNING")
+    settings = Settings().with_(redis_url=redis_url, http_port=port, telemetry_log_level="WARNING")
     app = create_app(settings)
     app.cleanup_ctx.append(monitor)
     app.router.add_get("/_bench/stats", stats)

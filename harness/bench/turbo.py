@@ -110,12 +110,8 @@ def bench(args: argparse.Namespace) -> int:
     # Random weights rarely emit the stop token: cap pieces so each runs a known length instead of 40 s.
     max_tokens = args.max_tokens or (1000 if random_size is None else (250 if cuda else 40))
     repeats = args.repeats or (3 if cuda else 1)
-    settings = Settings(
-        engine="turbo",
-        turbo_checkpoint=ckpt,
-        turbo_device=device,
-        turbo_max_tokens=max_tokens,
-        engine_threads=os.cpu_count() or 1,
+    settings = Settings(engine="turbo", engine_threads=os.cpu_count() or 1).with_(
+        turbo_checkpoint=ckpt, turbo_device=device, turbo_max_tokens=max_tokens
     )
     started = time.perf_counter()
     engine = TurboEngine(settings)

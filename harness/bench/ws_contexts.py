@@ -78,7 +78,9 @@ def _loop(url: str, seconds: float, chars: int, rate: float, report: Connection)
 
 
 async def _bench(redis_url: str, data_dir: Path, args: argparse.Namespace) -> tuple[int, int, int, str]:
-    settings = Settings(redis_url=redis_url, data_dir=data_dir, api_key=KEY, first_chunk_timeout_s=3600.0)
+    settings = Settings(data_dir=data_dir).with_(
+        redis_url=redis_url, auth_api_key=KEY, jobs_first_chunk_timeout_s=3600.0
+    )
     runner = web.AppRunner(create_app(settings))
     await runner.setup()
     port = _free_port()

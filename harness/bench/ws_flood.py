@@ -55,10 +55,9 @@ def _flood(url: str, megabytes: int) -> None:
 
 
 async def _bench(redis_url: str, data_dir: Path, megabytes: int) -> tuple[float, float]:
-    settings = Settings(
+    settings = Settings(data_dir=data_dir).with_(
         redis_url=redis_url,
-        data_dir=data_dir,
-        api_key=KEY,
+        auth_api_key=KEY,
         ws_max_messages_per_s=100_000.0,
         ws_max_queued_chars=2 * megabytes * 1_000_000,
         ws_max_queued_segments=2 * megabytes * 1_000,

@@ -373,5 +373,5 @@ def load(settings: Settings) -> PiperEngine:
     """The engine of this profile (``zsynth.core.engines.PIPER``), with the box's core share when it uses threads."""
     threads = settings.engine_thread_count
     # The box's workers share one directory of busy marks (the data directory is per box).
-    share = CoreShare(settings.data_dir / "cores", settings.worker_id) if threads > 1 else None
+    share = CoreShare(settings.data_dir / "cores", settings.worker.id) if threads > 1 else None
     return PiperEngine(threads=threads, share=share)

@@ -72,9 +72,9 @@ class SimulatedEngine:
 
 def load(settings: Settings) -> SimulatedEngine:
     """The engine of this profile (``zsynth.core.engines.SIMULATED``), only with its explicit second switch."""
-    if not settings.load_test_only:
+    if not settings.sim.load_test_only:
         raise ValueError(
             "ZSYNTH_ENGINE=simulated is the load-test stand-in and makes no speech; "
             "set ZSYNTH_LOAD_TEST_ONLY=1 as well if that is really what you want"
         )
-    return SimulatedEngine(settings.sim_chunk_hold_s, settings.sim_chunk_audio_s)
+    return SimulatedEngine(settings.sim.chunk_hold_s, settings.sim.chunk_audio_s)

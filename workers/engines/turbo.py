@@ -123,17 +123,17 @@ class TurboEngine:
 
     def __init__(self, settings: Settings) -> None:
         require_packages()
-        ckpt = _check_checkpoint(settings.turbo_checkpoint)
+        ckpt = _check_checkpoint(settings.turbo.checkpoint)
         apply_workarounds()
         import torch
         from chatterbox.tts_turbo import ChatterboxTurboTTS, Conditionals
 
-        self.device = _pick_device(settings.turbo_device)
+        self.device = _pick_device(settings.turbo.device)
         if self.device == "cpu":
             torch.set_num_threads(settings.engine_thread_count)
         self.settings = settings
         #: Speech tokens per streamed chunk of a piece (the settings never change while the engine lives).
-        self.schedule = chunk_schedule(settings.turbo_first_chunk_tokens, settings.turbo_chunk_tokens)
+        self.schedule = chunk_schedule(settings.turbo.first_chunk_tokens, settings.turbo.chunk_tokens)
         self.random_weights = is_random(ckpt)
         started = time.monotonic()
         with backbone(backbone_config(ckpt / "t3_turbo_v1.safetensors")), warnings.catch_warnings():
@@ -146,15 +146,15 @@ class TurboEngine:
             build=self._build_conds,
             load=lambda path: Conditionals.load(path, map_location=self.device).to(self.device),
             model_id=checkpoint_fingerprint(ckpt, WEIGHT_FILES),
-            capacity=settings.turbo_voice_cache,
+            capacity=settings.turbo.voice_cache,
         )
-        self.watermarker = self.model.watermarker if settings.turbo_watermark else None
+        self.watermarker = self.model.watermarker if settings.turbo.watermark else None
         from .turbo_static import StaticT3
 
-        self.dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[settings.turbo_dtype]
+        self.dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[settings.turbo.dtype]
         # Reduced precision is a GPU option: on the CPU it only makes T3 slower.
         reduced = self.dtype if self.device == "cuda" and self.dtype != torch.float32 else None
-        self.t3 = StaticT3(self.model.t3, settings.turbo_max_tokens, dtype=reduced, graphs=settings.turbo_cuda_graphs)
+        self.t3 = StaticT3(self.model.t3, settings.turbo.max_tokens, dtype=reduced, graphs=settings.turbo.cuda_graphs)
         from .turbo_flow import BucketedFlow
         from .turbo_vocoder import BucketedVocoder
 
@@ -221,7 +221,7 @@ class TurboEngine:
         device memory by this (docs/gpu.md, "Several streams on one worker")."""
         from .turbo_stream import FRAMES_PER_TOKEN, LOOKAHEAD_TOKENS, SAMPLES_PER_FRAME
 
-        noise = 80 * FRAMES_PER_TOKEN * (PROMPT_MAX_TOKENS + self.settings.turbo_max_tokens + LOOKAHEAD_TOKENS)
+        noise = 80 * FRAMES_PER_TOKEN * (PROMPT_MAX_TOKENS + self.settings.turbo.max_tokens + LOOKAHEAD_TOKENS)
         excitation = max(self.vocoder.buckets) * SAMPLES_PER_FRAME
         return self.t3.stream_bytes + 4 * (noise + excitation)  # float32
 
@@ -233,7 +233,7 @@ class TurboEngine:
         says READY only after this."""
         started = time.monotonic()
         pool = None
-        if self.device == "cuda" and self.settings.turbo_cuda_graphs:
+        if self.device == "cuda" and self.settings.turbo.cuda_graphs:
             import torch
 
             pool = torch.cuda.graph_pool_handle()
@@ -333,7 +333,7 @@ class TurboEngine:
         stability = clamp_setting(settings.get("stability"), 0.0, 1.0, 0.5)
         sampling = Sampling(temperature=1.2 - 0.8 * stability)
         speed = clamp_setting(settings.get("speed"), 0.7, 1.2, 1.0)
-        cap = max_tokens or self.settings.turbo_max_tokens
+        cap = max_tokens or self.settings.turbo.max_tokens
         schedule = self.schedule
         # After the conditioning, as before streams interleaved: a seed gives the same audio whether the voice was
         # built, loaded or cached. Unseeded streams get a seed of their own, so two never draw the same numbers.

@@ -60,7 +60,7 @@ def create_avatar_app(settings: Settings, auth: Authenticator | None = None) -> 
     )
     app[SETTINGS] = settings
     app[METRICS] = Metrics()
-    avatars: dict[str, AvatarRenderer] = dict(builtin_avatars(settings.avatar_size))
+    avatars: dict[str, AvatarRenderer] = dict(builtin_avatars(settings.avatar.size))
     app[AVATARS] = avatars
     if auth is not None:
         app[AUTHENTICATOR] = auth  # authenticator_ctx uses a preset one (tests inject a clock this way)
@@ -72,11 +72,11 @@ def create_avatar_app(settings: Settings, auth: Authenticator | None = None) -> 
     setup_routes(app)
     # Any page may call: every route needs a key or a token. Token minting is the exception: a full key belongs in a
     # backend, so it is offered only to the origins ZSYNTH_CORS_ORIGINS names (none by default).
-    setup_cors(app, ("*",), allow_headers=ALLOW_HEADERS, full_key_origins=settings.cors_origins)
+    setup_cors(app, ("*",), allow_headers=ALLOW_HEADERS, full_key_origins=settings.http.cors_origins)
     any_origin(app)
     return app
 
 
 def run_avatar(settings: Settings) -> None:
-    """Serve the avatar server on settings.host:settings.avatar_port until SIGINT/SIGTERM, then drain."""
-    run_server(create_avatar_app(settings), settings, settings.avatar_port, "avatar server")
+    """Serve the avatar server on settings.http.host:settings.avatar.port until SIGINT/SIGTERM, then drain."""
+    run_server(create_avatar_app(settings), settings, settings.avatar.port, "avatar server")

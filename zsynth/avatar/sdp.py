@@ -37,9 +37,9 @@ class OfferLimits:
     def from_settings(cls, settings: Settings) -> OfferLimits:
         """The limits set by ZSYNTH_AVATAR_MAX_SDP_BYTES, _MAX_REMOTE_CANDIDATES and _ALLOW_PRIVATE_CANDIDATES."""
         return cls(
-            settings.avatar_max_sdp_bytes,
-            settings.avatar_max_remote_candidates,
-            settings.avatar_allow_private_candidates,
+            settings.avatar.max_sdp_bytes,
+            settings.avatar.max_remote_candidates,
+            settings.avatar.allow_private_candidates,
         )
 
 

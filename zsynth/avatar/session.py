@@ -31,10 +31,10 @@ _MAX_EVENTS: Final = 256  # unsent control events before a slow client is droppe
 def ice_configuration(settings: Settings) -> RTCConfiguration:
     """No ICE servers unless configured: aiortc's default STUN server stalls gathering on offline hosts."""
     servers = [
-        RTCIceServer(urls=url, username=settings.avatar_ice_username, credential=settings.avatar_ice_credential)
+        RTCIceServer(urls=url, username=settings.avatar.ice_username, credential=settings.avatar.ice_credential)
         if url.startswith("turn")
         else RTCIceServer(urls=url)
-        for url in settings.avatar_ice_servers
+        for url in settings.avatar.ice_servers
     ]
     return RTCConfiguration(iceServers=servers)
 
@@ -83,7 +83,7 @@ class AvatarSession:
         self._events: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         self._speak_queue: asyncio.Queue[SpeechTask] = asyncio.Queue()
         self._active: list[SpeechTask] = []  # accepted and not yet finished, in order
-        self._speak_bucket = TokenBucket(settings.avatar_speak_rate, float(settings.avatar_speak_burst))
+        self._speak_bucket = TokenBucket(settings.avatar.speak_rate, float(settings.avatar.speak_burst))
         self._feed_task: asyncio.Task[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._writer: asyncio.Task[None] | None = None
@@ -161,15 +161,15 @@ class AvatarSession:
     def _speak_refusal(self) -> tuple[str, str] | None:
         """Why a speak command cannot be accepted now: the queue is full, or the rate limit is spent."""
         settings = self.settings
-        if len(self._active) >= settings.avatar_speak_queue:
+        if len(self._active) >= settings.avatar.speak_queue:
             return "speak_queue_full", (
-                f"{settings.avatar_speak_queue} speak commands already wait to be spoken; wait for some to finish "
+                f"{settings.avatar.speak_queue} speak commands already wait to be spoken; wait for some to finish "
                 "or send interrupt."
             )
         if not self._speak_bucket.take():
             return "rate_limited", (
-                f"Too many speak commands: at most {settings.avatar_speak_rate:g} a second "
-                f"(bursts of {settings.avatar_speak_burst}). Send fewer, longer texts."
+                f"Too many speak commands: at most {settings.avatar.speak_rate:g} a second "
+                f"(bursts of {settings.avatar.speak_burst}). Send fewer, longer texts."
             )
         return None
 
@@ -309,15 +309,15 @@ class AvatarSession:
         return time.monotonic() - self._last_activity
 
     async def _watchdog(self) -> None:
-        tick = min(1.0, self.settings.avatar_idle_timeout_s / 4, self.settings.avatar_connect_timeout_s / 4)
+        tick = min(1.0, self.settings.avatar.idle_timeout_s / 4, self.settings.avatar.connect_timeout_s / 4)
         while True:
             await asyncio.sleep(tick)
-            if self.state == "connecting" and time.monotonic() - self._created > self.settings.avatar_connect_timeout_s:
+            if self.state == "connecting" and time.monotonic() - self._created > self.settings.avatar.connect_timeout_s:
                 await self.close("connect_timeout")
                 return
             if self._active or self.talking is not None:
                 self.touch()
-            elif self.idle_s > self.settings.avatar_idle_timeout_s:
+            elif self.idle_s > self.settings.avatar.idle_timeout_s:
                 await self.close("idle_timeout")
                 return
 

@@ -21,7 +21,7 @@ logger = logging.getLogger(__name__)
 
 
 class SessionRegistry:
-    """Live sessions by id; at most ``settings.avatar_max_sessions`` at once."""
+    """Live sessions by id; at most ``settings.avatar.max_sessions`` at once."""
 
     def __init__(self, settings: Settings, synthesis: SynthesisService) -> None:
         self.settings = settings
@@ -45,7 +45,7 @@ class SessionRegistry:
         ``share_owner``: whose share of the queue the session's speech counts against (a token's minting key);
         ``workspace``: the one its speech acts in (whose clones it may speak: the credential's).
         """
-        own_limit = self.settings.avatar_sessions_per_token
+        own_limit = self.settings.avatar.sessions_per_token
         if per_owner and sum(1 for s in self.sessions.values() if s.owner == owner) >= own_limit:
             raise AvatarError(
                 429,
@@ -53,7 +53,7 @@ class SessionRegistry:
                 f"This token already holds {own_limit} live avatar sessions; close one (or wait for it to end).",
                 {"Retry-After": "5"},
             )
-        limit = self.settings.avatar_max_sessions
+        limit = self.settings.avatar.max_sessions
         if len(self.sessions) >= limit:
             raise AvatarError(
                 503,

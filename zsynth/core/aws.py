@@ -22,9 +22,9 @@ if TYPE_CHECKING:
 
 def client_config(settings: Settings | None = None) -> Config:
     """The Config for ``settings`` (``ZSYNTH_AWS_*``), or the defaults without settings."""
-    connect = settings.aws_connect_timeout_s if settings is not None else AWS_CONNECT_TIMEOUT_S
-    read = settings.aws_read_timeout_s if settings is not None else AWS_READ_TIMEOUT_S
-    attempts = settings.aws_max_attempts if settings is not None else AWS_MAX_ATTEMPTS
+    connect = settings.aws.connect_timeout_s if settings is not None else AWS_CONNECT_TIMEOUT_S
+    read = settings.aws.read_timeout_s if settings is not None else AWS_READ_TIMEOUT_S
+    attempts = settings.aws.max_attempts if settings is not None else AWS_MAX_ATTEMPTS
     config: type[Config] = load("botocore.config", "an S3 bucket or a DynamoDB table").Config
     return config(
         connect_timeout=connect,

@@ -70,10 +70,10 @@ class JsonFormatter(logging.Formatter):
 def setup_logging(settings: Settings, process: str) -> None:
     """Configure the root logger once for this process."""
     handler = logging.StreamHandler(sys.stderr)
-    if settings.log_json:
+    if settings.telemetry.log_json:
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(PlainFormatter(f"%(asctime)s %(levelname)s {process} %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(settings.log_level.upper())
+    root.setLevel(settings.telemetry.log_level.upper())

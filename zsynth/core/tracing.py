@@ -36,7 +36,7 @@ class Tracing:
     @classmethod
     def from_settings(cls, settings: Settings, service: str) -> Tracing | None:
         """The process's tracing, or None when ZSYNTH_OTLP_ENDPOINT is unset (or the ``otel`` extra is missing)."""
-        if not settings.otlp_endpoint:
+        if not settings.telemetry.otlp_endpoint:
             return None
         try:
             from opentelemetry import context, trace
@@ -48,10 +48,10 @@ class Tracing:
         except ImportError as err:
             logger.error("ZSYNTH_OTLP_ENDPOINT is set but the otel extra is not installed (%s): no traces", err)
             return None
-        endpoint = settings.otlp_endpoint
+        endpoint = settings.telemetry.otlp_endpoint
         if urlsplit(endpoint).path in ("", "/"):
             endpoint = endpoint.rstrip("/") + TRACES_PATH
-        resource = Resource.create({"service.name": service, "service.instance.id": settings.worker_id})
+        resource = Resource.create({"service.name": service, "service.instance.id": settings.worker.id})
         provider = TracerProvider(resource=resource)
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint, timeout=5)))
         logger.info("%s: traces to %s", service, endpoint)

@@ -115,6 +115,6 @@ def create_demo_app(settings: Settings) -> web.Application:
 
 
 def run_demo(settings: Settings) -> None:
-    """Serve the demo on settings.host:settings.demo_port until SIGINT/SIGTERM, as the other servers run (uvloop,
+    """Serve the demo on settings.http.host:settings.demo.port until SIGINT/SIGTERM, as the other servers run (uvloop,
     READY/STOPPING, drain)."""
-    run_server(create_demo_app(settings), settings, settings.demo_port, "demo server")
+    run_server(create_demo_app(settings), settings, settings.demo.port, "demo server")

@@ -53,11 +53,11 @@ class UpstreamError(Exception):
 
 def _loopback_base(settings: Settings, port: int) -> str:
     # A server bound to every interface is reached on loopback from this box.
-    host = "127.0.0.1" if settings.host in _WILDCARD_HOSTS else settings.host
+    host = "127.0.0.1" if settings.http.host in _WILDCARD_HOSTS else settings.http.host
     if ":" in host:
         host = f"[{host}]"
     # With TLS the certificate must be valid for this host (or set ZSYNTH_DEMO_API_URL / _AVATAR_URL).
-    return f"{'https' if settings.tls else 'http'}://{host}:{port}"
+    return f"{'https' if settings.http.tls else 'http'}://{host}:{port}"
 
 
 def _error_message(body: Any, status: int) -> str:
@@ -94,10 +94,10 @@ class DemoBackend:
     def __init__(self, settings: Settings, http: aiohttp.ClientSession) -> None:
         self.settings = settings
         self.http = http
-        keys = settings.static_keys
+        keys = settings.auth.static_keys
         self._full_key: str | None = keys[0] if keys else None
-        self.api_url = settings.demo_api_url or _loopback_base(settings, settings.port)
-        self.avatar_url = settings.demo_avatar_url or _loopback_base(settings, settings.avatar_port)
+        self.api_url = settings.demo.api_url or _loopback_base(settings, settings.http.port)
+        self.avatar_url = settings.demo.avatar_url or _loopback_base(settings, settings.avatar.port)
 
     @property
     def has_key(self) -> bool:
@@ -113,8 +113,8 @@ class DemoBackend:
         if ":" in host:
             host = f"[{host}]"
         scheme = page.scheme or "http"
-        api = self.settings.demo_api_url or f"{scheme}://{host}:{self.settings.port}"
-        avatar = self.settings.demo_avatar_url or f"{scheme}://{host}:{self.settings.avatar_port}"
+        api = self.settings.demo.api_url or f"{scheme}://{host}:{self.settings.http.port}"
+        avatar = self.settings.demo.avatar_url or f"{scheme}://{host}:{self.settings.avatar.port}"
         return api, avatar
 
     async def _post_json(self, url: str, payload: dict[str, Any]) -> dict[str, Any]:
@@ -184,10 +184,12 @@ class DemoBackend:
 
 async def read_clone_form(request: web.Request, settings: Settings) -> aiohttp.FormData:
     """The page's clone upload, read here within the body and part limits before the full key forwards it."""
-    body = BoundedMultipart(request, max_bytes=settings.max_body_bytes, max_parts=settings.max_multipart_parts)
+    body = BoundedMultipart(
+        request, max_bytes=settings.limits.max_body_bytes, max_parts=settings.limits.max_multipart_parts
+    )
     form = aiohttp.FormData(default_to_multipart=True)
     while (part := await body.next()) is not None:
-        data = await body.read(part, settings.max_body_bytes, body.too_large())
+        data = await body.read(part, settings.limits.max_body_bytes, body.too_large())
         if not part.name:
             continue  # a nameless part is no field of the form
         if part.filename is None:

@@ -25,18 +25,18 @@ async def authenticator_ctx(app: web.Application) -> AsyncIterator[None]:
     auth = app.get(AUTHENTICATOR) or Authenticator.from_settings(settings)
     await auth.start()
     app[AUTHENTICATOR] = auth
-    if auth.is_open and not is_loopback_name(settings.host):  # binding it keeps the server on this machine
+    if auth.is_open and not is_loopback_name(settings.http.host):  # binding it keeps the server on this machine
         logger.warning(
             "AUTHENTICATION IS OFF and the server binds %s: anyone who can reach it may use it. "
             "Set ZSYNTH_API_KEY, ZSYNTH_API_KEYS or ZSYNTH_API_KEYS_TABLE.",
-            settings.host,
+            settings.http.host,
         )
-    if auth.is_open and "*" in settings.cors_origins:
+    if auth.is_open and "*" in settings.http.cors_origins:
         logger.warning(
             "Open CORS: no keys are set and ZSYNTH_CORS_ORIGINS allows any origin, so any web page a visitor of this "
             "server opens could call it. Pages on other origins are refused POST, PUT, PATCH and DELETE (403 "
             "cross_origin_refused)%s. List the pages' origins in ZSYNTH_CORS_ORIGINS, or set keys.",
-            " - except that ZSYNTH_CORS_OPEN_WRITES=true allows them" if settings.cors_open_writes else "",
+            " - except that ZSYNTH_CORS_OPEN_WRITES=true allows them" if settings.http.cors_open_writes else "",
         )
     yield
     await auth.close()
@@ -65,9 +65,9 @@ def refuses_open_write(request: web.Request, *, any_origin_only: bool) -> bool:
     refuses whenever it has no keys."""
     settings = request.app[SETTINGS]
     return (
-        ("*" in settings.cors_origins or not any_origin_only)
-        and not settings.cors_open_writes
+        ("*" in settings.http.cors_origins or not any_origin_only)
+        and not settings.http.cors_open_writes
         and cross_origin_write(request)
-        and request.headers[hdrs.ORIGIN] not in settings.cors_origins
+        and request.headers[hdrs.ORIGIN] not in settings.http.cors_origins
         and request.app[AUTHENTICATOR].is_open
     )

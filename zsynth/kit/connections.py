@@ -60,10 +60,10 @@ class ConnectionLimits:
         """The limits ZSYNTH_HEADER_TIMEOUT, ZSYNTH_KEEPALIVE_TIMEOUT and ZSYNTH_MAX_CONNECTIONS_PER_ADDRESS set;
         the ZSYNTH_TRUSTED_PROXIES are not capped."""
         return cls(
-            settings.header_timeout_s,
-            settings.keepalive_timeout_s,
-            settings.max_connections_per_address,
-            settings.trusted_proxies,
+            settings.http.header_timeout_s,
+            settings.http.keepalive_timeout_s,
+            settings.http.max_connections_per_address,
+            settings.http.trusted_proxies,
         )
 
 

@@ -273,7 +273,7 @@ def validate(model: type[M], data: object, error: ErrorFactory, context: Mapping
 async def json_body_bytes(request: web.Request, error: ErrorFactory) -> bytes:
     """The raw bytes of a JSON body, at most the app's ZSYNTH_MAX_JSON_BODY_BYTES; past it, the transport's 413
     ``request_too_large``, before anything is parsed (ZSYNTH_MAX_BODY_BYTES is for multipart uploads only)."""
-    limit = request.app[SETTINGS].max_json_body_bytes
+    limit = request.app[SETTINGS].limits.max_json_body_bytes
     try:
         return await read_limited(request, limit)
     except BodyTooLarge as err:

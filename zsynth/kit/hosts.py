@@ -89,12 +89,12 @@ class AllowedHosts:
     @classmethod
     def from_settings(cls, settings: Settings) -> AllowedHosts:
         """The allowed names of ``settings``: ZSYNTH_ALLOWED_HOSTS, the bound address and the demo's base URLs."""
-        listed = [host_name(item) for item in settings.allowed_hosts if item != "*"]
-        urls = [URL(url).host for url in (settings.demo_api_url, settings.demo_avatar_url) if url]
-        bind = settings.host
+        listed = [host_name(item) for item in settings.http.allowed_hosts if item != "*"]
+        urls = [URL(url).host for url in (settings.demo.api_url, settings.demo.avatar_url) if url]
+        bind = settings.http.host
         bound = [] if bind in _WILDCARD_BINDS else [host_name(bind) or host_name(f"[{bind}]")]  # an IPv6 bind
         names = frozenset(name.lower().rstrip(".") for name in (*listed, *urls, *bound) if name)
-        return cls(names, "*" in settings.allowed_hosts, bool(settings.allowed_hosts))
+        return cls(names, "*" in settings.http.allowed_hosts, bool(settings.http.allowed_hosts))
 
     def admits(self, name: str | None) -> bool:
         """Whether a request for host ``name`` is answered."""
@@ -122,7 +122,7 @@ def foreign_socket_origin(request: web.Request, settings: Settings, hosts: Allow
     origin = request.headers.get(hdrs.ORIGIN)
     if origin is None or request.headers.get(hdrs.UPGRADE, "").lower() != "websocket":
         return False
-    return not (settings.cors_open_writes or origin in settings.cors_origins or hosts.admits_origin(origin))
+    return not (settings.http.cors_open_writes or origin in settings.http.cors_origins or hosts.admits_origin(origin))
 
 
 def host_guard(settings: Settings, *, always: bool = False) -> Middleware:

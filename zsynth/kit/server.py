@@ -72,7 +72,7 @@ class _Stop:
 
 
 async def serve_app(app: web.Application, settings: Settings, port: int, name: str) -> None:
-    """Serve ``app`` on ``settings.host:port`` until SIGTERM/SIGINT, then drain (see the module docstring).
+    """Serve ``app`` on ``settings.http.host:port`` until SIGTERM/SIGINT, then drain (see the module docstring).
 
     With ZSYNTH_TLS_CERT_FILE/KEY_FILE the port speaks HTTPS and WSS, and SIGHUP reloads the certificate.
     systemd (``Type=notify``) hears READY once the socket listens and STOPPING when the drain starts.
@@ -87,10 +87,10 @@ async def serve_app(app: web.Application, settings: Settings, port: int, name: s
     raise_open_files_limit()
     limits = ConnectionLimits.from_settings(settings)
     options = handler_options(limits)
-    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=settings.drain_timeout_s, **options)
+    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=settings.http.drain_timeout_s, **options)
     await runner.setup()
     site = GuardedSite(
-        runner, settings.host, port, limits, options, ssl_context=ssl_context, reuse_port=settings.reuse_port
+        runner, settings.http.host, port, limits, options, ssl_context=ssl_context, reuse_port=settings.http.reuse_port
     )
     await site.start()
     # The stop signals keep their default action (end the process) until now: start-up has nothing to drain, and a
@@ -99,10 +99,10 @@ async def serve_app(app: web.Application, settings: Settings, port: int, name: s
     for sig in _STOP_SIGNALS:
         loop.add_signal_handler(sig, stop.on_signal, sig)
     scheme = "https" if ssl_context is not None else "http"
-    logger.info("%s listening on %s://%s:%d", name, scheme, settings.host, port)
+    logger.info("%s listening on %s://%s:%d", name, scheme, settings.http.host, port)
     notify(f"READY=1\nSTATUS={name} serving")
     await stop.requested.wait()
-    logger.info("%s draining: no new connections; open streams get %gs to finish", name, settings.drain_timeout_s)
+    logger.info("%s draining: no new connections; open streams get %gs to finish", name, settings.http.drain_timeout_s)
     notify("STOPPING=1")
     stop.draining(asyncio.current_task())
     try:
@@ -166,11 +166,11 @@ def _on_sighup(ssl_context: ssl.SSLContext | None, settings: Settings, name: str
 
 def _record_expiry(app: web.Application, settings: Settings, ssl_context: ssl.SSLContext | None) -> None:
     """Export the expiry of the certificate now in service (zsynth_tls_certificate_expiry_timestamp_seconds)."""
-    if ssl_context is None or settings.tls_cert_file is None or METRICS not in app:
+    if ssl_context is None or settings.http.tls_cert_file is None or METRICS not in app:
         return
-    expiry = certificate_expiry(settings.tls_cert_file)
+    expiry = certificate_expiry(settings.http.tls_cert_file)
     if expiry is not None:
-        app[METRICS].tls_expiry.labels(str(settings.tls_cert_file)).set(expiry)
+        app[METRICS].tls_expiry.labels(str(settings.http.tls_cert_file)).set(expiry)
 
 
 def run_server(app: web.Application, settings: Settings, port: int, name: str) -> None:

@@ -36,24 +36,24 @@ def _new_context() -> ssl.SSLContext:
 
 def server_context(settings: Settings) -> ssl.SSLContext | None:
     """The server's TLS context, or None when the API serves plain HTTP."""
-    if settings.tls_cert_file is None or settings.tls_key_file is None:
+    if settings.http.tls_cert_file is None or settings.http.tls_key_file is None:
         return None
     context = _new_context()
-    _load(context, settings.tls_cert_file, settings.tls_key_file)
+    _load(context, settings.http.tls_cert_file, settings.http.tls_key_file)
     return context
 
 
 def reload(context: ssl.SSLContext, settings: Settings) -> bool:
     """Re-read the certificate files into ``context``; on a bad pair keep the old one and return False."""
-    if settings.tls_cert_file is None or settings.tls_key_file is None:
+    if settings.http.tls_cert_file is None or settings.http.tls_key_file is None:
         return False
     try:
-        _load(_new_context(), settings.tls_cert_file, settings.tls_key_file)  # check first, never half-load
-        _load(context, settings.tls_cert_file, settings.tls_key_file)
+        _load(_new_context(), settings.http.tls_cert_file, settings.http.tls_key_file)  # check first, never half-load
+        _load(context, settings.http.tls_cert_file, settings.http.tls_key_file)
     except TlsError as err:
         logger.error("TLS reload refused, the old certificate stays in use: %s", err)
         return False
-    logger.info("TLS certificate reloaded from %s", settings.tls_cert_file)
+    logger.info("TLS certificate reloaded from %s", settings.http.tls_cert_file)
     return True
 
 

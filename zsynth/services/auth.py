@@ -282,12 +282,12 @@ class Authenticator:
     @classmethod
     def from_settings(cls, settings: Settings, **kwargs: Any) -> Authenticator:
         """The authenticator a server's settings describe (``kwargs``: clock, cache options, for tests)."""
-        store = KeyStore(settings.api_keys_table, config=client_config(settings)) if settings.api_keys_table else None
-        kwargs.setdefault("cache_ttl_s", settings.auth_cache_ttl_s)
-        kwargs.setdefault("max_failures_per_min", settings.auth_max_failures_per_min)
-        kwargs.setdefault("max_concurrent_lookups", settings.auth_max_concurrent_lookups)
-        kwargs.setdefault("trusted_proxies", settings.trusted_proxies)
-        return cls(settings.static_keys, store, **kwargs)
+        store = KeyStore(settings.auth.keys_table, config=client_config(settings)) if settings.auth.keys_table else None
+        kwargs.setdefault("cache_ttl_s", settings.auth.cache_ttl_s)
+        kwargs.setdefault("max_failures_per_min", settings.auth.max_failures_per_min)
+        kwargs.setdefault("max_concurrent_lookups", settings.auth.max_concurrent_lookups)
+        kwargs.setdefault("trusted_proxies", settings.http.trusted_proxies)
+        return cls(settings.auth.static_keys, store, **kwargs)
 
     def client_of(self, request: web.Request) -> str | None:
         """The address ``request``'s failures count against (``X-Forwarded-For`` only from trusted proxies)."""

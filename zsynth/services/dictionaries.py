@@ -171,11 +171,11 @@ async def dictionaries_context(app: web.Application) -> AsyncIterator[None]:
     """The dictionary store: the voices' bucket when set, else the data directory."""
     settings = app[SETTINGS]
     backend: BucketBackend | DirectoryBackend
-    if settings.voices_bucket:
-        backend = BucketBackend(settings.voices_bucket, settings.dictionaries_prefix, client_config(settings))
+    if settings.voices.bucket:
+        backend = BucketBackend(settings.voices.bucket, settings.voices.dictionaries_prefix, client_config(settings))
         await backend.open()
     else:
         backend = DirectoryBackend(settings.data_dir / "dictionaries")
-    app[DICTIONARIES] = DictionaryStore(backend, settings.dictionary_cache_bytes)
+    app[DICTIONARIES] = DictionaryStore(backend, settings.voices.dictionary_cache_bytes)
     yield
     await app[DICTIONARIES].close()

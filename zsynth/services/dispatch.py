@@ -131,7 +131,7 @@ class JobStream:
     async def next_event(self) -> protocol.Event:
         """The next event, or JobFailed(timeout) when the deadline for it passes."""
         settings = self.dispatcher.settings
-        timeout = settings.first_chunk_timeout_s if self._expected_seq == 0 else settings.chunk_timeout_s
+        timeout = settings.jobs.first_chunk_timeout_s if self._expected_seq == 0 else settings.jobs.chunk_timeout_s
         try:
             event = await self._wait(timeout)
         except TimeoutError:
@@ -229,7 +229,7 @@ class Dispatcher:
         # The one reply listener is vital: while it is down no job of this front gets its audio (/readyz says so).
         self.supervisor = supervisor or Supervisor()
         self._push = redis.register_script(protocol.PUSH_BOUNDED_LUA)
-        self.ledger = Ledger(settings.front_audio_budget)  # the audio all this front's jobs may hold in flight
+        self.ledger = Ledger(settings.flow.front_audio_budget)  # the audio all this front's jobs may hold in flight
         # Unfinished jobs per credential fingerprint, and a condition to wait on for a share to free up.
         self._owned: collections.Counter[str] = collections.Counter()
         self._share_freed = asyncio.Condition()
@@ -240,7 +240,7 @@ class Dispatcher:
         self._open_at_loss: set[str] = set()
         self._audits: set[asyncio.Task[None]] = set()
         # Retry a job's push this long while Redis is unreachable (a Sentinel failover); 0: answer 503 at once.
-        self.push_retry_s = settings.redis_failover_wait_s if is_sentinel_url(settings.redis_url) else 0.0
+        self.push_retry_s = settings.redis.failover_wait_s if is_sentinel_url(settings.redis.url) else 0.0
 
     async def start(self) -> None:
         """Subscribe to this front's reply channel, start the listener, and wait until Redis confirms."""
@@ -273,8 +273,10 @@ class Dispatcher:
         (ZSYNTH_CREDENTIAL_JOBS_PER_WORKER each, at least ZSYNTH_CREDENTIAL_MIN_JOBS), never more than
         ZSYNTH_CREDENTIAL_QUEUE_SHARE of the queue."""
         settings = self.settings
-        by_workers = max(settings.credential_min_jobs, settings.credential_jobs_per_worker * self.live_workers)
-        return max(1, min(by_workers, int(settings.credential_queue_share * settings.max_queue)))
+        by_workers = max(
+            settings.jobs.credential_min_jobs, settings.jobs.credential_jobs_per_worker * self.live_workers
+        )
+        return max(1, min(by_workers, int(settings.jobs.credential_queue_share * settings.jobs.max_queue)))
 
     async def _count_workers(self) -> None:
         """Keep :attr:`live_workers` (workers with a fresh heartbeat) current, for the share of each owner."""
@@ -283,7 +285,7 @@ class Dispatcher:
                 ids = protocol.worker_ids(await self.redis.smembers(protocol.WORKERS))
                 beats = await self.redis.mget([protocol.heartbeat_key(i) for i in ids]) if ids else []
                 self.live_workers = sum(1 for beat in beats if beat is not None)
-            await asyncio.sleep(self.settings.heartbeat_interval_s)
+            await asyncio.sleep(self.settings.worker.heartbeat_interval_s)
 
     async def wait_for_share(self, owner: str, wait_s: float) -> None:
         """Return once ``owner`` may submit a job (at once if it may now); JobFailed("queue_full") after ``wait_s``."""
@@ -322,7 +324,7 @@ class Dispatcher:
             self._owned[owner] += 1
         if not job.start_deadline:
             # A job still queued when its client has given up waiting is dropped unrun.
-            job.start_deadline = time.time() + self.settings.first_chunk_timeout_s
+            job.start_deadline = time.time() + self.settings.jobs.first_chunk_timeout_s
         job.reply_to = self.reply_channel
         credit = self._credit_for(job)
         stream = JobStream(self, job, owner, credit)
@@ -353,7 +355,7 @@ class Dispatcher:
         except OutputFormatError:
             rate = parse_output_format(job.output_format, route="convert").bytes_per_second
         settings = self.settings
-        window = window_bytes(rate, settings.flow_window_bytes, settings.flow_window_seconds)
+        window = window_bytes(rate, settings.flow.window_bytes, settings.flow.window_seconds)
         if not window:
             return None
         credit = self.ledger.open(window)
@@ -376,7 +378,7 @@ class Dispatcher:
             async with self.redis.pipeline(transaction=False) as pipe:
                 pipe.rpush(key, f"{grant[0]} {grant[1]}")
                 pipe.ltrim(key, -4, -1)  # the newest grant says it all; a worker that never waits never pops them
-                pipe.expire(key, self.settings.job_ttl_s)
+                pipe.expire(key, self.settings.jobs.ttl_s)
                 await pipe.execute()
         except (RedisError, OSError) as err:  # the next grant says it all again; a worker left waiting times out
             logger.warning("job %s: credit not granted: %r", stream.job.job_id, err)
@@ -395,7 +397,9 @@ class Dispatcher:
         while True:
             try:
                 # Owners in turn, realtime before batch within a turn, remainders last (PUSH_BOUNDED_LUA).
-                return bool(await self._push(keys=[protocol.QUEUE], args=[stream.queued_as, self.settings.max_queue]))
+                return bool(
+                    await self._push(keys=[protocol.QUEUE], args=[stream.queued_as, self.settings.jobs.max_queue])
+                )
             except (RedisConnectionError, RedisTimeoutError, OSError, TimeoutError) as err:
                 if time.monotonic() + pause > deadline:
                     raise
@@ -411,14 +415,14 @@ class Dispatcher:
             queued_as = stream.queued_as or None
         with contextlib.suppress(Exception):
             async with self.redis.pipeline(transaction=False) as pipe:
-                pipe.set(protocol.cancel_key(job_id), b"1", ex=self.settings.job_ttl_s)
+                pipe.set(protocol.cancel_key(job_id), b"1", ex=self.settings.jobs.ttl_s)
                 if queued_as is not None:
                     # A job that waits leaves the queue at once: it no longer holds a place, nor a turn of its owner.
                     pipe.lrem(protocol.QUEUE, 1, queued_as)
                 pipe.publish(protocol.CANCEL_CHANNEL, job_id)
                 # A worker waiting for credit wakes at once (a running one hears the channel within one chunk).
                 pipe.rpush(protocol.credit_key(job_id), protocol.CREDIT_CANCEL)
-                pipe.expire(protocol.credit_key(job_id), self.settings.job_ttl_s)
+                pipe.expire(protocol.credit_key(job_id), self.settings.jobs.ttl_s)
                 await pipe.execute()
             logger.debug("job %s: cancel sent to the workers", job_id)
 
@@ -493,7 +497,7 @@ class Dispatcher:
             return  # lost twice: its first-chunk deadline ends it
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hsetnx(protocol.job_key(job_id), protocol.OWNER_FIELD, protocol.RESUBMITTED)
-            pipe.expire(protocol.job_key(job_id), self.settings.job_ttl_s)
+            pipe.expire(protocol.job_key(job_id), self.settings.jobs.ttl_s)
             won, _ = await pipe.execute()
         if not won:
             return  # a worker claimed it meanwhile

@@ -28,15 +28,15 @@ async def redis_client(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     # Short connect timeout: while Redis is down, requests fail fast with 503 instead of hanging.
     client = async_blocking_client(
-        settings.redis_url,
-        max_connections=settings.redis_pool_size,
-        timeout=settings.redis_pool_timeout_s,
+        settings.redis.url,
+        max_connections=settings.redis.pool_size,
+        timeout=settings.redis.pool_timeout_s,
         health_check_interval=30,
         socket_connect_timeout=1.0,
     )
     await client.ping()
     app[REDIS] = client
-    watch = MasterWatch(settings.redis_url)
+    watch = MasterWatch(settings.redis.url)
     app[REDIS_MASTER] = watch
     if METRICS in app:
         metrics = app[METRICS]

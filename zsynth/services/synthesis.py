@@ -275,7 +275,7 @@ class SynthesisService:
     @property
     def limits(self) -> bounds.OutputLimits:
         """The output bounds of one request (ZSYNTH_MAX_PAUSE, ZSYNTH_MAX_AUDIO)."""
-        return bounds.OutputLimits(self.settings.max_pause_s, self.settings.max_audio_s)
+        return bounds.OutputLimits(self.settings.limits.max_pause_s, self.settings.limits.max_audio_s)
 
     async def admit(
         self,
@@ -329,7 +329,7 @@ class SynthesisService:
             if owner is not None and request.priority == "realtime":
                 # Past the owner's share, wait for one of its own jobs to end, so other keys' jobs go first. Nothing
                 # may await between this wait and the push, or the share just seen free could be taken again.
-                await self.dispatcher.wait_for_share(owner, self.settings.first_chunk_timeout_s)
+                await self.dispatcher.wait_for_share(owner, self.settings.jobs.first_chunk_timeout_s)
             with span(self.tracing, "queued", {"zsynth.job_id": job.job_id, "zsynth.priority": job.priority}):
                 job.trace = self.tracing.carrier() if self.tracing is not None else {}  # the worker's parent
                 return Speech(await self._queue(job, owner), prepared.spoken)
@@ -365,7 +365,7 @@ class SynthesisService:
         words bounded for the engine.
         """
         await require_voice(self.library, self.voices, request.voice_id, request.workspace)
-        engine, bound = self.settings.engine, self.settings.max_word_chars
+        engine, bound = self.settings.engine, self.settings.limits.max_word_chars
         spoken = await prepare(
             request.text,
             request.options,

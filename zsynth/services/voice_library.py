@@ -47,7 +47,7 @@ async def _opened(app: web.Application, role: Literal["front", "worker"]) -> Asy
     settings = app[SETTINGS]
     store = VoiceStore(settings.voices_dir)
     await asyncio.to_thread(store.ensure)
-    catalog = VoiceCatalog(store, settings.engine, settings.swapout_default_voice)
+    catalog = VoiceCatalog(store, settings.engine, settings.voices.swapout_default_voice)
 
     async def count_failure() -> None:
         await app[REDIS].incr(protocol.VOICE_MIRROR_FAILURES)

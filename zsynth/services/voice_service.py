@@ -188,4 +188,4 @@ class VoiceService:
 def voice_service(app: web.Application) -> VoiceService:
     """The voice service over an application's catalog and library (set by
     :func:`~zsynth.services.voice_library.voices_context`)."""
-    return VoiceService(app[VOICES], app.get(VOICE_LIBRARY), clip_limit=app[SETTINGS].voice_clip_max_bytes)
+    return VoiceService(app[VOICES], app.get(VOICE_LIBRARY), clip_limit=app[SETTINGS].voices.clip_max_bytes)

@@ -33,22 +33,22 @@ def create_app(settings: Settings) -> web.Application:
             open_cors_middleware,
             auth_middleware,
         ],
-        client_max_size=settings.max_body_bytes,
+        client_max_size=settings.limits.max_body_bytes,
     )
     app[SETTINGS] = settings
     app[METRICS] = Metrics()
     setup_tracing(app, settings, "zsynth-front")  # only with ZSYNTH_OTLP_ENDPOINT (docs/operations.md, Traces)
     app.cleanup_ctx.extend([authenticator_ctx, redis_client, dispatcher])
     setup_services(app)
-    if settings.wyoming_uri is not None:
+    if settings.wyoming.uri is not None:
         # After the services it speaks through (voices, dictionaries, dispatcher): it closes before them.
         app.cleanup_ctx.append(wyoming_context)
     add_endpoints(app, *TABLES, parsing=PARSING)
     app[OPENAPI_DOCUMENT] = lambda: document_bytes(openapi.build, settings)
-    setup_cors(app, settings.cors_origins)
+    setup_cors(app, settings.http.cors_origins)
     return app
 
 
 def run(settings: Settings) -> None:
     """Blocking entry of ``zsynth serve``."""
-    run_server(create_app(settings), settings, settings.port, "front")
+    run_server(create_app(settings), settings, settings.http.port, "front")

@@ -79,7 +79,7 @@ def build(settings: Settings | None = None) -> dict[str, Any]:
         for prop in schema.get("properties", {}).values():
             # A spoken-text field (routes.bodies.spoken_text) carries this deployment's limit, when there is one.
             if prop.pop(TEXT_LIMIT_MARKER, False) and settings is not None:
-                prop["maxLength"] = settings.max_text_chars
+                prop["maxLength"] = settings.limits.max_text_chars
     return {
         "openapi": "3.1.0",
         "info": {**INFO, "version": __version__},

@@ -303,7 +303,7 @@ class AudioStream(web.StreamResponse):
 
     def __init__(self, request: web.Request, headers: dict[str, str]) -> None:
         super().__init__(headers=headers)
-        self.write_timeout_s = request.app[SETTINGS].write_timeout_s
+        self.write_timeout_s = request.app[SETTINGS].flow.write_timeout_s
 
     async def write(self, data: bytes | bytearray | memoryview) -> None:
         """Write ``data``; ClientTooSlow when the client does not take it within the deadline."""
@@ -338,7 +338,7 @@ async def finish_stream(
         logger.info("job %s: client went away mid-stream", speech.job.job_id)
         return response
     except ClientTooSlow:
-        deadline = request.app[SETTINGS].write_timeout_s
+        deadline = request.app[SETTINGS].flow.write_timeout_s
         logger.warning("job %s: the client took no audio for %g s; cut", speech.job.job_id, deadline)
         if request.transport is not None:
             request.transport.abort()

@@ -96,7 +96,7 @@ async def connect(request: web.Request, body: ConnectRequest) -> web.Response:
     renderer = avatars.get(avatar_id)
     if renderer is None:
         raise AvatarError(404, ApiCode.AVATAR_NOT_FOUND, f"No avatar '{avatar_id}'; GET /v1/avatars lists them.")
-    voice_id = body.voice_id or settings.avatar_voice_id
+    voice_id = body.voice_id or settings.avatar.voice_id
     registry = request.app[AVATAR_SESSIONS]
     session = registry.create(
         renderer,

@@ -94,7 +94,7 @@ async def control(request: web.Request) -> web.WebSocketResponse:
     if credential.fingerprint != session.owner:  # the owner's credential is re-checked since the session began
         watch_session(request, credential, session)
     reason = "control_closed"
-    max_chars = request.app[SETTINGS].max_text_chars
+    max_chars = request.app[SETTINGS].limits.max_text_chars
     try:
         async for msg in ws:
             if msg.type == WSMsgType.TEXT:

@@ -111,7 +111,7 @@ async def list_sessions(request: web.Request) -> web.Response:
     """Live sessions on this box and the limit."""
     registry = request.app[AVATAR_SESSIONS]
     sessions = [s.describe() for s in registry.listed(workspace_of(request.get(CREDENTIAL)))]
-    return web.json_response({"data": sessions, "limit": registry.settings.avatar_max_sessions})
+    return web.json_response({"data": sessions, "limit": registry.settings.avatar.max_sessions})
 
 
 @routes.get(

@@ -137,27 +137,27 @@ class VoiceLibrary:
         """
         bucket = (
             VoiceBucket(
-                settings.voices_bucket,
-                settings.voices_prefix,
+                settings.voices.bucket,
+                settings.voices.prefix,
                 client_config(settings),
-                clip_max_bytes=settings.voice_clip_max_bytes,
+                clip_max_bytes=settings.voices.clip_max_bytes,
             )
-            if settings.voices_bucket
+            if settings.voices.bucket
             else None
         )
         return cls(
             store,
-            settings.redis_url,
+            settings.redis.url,
             bucket,
             role=role,
-            fetch_wait_s=settings.voices_fetch_wait_s,
-            resync_s=settings.voices_resync_s,
+            fetch_wait_s=settings.voices.fetch_wait_s,
+            resync_s=settings.voices.resync_s,
             on_change=on_change,
             on_failure=on_failure,
-            start_wait_s=settings.voices_start_wait_s,
+            start_wait_s=settings.voices.start_wait_s,
             supervisor=supervisor,
-            missing_ttl_s=settings.voices_missing_ttl_s,
-            missing_max=settings.voices_missing_max,
+            missing_ttl_s=settings.voices.missing_ttl_s,
+            missing_max=settings.voices.missing_max,
         )
 
     # ----- what the others hold --------------------------------------------------------------------------------

@@ -295,8 +295,8 @@ async def _read_lexicon(request: web.Request) -> tuple[dict[str, str], bytes | N
         raise ApiError(400, ApiCode.INVALID_CONTENT_TYPE, "Send multipart/form-data with 'name' and a PLS 'file'.")
     settings = request.app[SETTINGS]
     # The whole body (boundaries and part headers too) is bounded: a lexicon and a few short fields.
-    limit = min(settings.max_body_bytes, MAX_LEXICON_BODY_BYTES)
-    body = BoundedMultipart(request, max_bytes=limit, max_parts=settings.max_multipart_parts)
+    limit = min(settings.limits.max_body_bytes, MAX_LEXICON_BODY_BYTES)
+    body = BoundedMultipart(request, max_bytes=limit, max_parts=settings.limits.max_multipart_parts)
     too_large = ApiError(413, ApiCode.REQUEST_TOO_LARGE, f"A PLS upload is limited to {MAX_LEXICON_BYTES} bytes.")
     fields: dict[str, str] = {}
     lexicon: bytes | None = None

@@ -147,7 +147,7 @@ def _caller_on_loopback(request: web.Request) -> bool:
     """Whether the caller itself is on this box: the client a trusted proxy (ZSYNTH_TRUSTED_PROXIES) names, as every
     per-address limit reads it, never the proxy. A request relayed by a proxy that is not trusted (it carries a
     forwarding header) is not the box's own, whatever its peer: nginx on the same box would otherwise pass for one."""
-    trusted = request.app[SETTINGS].trusted_proxies
+    trusted = request.app[SETTINGS].http.trusted_proxies
     forwarded = request.headers.getall(hdrs.X_FORWARDED_FOR, [])
     peer = forwarded_client(request.remote, (), ())
     if peer is None:  # a Unix socket peer, say

@@ -81,4 +81,4 @@ def model_entry(engine: str, max_text_chars: int) -> dict[str, Any]:
 async def list_models(request: web.Request) -> web.Response:
     """The model list: one entry, a bare array (an object here breaks the SDK)."""
     settings = request.app[SETTINGS]
-    return web.json_response([model_entry(settings.engine, settings.max_text_chars)])
+    return web.json_response([model_entry(settings.engine, settings.limits.max_text_chars)])

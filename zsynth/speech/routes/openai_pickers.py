@@ -92,7 +92,7 @@ async def list_voices(request: web.Request) -> web.Response:
     builtin_count = len(catalog.builtins)
     aliases = [
         {"id": alias, "name": f"{alias} ({names[target]})"}
-        for alias, target in request.app[SETTINGS].openai_voices
+        for alias, target in request.app[SETTINGS].voices.openai
         if target in names and alias not in names
     ]
     return web.json_response({"voices": voices[:builtin_count] + aliases + voices[builtin_count:]})

@@ -182,7 +182,7 @@ def speech_request(request: web.Request, body: OpenAISpeechRequest) -> SpeechReq
     voice = body.voice
     assert isinstance(voice, str)  # the validator reads {"id": ...} into its string; VoiceId only documents it
     tts = TtsRequest(
-        voice_id=dict(settings.openai_voices).get(voice, voice),
+        voice_id=dict(settings.voices.openai).get(voice, voice),
         text=body.input,
         fmt=parse_output_format(fmt.worker_format, route="stream"),
         model_id=body.model,

@@ -130,7 +130,7 @@ async def mint_single_use(request: web.Request) -> web.Response:
             request.app[REDIS],
             token_type,
             request[CREDENTIAL],
-            max_unspent=request.app[SETTINGS].single_use_max_unspent,
+            max_unspent=request.app[SETTINGS].auth.single_use_max_unspent,
         )
     except single_use.TooManyUnspent as err:
         raise ApiError(429, err.code, err.message, headers={"Retry-After": str(err.retry_after_s)}) from err

@@ -372,12 +372,14 @@ async def read_upload(request: web.Request) -> Upload:
             "Send multipart/form-data with a 'name' field and the reference clip as 'files' (or 'file'). " + ADVICE,
         )
     settings = request.app[SETTINGS]
-    clip_limit = settings.voice_clip_max_bytes
+    clip_limit = settings.voices.clip_max_bytes
     too_large = ApiError(
         400, ApiCode.CLIP_TOO_LARGE, f"A file is larger than the limit of {clip_limit} bytes. {ADVICE}"
     )
     # The whole body, boundaries and part headers included, counts against ZSYNTH_MAX_BODY_BYTES, as JSON bodies do.
-    body = BoundedMultipart(request, max_bytes=settings.max_body_bytes, max_parts=settings.max_multipart_parts)
+    body = BoundedMultipart(
+        request, max_bytes=settings.limits.max_body_bytes, max_parts=settings.limits.max_multipart_parts
+    )
     upload = Upload()
     while (part := await body.next()) is not None:
         name = part.name or ""

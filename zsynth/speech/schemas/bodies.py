@@ -36,7 +36,7 @@ ENGINE: Final = "engine"
 
 def _context(request: web.Request) -> dict[str, Any]:
     settings = request.app[SETTINGS]
-    return {MAX_TEXT_CHARS: settings.max_text_chars, ENGINE: settings.engine}
+    return {MAX_TEXT_CHARS: settings.limits.max_text_chars, ENGINE: settings.engine}
 
 
 #: How the speech API refuses declared bodies and queries: its envelope, and every text held to

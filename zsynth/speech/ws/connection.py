@@ -97,7 +97,7 @@ def parse_params(request: web.Request) -> StreamParams:
         voice_id=request.match_info.get("voice_id", ""),  # the dialogue sockets name their voices in messages
         fmt=query.output_format,
         model_id=query.model_id,
-        inactivity_s=request.app[SETTINGS].ws_inactivity_timeout_s if inactivity is None else inactivity,
+        inactivity_s=request.app[SETTINGS].ws.inactivity_timeout_s if inactivity is None else inactivity,
         sync_alignment=query.sync_alignment,
         auto_mode=query.auto_mode,
         language_code=language,
@@ -130,10 +130,10 @@ class Connection:
         self._counted: str | None = None  # the fingerprint this socket counts against, once authenticated
         settings = request.app[SETTINGS]
         # Token bucket for client messages: refills at the configured rate, holds a burst of twice that.
-        self._rate = settings.ws_max_messages_per_s
+        self._rate = settings.ws.max_messages_per_s
         # Seconds a send may block on a client that stopped reading before the socket is dropped (the write deadline
         # every transport shares: docs/architecture.md, "Flow control").
-        self.send_timeout_s = settings.write_timeout_s
+        self.send_timeout_s = settings.flow.write_timeout_s
         self._messages = TokenBucket(self._rate, 2 * self._rate)
 
     @property
@@ -254,9 +254,9 @@ class Connection:
                 self._check_bos(message)
             return message
         settings = self.request.app[SETTINGS]
-        bound = settings.ws_first_message_timeout_s
+        bound = settings.ws.first_message_timeout_s
         try:
-            message = await self.receive(bound, settings.ws_first_message_max_bytes)
+            message = await self.receive(bound, settings.ws.first_message_max_bytes)
         except TimeoutError as err:
             raise WsError(
                 ApiCode.MISSING_FIRST_MESSAGE,
@@ -298,7 +298,7 @@ class Connection:
             # A token counts against the key that minted it: two tokens of one key hold no more than the key.
             owner = self.credential.owner
             counts = self.request.app[WS_PER_CREDENTIAL]
-            limit = self.request.app[SETTINGS].ws_max_sockets_per_credential
+            limit = self.request.app[SETTINGS].ws.max_sockets_per_credential
             if counts[owner] >= limit:
                 raise WsError(
                     ApiCode.TOO_MANY_CONCURRENT_REQUESTS,

@@ -39,7 +39,7 @@ def _admit_unauthenticated(request: web.Request) -> list[str]:
     unauthenticated = request.app[WS_UNAUTHENTICATED]
     # The address limits count against everywhere else: the forwarded client behind a trusted proxy.
     address = request.app[AUTHENTICATOR].client_of(request)
-    if address is not None and unauthenticated[address] >= settings.ws_max_unauthenticated_per_address:
+    if address is not None and unauthenticated[address] >= settings.ws.max_unauthenticated_per_address:
         raise ApiError(
             429,
             ApiCode.TOO_MANY_CONCURRENT_REQUESTS,
@@ -47,7 +47,7 @@ def _admit_unauthenticated(request: web.Request) -> list[str]:
             "sooner, or in the xi-api-key header.",
             headers={"Retry-After": "1"},
         )
-    if unauthenticated[""] >= settings.ws_max_unauthenticated:
+    if unauthenticated[""] >= settings.ws.max_unauthenticated:
         # Refused before the upgrade: a socket that has not shown a credential costs nothing more.
         raise ApiError(
             503,
@@ -78,7 +78,7 @@ async def run_socket(request: web.Request, kind: str, body: Body) -> web.WebSock
     if not request.app[AUTHENTICATOR].is_open and secret_from_request(request) is None:
         counted = _admit_unauthenticated(request)
     ws = web.WebSocketResponse(
-        heartbeat=HEARTBEAT_S, timeout=CLOSE_TIMEOUT_S, max_msg_size=settings.ws_max_message_bytes
+        heartbeat=HEARTBEAT_S, timeout=CLOSE_TIMEOUT_S, max_msg_size=settings.ws.max_message_bytes
     )
 
     def authenticated() -> None:

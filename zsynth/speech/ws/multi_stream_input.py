@@ -162,7 +162,7 @@ class MultiSession:
 
     async def handle(self, message: dict[str, Any]) -> None:
         """Apply one client message."""
-        parsed = read(ContextMessage, message, self.conn.request.app[SETTINGS].max_text_chars)
+        parsed = read(ContextMessage, message, self.conn.request.app[SETTINGS].limits.max_text_chars)
         if parsed.close_socket:
             self.closing_socket = True
             for context_id in list(self.live):

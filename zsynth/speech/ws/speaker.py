@@ -171,7 +171,7 @@ class Speaker:
                 self._carry = segment + self._carry
                 return
         settings = self.conn.request.app[SETTINGS]
-        chars, segments = settings.ws_max_queued_chars, settings.ws_max_queued_segments
+        chars, segments = settings.ws.max_queued_chars, settings.ws.max_queued_segments
         if self._queued_chars + len(segment) > chars or self._segments.qsize() >= segments:
             raise WsError(
                 ApiCode.MAX_CHARACTER_LIMIT_EXCEEDED,

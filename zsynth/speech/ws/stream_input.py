@@ -33,8 +33,8 @@ def make_buffer(message: dict[str, Any], params: StreamParams, settings: Setting
     return TextBuffer(
         opening.generation_config.chunk_length_schedule,
         auto_mode=params.auto_mode,
-        max_word_chars=settings.ws_max_word_chars,
-        max_segment_chars=settings.max_text_chars,
+        max_word_chars=settings.ws.max_word_chars,
+        max_segment_chars=settings.limits.max_text_chars,
     )
 
 
@@ -55,7 +55,7 @@ async def _serve(conn: Connection, speakers: list[Speaker]) -> None:
     message: dict[str, Any] | None = first
     while True:
         if message is not None and not speaker.ended:
-            parsed = read(TextMessage, message, conn.request.app[SETTINGS].max_text_chars)
+            parsed = read(TextMessage, message, conn.request.app[SETTINGS].limits.max_text_chars)
             if parsed.text == "" and message is not first:
                 for segment in buffer.drain():
                     speaker.speak(segment)

@@ -102,8 +102,8 @@ class Listener:
 
     async def start(self) -> None:
         """Listen; announce over zeroconf when asked to."""
-        assert self.settings.wyoming_uri is not None
-        host, port = self.settings.wyoming_uri
+        assert self.settings.wyoming.uri is not None
+        host, port = self.settings.wyoming.uri
         self._server = await asyncio.start_server(self._accept, host, port, limit=MAX_HEADER_BYTES)
         logger.info("wyoming listening on tcp://%s:%d", host if ":" not in host else f"[{host}]", self.port)
         if not is_loopback(host):
@@ -112,8 +112,8 @@ class Listener:
                 "the port may use it (set ZSYNTH_WYOMING_ALLOW to the client networks, e.g. Home Assistant's address)",
                 host,
             )
-        if self.settings.wyoming_zeroconf:
-            await self._announce(self.settings.wyoming_zeroconf, host)
+        if self.settings.wyoming.zeroconf:
+            await self._announce(self.settings.wyoming.zeroconf, host)
 
     async def _announce(self, name: str, host: str) -> None:
         from zeroconf.asyncio import AsyncZeroconf
@@ -149,7 +149,7 @@ class Listener:
             self._log_refusal(f"{address} is not in ZSYNTH_WYOMING_ALLOW")
             return
         bucket = address_bucket(address) or address
-        per_address, total = self.settings.wyoming_max_connections_per_address, self.settings.wyoming_max_connections
+        per_address, total = self.settings.wyoming.max_connections_per_address, self.settings.wyoming.max_connections
         if self._counts[bucket] >= per_address:
             self._refuse(
                 writer,
@@ -202,7 +202,7 @@ class Listener:
             self._refused = 0
 
     def _allowed(self, address: str) -> bool:
-        allow = self.settings.wyoming_allow
+        allow = self.settings.wyoming.allow
         if not allow:
             return True
         try:

@@ -205,7 +205,7 @@ class Session:
                     logger.info("%s: %s refused: %s", self.id, event.type, err.message)
                     await self._write(encode_event("error", {"text": err.message, "code": err.code}))
                 if event.type == "describe":
-                    info = describe(self.settings.engine, self.app.get(VOICES), self.settings.wyoming_workspace)
+                    info = describe(self.settings.engine, self.app.get(VOICES), self.settings.wyoming.workspace)
                     await self._write(encode_event("info", info))
                 elif event.type == "ping":
                     await self._write(encode_event("pong", {"text": event.data.get("text")}))
@@ -214,7 +214,7 @@ class Session:
 
     async def _next_event(self, closed: asyncio.Future[Any]) -> WireEvent | None:
         """The next event, None when the client left, the session is closing or it was idle too long."""
-        idle = self.settings.wyoming_idle_timeout_s
+        idle = self.settings.wyoming.idle_timeout_s
         read = asyncio.ensure_future(read_event(self.reader))
         try:
             while True:
@@ -247,7 +247,7 @@ class Session:
         if self._stream is not None:
             return  # the whole text again, sent inside a stream for older servers: already spoken piece by piece
         text, voice = _text_field(data, "synthesize"), _voice_name(data, "synthesize")
-        limit = self.settings.max_text_chars
+        limit = self.settings.limits.max_text_chars
         if len(text) > limit:
             raise Refused(ApiCode.MAX_CHARACTER_LIMIT_EXCEEDED, f"'text' may hold at most {limit} characters.")
         self._open_answer()
@@ -273,9 +273,9 @@ class Session:
         if stream.failed:
             return
         stream.chars += len(text)
-        if stream.chars > self.settings.max_text_chars:
+        if stream.chars > self.settings.limits.max_text_chars:
             stream.failed = True
-            message = f"A stream may hold at most {self.settings.max_text_chars} characters."
+            message = f"A stream may hold at most {self.settings.limits.max_text_chars} characters."
             self._put(Failed(stream, ApiCode.MAX_CHARACTER_LIMIT_EXCEEDED, message))
             return
         if not await self._admit(stream, text):
@@ -289,7 +289,7 @@ class Session:
         fails at once, so none of its pieces still to come is spoken."""
         try:
             stream.asked = await self._service.admit(
-                [text], TextOptions(), workspace=self.settings.wyoming_workspace, before=stream.asked
+                [text], TextOptions(), workspace=self.settings.wyoming.workspace, before=stream.asked
             )
             return True
         except SynthesisFailed as err:
@@ -341,12 +341,12 @@ class Session:
                 voice_id=item.answer.voice_id,
                 output_format=f"pcm_{self.frames.rate}",
                 request_id=self.id,
-                workspace=self.settings.wyoming_workspace,
+                workspace=self.settings.wyoming.workspace,
                 options=TextOptions(),
                 priority="realtime",
             )
             try:
-                speech = await self._service.speak(request, owner=queue_owner(self.settings.wyoming_workspace))
+                speech = await self._service.speak(request, owner=queue_owner(self.settings.wyoming.workspace))
             except SynthesisFailed as err:
                 self._slots.release()
                 logger.info("%s: piece not queued: %s", self.id, err.failure.message)
@@ -440,7 +440,7 @@ class Session:
         try:
             self.writer.write(data)
             # The write deadline every transport shares (docs/architecture.md, "Flow control").
-            async with self._drain_lock, asyncio.timeout(self.settings.write_timeout_s):
+            async with self._drain_lock, asyncio.timeout(self.settings.flow.write_timeout_s):
                 await self.writer.drain()
         except (ConnectionError, TimeoutError) as err:
             logger.info("%s: write failed (%r); closing", self.id, err)
