@@ -16,7 +16,7 @@ from redis.asyncio import Redis
 
 from harness.base import make_settings
 from harness.stores import moto_env, moto_server, redis_server
-from harness.workers import WorkerProcess
+from harness.workers import WorkerProcess, stop_all
 from zsynth.core.config import Settings
 from zsynth.services.keystore import KeyStore
 from zsynth.speech.app import create_app
@@ -92,8 +92,7 @@ def shared_workers(redis_url: str, data_dir: Path) -> Iterator[list[WorkerProces
             worker.wait_ready()
         yield workers
     finally:
-        for worker in workers:
-            worker.stop()
+        stop_all(workers)
 
 
 # Private databases are flushed when their test ends, so they are handed out again in turn (the server has 64).

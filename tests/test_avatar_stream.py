@@ -127,12 +127,12 @@ async def test_interrupt_silences_the_stream(avatar) -> None:
 
 
 async def test_idle_session_ends_and_keep_alive_defers_it(aiohttp_client, redis_url, data_dir, shared_workers) -> None:
-    client = await aiohttp_client(create_avatar_app(avatar_settings(redis_url, data_dir, avatar_idle_timeout_s=2.0)))
+    client = await aiohttp_client(create_avatar_app(avatar_settings(redis_url, data_dir, avatar_idle_timeout_s=1.0)))
     baseline = set(asyncio.all_tasks())
     viewer = Viewer()
     session_id, control = await open_session(client, viewer)
-    for _ in range(3):  # keep-alives every second hold the session past its 2 s timeout
-        await asyncio.sleep(1.0)
+    for _ in range(3):  # keep-alives every half second hold the session past its 1 s timeout
+        await asyncio.sleep(0.5)
         await control.ws.send_json({"type": "keep_alive"})
         await control.next("pong")
     assert session_id in client.app[AVATAR_SESSIONS].sessions

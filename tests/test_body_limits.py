@@ -268,7 +268,7 @@ async def test_unknown_clone_ids_are_remembered_as_missing_in_a_bounded_list(
     the front's back was found on the next request); now the answer is kept for ZSYNTH_VOICES_MISSING_TTL, in at
     most ZSYNTH_VOICES_MISSING_MAX ids."""
     bucket = await create_bucket()
-    ttl = 6.0  # long enough for the bucket write below on a busy box
+    ttl = 3.0  # long enough for the bucket write below on a busy box (moto on loopback: well under a second)
     front = await start_front(
         aiohttp_client, private_redis_url, tmp_path, bucket, voices_missing_ttl_s=ttl, voices_missing_max=2
     )

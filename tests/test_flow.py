@@ -181,7 +181,7 @@ async def test_a_client_that_reads_nothing_holds_one_window_and_is_cut_at_the_wr
     aiohttp_client, redis_url, data_dir, shared_workers
 ):
     """F2, with ordinary text: the front buffers at most a window per job, then cuts the client and frees the worker."""
-    settings_ = make_settings(redis_url, data_dir, flow_write_timeout_s=3.0)
+    settings_ = make_settings(redis_url, data_dir, flow_write_timeout_s=1.5)
     client = await aiohttp_client(create_app(settings_))
     app = client.server.app
     window = window_bytes(96_000, settings_.flow.window_bytes, settings_.flow.window_seconds)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -62,11 +63,11 @@ def test_the_check_sees_every_form_of_such_an_import():
 
 def test_the_packages_import_without_cycles():
     """zsynth and workers stay free of import cycles, TYPE_CHECKING imports included (tests/import_cycles.py)."""
-    from .import_cycles import DEFAULT_PACKAGES, ROOT, cycles, edges, module_name
+    from .import_cycles import cycles
 
-    modules = {module_name(p): p for package in DEFAULT_PACKAGES for p in sorted((ROOT / package).rglob("*.py"))}
+    modules, graph = _project()
     assert len(modules) > 100  # the walk found the tree
-    assert cycles(edges(modules, False)) == []
+    assert cycles(graph) == []
 
 
 def test_the_cycle_finder_finds_a_cycle():
@@ -126,6 +127,7 @@ def lateral_route_imports(
     }
 
 
+@functools.cache  # parsing every module takes seconds on a busy box; three tests read the same graph (and only read it)
 def _project() -> tuple[dict[str, Path], dict[str, set[str]]]:
     from .import_cycles import DEFAULT_PACKAGES, ROOT, edges, module_name
 

@@ -508,6 +508,28 @@ async def test_second_box_without_a_bucket_warns_and_readyz_says_why(aiohttp_cli
     assert alone.app[VOICE_LIBRARY].warning is None and "voice_library" not in await (await alone.get("/readyz")).json()
 
 
+@pytest.mark.stack
+async def test_close_right_after_start_does_not_wait_out_the_follower_s_blocked_read(redis_url, tmp_path, caplog):
+    # redis-py loses a cancel that lands while the follower's XREAD BLOCK takes its connection: the close used to
+    # wait READ_BLOCK_MS (a start-up that failed just after the library started, such as a bad swap-out pin). The
+    # close is tried a few event-loop steps after the start, so one of them lands in that window.
+    from zsynth.core.voices import VoiceStore
+    from zsynth.core.voices.announce import READ_BLOCK_MS
+    from zsynth.core.voices.library import VoiceLibrary
+
+    for steps in range(4):
+        store = VoiceStore(tmp_path / str(steps))
+        store.ensure()
+        library = VoiceLibrary(store, redis_url, None, role="front", fetch_wait_s=1.0)
+        await library.start()
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        started = time.monotonic()
+        await library.close()
+        assert time.monotonic() - started < READ_BLOCK_MS / 1000 / 2, f"close after {steps} steps"
+    assert "lost redis" not in caplog.text  # the closed connection is the close's doing, not an outage
+
+
 @pytest.mark.unit
 def test_resolve_never_swaps_a_clone_id_or_a_builtin_id(tmp_path):
     from zsynth.core.voices import VoiceStore

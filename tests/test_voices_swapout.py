@@ -18,7 +18,7 @@ from harness.workers import WorkerProcess
 from zsynth.services.voices import VoiceConfigError
 from zsynth.speech.app import create_app
 
-TEXT = "A client written for another provider still gets speech from this server."
+TEXT = "Another provider's client gets speech here."  # short: every call here is a Piper synthesis
 STOCK_ID = "21m00Tcm4TlvDq8ikWAM"  # a stock id hard-coded in many ElevenLabs clients
 
 

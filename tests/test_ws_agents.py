@@ -24,10 +24,13 @@ KEY = "sk-agents-test"
 SENTENCES = ["I will call you back tomorrow morning.", "Is there anything else?", "Thanks for calling."]
 
 
+QUICK_S = 1.0  # the ``quick`` front's default inactivity timeout
+
+
 @pytest.fixture
 async def quick(aiohttp_client, redis_url, data_dir, shared_workers):
-    """An open front whose default inactivity timeout is 2 s, so the timeout tests take seconds."""
-    return await aiohttp_client(create_app(make_settings(redis_url, data_dir, ws_inactivity_timeout_s=2.0)))
+    """An open front whose default inactivity timeout is 1 s, so the timeout tests take a second or two."""
+    return await aiohttp_client(create_app(make_settings(redis_url, data_dir, ws_inactivity_timeout_s=QUICK_S)))
 
 
 @pytest.fixture
@@ -153,13 +156,13 @@ async def test_keep_alives_on_the_socket_and_on_a_context(quick):
     """``{"text": ""}`` keeps the socket alive; with a context id it keeps that context alive and closes nothing."""
     ws = await quick.ws_connect(f"{MULTI}?output_format=pcm_16000")
     await ws.send_json({"text": ""})
-    for _ in range(6):  # 3 s of socket keep-alives: half as long again as the 2 s timeout
-        await asyncio.sleep(0.5)
+    for _ in range(6):  # 1.5 s of socket keep-alives: half as long again as the 1 s timeout
+        await asyncio.sleep(QUICK_S / 4)
         await ws.send_json({"text": ""})
     await ws.send_json({"text": " ", "context_id": "kept"})
     await ws.send_json({"text": "Still here ", "context_id": "kept"})
     for _ in range(6):
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(QUICK_S / 4)
         await ws.send_json({"text": "", "context_id": "kept"})
     # The context kept its buffered words through the keep-alives: they are spoken now.
     await ws.send_json({"text": "after the wait.", "context_id": "kept"})
@@ -176,8 +179,8 @@ async def test_idle_contexts_expire_and_free_their_places(quick):
     ws = await quick.ws_connect(f"{MULTI}?output_format=pcm_16000")
     for n in range(5):
         await ws.send_json({"text": " ", "context_id": f"c{n}"})
-    for _ in range(6):
-        await asyncio.sleep(0.5)
+    for _ in range(6):  # 1.5 s: past the 1 s timeout of the idle ones
+        await asyncio.sleep(QUICK_S / 4)
         await ws.send_json({"text": "", "context_id": "c0"})
     for n in range(5, 9):  # at most five live contexts: this only works if c1..c4 are gone
         await ws.send_json({"text": " ", "context_id": f"c{n}"})
@@ -191,7 +194,7 @@ async def test_idle_contexts_expire_and_free_their_places(quick):
 async def test_query_inactivity_timeout_overrides_the_default(quick):
     ws = await quick.ws_connect(f"{MULTI}?output_format=pcm_16000&inactivity_timeout=5")
     await ws.send_json({"text": " ", "context_id": "slow"})
-    await asyncio.sleep(3.5)  # well past the server's 2 s default
+    await asyncio.sleep(QUICK_S * 1.75)  # well past the server's 1 s default (and short of the 5 s asked for)
     await ws.send_json({"text": "Five seconds were asked for.", "context_id": "slow", "flush": True})
     got = await heard(ws, "slow", "Five seconds were asked for.")
     assert got.chars("slow") == "Five seconds were asked for."

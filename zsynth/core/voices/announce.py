@@ -98,6 +98,8 @@ class Announcements:
                     await self.mirror.reconcile(CatchUp(trimmed=True))
                 backoff = 0.2
             except (RedisError, OSError) as err:
+                if self.mirror.stop.is_set():  # the close ended the read by closing the connection
+                    return
                 if not lost:
                     logger.warning("voice library: lost redis (%s); retrying", err)
                 lost = True

@@ -231,6 +231,11 @@ class VoiceLibrary:
     async def close(self) -> None:
         """Stop following and close the clients."""
         self.mirror.stop.set()
+        # redis-py (8.1) loses a cancel that lands while a command is taking its connection from the pool: a
+        # follower that had just started its XREAD BLOCK would hold this close for READ_BLOCK_MS. Closing the
+        # connections ends any such read at once (the follower sees the stop and returns).
+        with contextlib.suppress(RedisError, OSError):
+            await self.redis.connection_pool.disconnect()
         if self._startup is not None:
             self._tasks.append(self._startup)
         await cancel_and_wait([*self._tasks, *self.catalogue.fetching()], "voice library close")
