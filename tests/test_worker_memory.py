@@ -254,7 +254,7 @@ _STUCK_WORKER = textwrap.dedent(
     async def main():
         url, data = sys.argv[1], sys.argv[2]
         ceiling = rss_bytes() + 50 * 10**6
-        settings = Settings(redis_url=url, data_dir=Path(data), worker_id="hog", worker_max_rss=ceiling)
+        settings = Settings(data_dir=Path(data)).with_(redis_url=url, worker_id="hog", worker_max_rss=ceiling)
         worker = Worker(settings, Hog(), Redis.from_url(url), sync_redis.Redis.from_url(url))
         await worker.run()
 
