@@ -95,6 +95,14 @@ def test_list_and_a_run_with_its_report(tmp_path: Path, capsys: pytest.CaptureFi
     assert written["status"] == 0 and written["box"]["cores"] >= 1
 
 
+def test_the_report_option_is_taken_after_the_name_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    report = tmp_path / "after.json"
+    assert main(["text", "--runs", "5", "--rules", "2", "--report", str(report)]) == 0
+    capsys.readouterr()
+    written = json.loads(report.read_text())
+    assert written["benchmark"] == "text" and written["status"] == 0
+
+
 def test_an_unknown_benchmark_is_refused():
     done = subprocess.run(
         [sys.executable, "-m", "harness.bench", "no-such-bench"], cwd=ROOT, capture_output=True, text=True, timeout=60

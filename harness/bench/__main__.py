@@ -61,15 +61,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     module.add_arguments(parser)
+    # --report is the command's, but it is taken after the name too, where a user adding it to a run types it.
+    parser.add_argument("--report", dest="report_path", metavar="PATH", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(top.options)
+    report_path = top.report or args.report_path
+    del args.report_path
     args.parser = parser  # a benchmark that checks its options together refuses them through it
     report = Report(entry.name, list(top.options))
     outcome = module.bench(args)
     if inspect.iscoroutine(outcome):
         outcome = asyncio.run(outcome)
     status = report.finish(outcome)
-    if top.report:
-        report.write(top.report)
+    if report_path:
+        report.write(report_path)
     return status
 
 
