@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Final
 
@@ -119,6 +121,22 @@ def refused(err: VoiceRefused) -> ApiError:
     return ApiError(400, err.code, err.message)
 
 
+@contextlib.contextmanager
+def _answering() -> Iterator[None]:
+    """The voice service's refusals as this API's answers, the same in every route here: 400 with the rule's code or
+    the clip's, 503 when the bucket does not answer, 404 for a voice the caller has not got."""
+    try:
+        yield
+    except VoiceRefused as err:
+        raise refused(err) from err
+    except ClipError as err:
+        raise clip_refused(err) from err
+    except StorageUnavailable as err:
+        raise storage_unavailable(err) from err
+    except VoiceMissing as err:
+        raise voice_not_found(err) from err
+
+
 def _service(request: web.Request) -> VoiceService:
     return voice_service(request.app)
 
@@ -134,12 +152,8 @@ async def voice_or_404(request: web.Request, voice_id: str) -> dict[str, Any]:
     """The voice object of ``voice_id`` (:meth:`~zsynth.services.voice_service.VoiceService.lookup`): 404
     ``voice_not_found`` when there is no such voice for the caller, 503 when the bucket does not answer; never the
     swap-out voice."""
-    try:
+    with _answering():
         return await _service(request).lookup(voice_id, _workspace(request))
-    except StorageUnavailable as err:
-        raise storage_unavailable(err) from err
-    except VoiceMissing as err:
-        raise voice_not_found(err) from err
 
 
 def _arriving(request: web.Request, body: dict[str, Any]) -> dict[str, Any]:
@@ -486,14 +500,8 @@ async def add(request: web.Request) -> web.Response:
 async def delete(request: web.Request) -> web.Response:
     """``DELETE /voices/{voice_id}`` and ``DELETE /v1/voices/{voice_id}``: remove a cloned voice on every box."""
     voice_id = request.match_info["voice_id"]
-    try:
+    with _answering():
         await _service(request).delete(voice_id, _workspace(request))
-    except VoiceRefused as err:
-        raise refused(err) from err
-    except StorageUnavailable as err:
-        raise storage_unavailable(err) from err
-    except VoiceMissing as err:
-        raise voice_not_found(err) from err
     logger.info("request %s: removed voice %s", request[REQUEST_ID], voice_id)
     return web.json_response({"status": "ok"})
 
@@ -518,14 +526,8 @@ async def edit(request: web.Request) -> web.Response:
     """
     voice_id = request.match_info["voice_id"]
     service, workspace = _service(request), _workspace(request)
-    try:
+    with _answering():
         await service.check_editable(voice_id, workspace)
-    except VoiceRefused as err:
-        raise refused(err) from err
-    except StorageUnavailable as err:
-        raise storage_unavailable(err) from err
-    except VoiceMissing as err:
-        raise voice_not_found(err) from err
     upload = await read_upload(request)
     name = _name(upload.fields.get("name"), required=False)
     changes: dict[str, Any] = {}
@@ -535,14 +537,8 @@ async def edit(request: web.Request) -> web.Response:
         changes["description"] = upload.fields["description"].strip() or None
     if upload.fields.get("labels", "").strip() not in ("", "null"):  # the SDK sends "null" for "leave them"
         changes["labels"] = _labels(upload.fields["labels"])
-    try:
+    with _answering():
         changed = await service.edit(voice_id, workspace, changes, upload.files)
-    except ClipError as err:
-        raise clip_refused(err) from err
-    except StorageUnavailable as err:
-        raise storage_unavailable(err) from err
-    except VoiceMissing as err:
-        raise voice_not_found(err) from err
     logger.info("request %s: edited voice %s (%s)", request[REQUEST_ID], voice_id, ", ".join(changed))
     return web.json_response({"status": "ok"})
 
@@ -591,14 +587,8 @@ async def edit_settings(request: web.Request) -> web.Response:
     except BadJson as err:
         raise ApiError(400, ApiCode.INVALID_JSON, f"The body is not valid JSON: {err}") from err
     sent = validate(VoiceSettingsEdit, raw, api_error).model_dump(exclude_none=True)
-    try:
+    with _answering():
         builtin = await _service(request).save_settings(voice_id, _workspace(request), voice["settings"], sent)
-    except VoiceRefused as err:
-        raise refused(err) from err
-    except StorageUnavailable as err:
-        raise storage_unavailable(err) from err
-    except VoiceMissing as err:
-        raise voice_not_found(err) from err
     if builtin:
         logger.info("request %s: saved the settings of built-in voice %s", request[REQUEST_ID], voice_id)
     else:
