@@ -16,9 +16,6 @@ import argparse
 import asyncio
 import json
 import multiprocessing
-import shutil
-import socket
-import subprocess
 import tempfile
 import time
 from multiprocessing.connection import Connection
@@ -28,17 +25,13 @@ import aiohttp
 from aiohttp import web
 from redis.asyncio import Redis
 
+from harness.base import free_port
+from harness.stores import redis_server
 from zsynth.core import protocol
 from zsynth.core.config import Settings
 from zsynth.speech.app import create_app
 
 KEY = "bench-contexts-key"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _loop(url: str, seconds: float, chars: int, rate: float, report: Connection) -> None:
@@ -83,7 +76,7 @@ async def _bench(redis_url: str, data_dir: Path, args: argparse.Namespace) -> tu
     )
     runner = web.AppRunner(create_app(settings))
     await runner.setup()
-    port = _free_port()
+    port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     url = f"http://127.0.0.1:{port}/v1/text-to-speech/any-voice/multi-stream-input"
     redis = Redis.from_url(redis_url)
@@ -113,20 +106,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def bench(args: argparse.Namespace) -> None:
-    redis_bin = shutil.which("redis-server")
-    if redis_bin is None:
-        raise SystemExit("redis-server is not on PATH")
-    port = _free_port()
-    redis = subprocess.Popen(
-        [redis_bin, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-    )
-    try:
-        time.sleep(0.5)
-        with tempfile.TemporaryDirectory() as data_dir:
-            sent, most, chars, ended = asyncio.run(_bench(f"redis://127.0.0.1:{port}/0", Path(data_dir), args))
-    finally:
-        redis.terminate()
-        redis.wait()
+    # A throw-away redis-server on a free loopback port, waited for until it answers (harness.stores).
+    with redis_server() as url, tempfile.TemporaryDirectory() as data_dir:
+        sent, most, chars, ended = asyncio.run(_bench(url, Path(data_dir), args))
     print(f"one socket looping open, flush, close of {args.chars}-character contexts for {args.seconds:g} s")
     print(f"contexts the client sent: {sent}; contexts queued at once: {most} ({chars} characters); socket: {ended}")

@@ -14,9 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing
-import shutil
-import socket
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -24,17 +21,13 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
+from harness.base import free_port
+from harness.stores import redis_server
 from zsynth.core.config import Settings
 from zsynth.speech.app import create_app
 
 KEY = "bench-flood-key"
 MESSAGE_CHARS = 10_000
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _flood(url: str, megabytes: int) -> None:
@@ -64,7 +57,7 @@ async def _bench(redis_url: str, data_dir: Path, megabytes: int) -> tuple[float,
     )
     runner = web.AppRunner(create_app(settings))
     await runner.setup()
-    port = _free_port()
+    port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     url = f"http://127.0.0.1:{port}/v1/text-to-speech/any-voice/stream-input"
     client = multiprocessing.get_context("spawn").Process(target=_flood, args=(url, megabytes))
@@ -89,20 +82,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def bench(args: argparse.Namespace) -> None:
-    redis_bin = shutil.which("redis-server")
-    if redis_bin is None:
-        raise SystemExit("redis-server is not on PATH")
-    port = _free_port()
-    redis = subprocess.Popen(
-        [redis_bin, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-    )
-    try:
-        time.sleep(0.5)
-        with tempfile.TemporaryDirectory() as data_dir:
-            worst, took = asyncio.run(_bench(f"redis://127.0.0.1:{port}/0", Path(data_dir), args.megabytes))
-    finally:
-        redis.terminate()
-        redis.wait()
+    # A throw-away redis-server on a free loopback port, waited for until it answers (harness.stores).
+    with redis_server() as url, tempfile.TemporaryDirectory() as data_dir:
+        worst, took = asyncio.run(_bench(url, Path(data_dir), args.megabytes))
     print(f"{args.megabytes} MB without white space in {MESSAGE_CHARS}-character messages, sent in {took:.1f} s")
     print(f"longest event-loop stall of the front: {worst * 1000:.1f} ms")
