@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import itertools
+import os
 import time
 import uuid
 import warnings
@@ -26,18 +28,32 @@ SHARED_WORKERS = ("shared-0", "shared-1")
 TIERS = frozenset({"unit", "stack", "heavy", "browser"})
 
 
+#: Files are run heaviest tier first (their heaviest test's): the order the parallel pass hands files to its processes.
+TIER_ORDER = {"heavy": 0, "browser": 1, "stack": 2, "unit": 3}
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Refuse a collected test that carries no tier marker, or more than one: ``-m "unit or stack"`` must mean it."""
+    """Refuse a collected test that carries no tier marker, or more than one: ``-m "unit or stack"`` must mean it.
+
+    Then order the files by their heaviest tier, keeping each file's tests together and in their order. The parallel
+    pass (``-n``, ``--dist loadfile``) hands whole files to its processes in this order, so the few files of minutes
+    start first and the many short ones fill in behind them, rather than one long file starting last.
+    """
     wrong = []
+    rank: dict[str, int] = {}
     for item in items:
         tiers = {mark.name for mark in item.iter_markers() if mark.name in TIERS}
         if len(tiers) != 1:
             wrong.append(f"{item.nodeid}: {sorted(tiers) or 'no tier'}")
+            continue
+        path = item.nodeid.split("::", 1)[0]
+        rank[path] = min(rank.get(path, len(TIER_ORDER)), TIER_ORDER[next(iter(tiers))])
     if wrong:
         raise pytest.UsageError(
             "every test carries exactly one tier marker (unit, stack, heavy or browser; tests/README.md):\n  "
             + "\n  ".join(wrong)
         )
+    items.sort(key=lambda item: rank[item.nodeid.split("::", 1)[0]])  # stable: a file's tests keep their order
 
 
 @pytest.fixture(scope="session")
@@ -120,13 +136,25 @@ def private_worker(private_redis_url: str, tmp_path: Path) -> Iterator[WorkerPro
 @pytest.fixture(scope="session")
 def turbo_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A random-weight tiny Turbo checkpoint with the real file set (about 1.2 GB), built once for every Turbo test
-    and the reduced GPU run (a build is about 15 s on two cores); nothing writes into it."""
-    with warnings.catch_warnings():  # library chatter on import (pkg_resources, diffusers) whichever test asks first
+    and the reduced GPU run (a build is about 15 s on two cores); nothing writes into it.
+
+    Once per run, not per process: under pytest-xdist the first process to ask builds it in the directory all of
+    them share (the parent of each one's base temp), holding a lock the others wait on, and marks it done.
+    """
+    # Imported in every process that asks (library chatter on import: pkg_resources, diffusers), built in one.
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         warnings.simplefilter("ignore", FutureWarning)
         from workers.engines.turbo_ckpt import write_random_checkpoint  # torch: only the Turbo tests ask for this
 
-        return write_random_checkpoint(tmp_path_factory.mktemp("turbo-ckpt"), "tiny")
+        base = tmp_path_factory.getbasetemp()
+        shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+        with (shared / "turbo-ckpt.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            built = shared / "turbo-ckpt.built"
+            if not built.is_file():
+                built.write_text(str(write_random_checkpoint(shared / "turbo-ckpt", "tiny")))
+            return Path(built.read_text())
 
 
 @pytest.fixture

@@ -22,7 +22,10 @@ from zsynth.documents import build_document
 
 from .openapi_helpers import JSON_LINES  # one JSON object per line: their per-line schema check lives there
 
-pytestmark = pytest.mark.heavy
+# alone: schemathesis gives every operation's test the same node id (tests/test_fuzz.py::test_fuzz), and pytest-xdist
+# tells tests apart by node id, so in a parallel pass only one of them would run: ./scripts/test runs these in its
+# one-process pass.
+pytestmark = [pytest.mark.heavy, pytest.mark.alone]
 
 KEY = "fuzz-key-0123456789"
 # Examples per operation: 20 operations, so the run stays around a minute on two busy cores.

@@ -64,6 +64,7 @@ async def cloned_voice(base: str) -> str:
 
 
 @pytest.mark.heavy
+@pytest.mark.alone  # a quarter-second bound on the front's loop, which another process's work would eat into
 @pytest.mark.parametrize("path", ["/v1/voices/add", "/voices", "/v1/pronunciation-dictionaries/add-from-file", "edit"])
 async def test_100000_empty_parts_are_refused_at_once_and_healthz_keeps_answering(front, path):
     if path == "edit":  # editing reads its upload only for a voice that exists
