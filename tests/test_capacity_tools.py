@@ -201,3 +201,28 @@ def test_conversation_driver_on_real_traffic(private_redis_url, tmp_path, mode):
     assert result.slot_engine_share is not None and result.slot_held_share is not None
     assert chunks * hold <= result.slot_engine_share * result.wall_s <= result.slot_held_share * result.wall_s
     assert result.slot_held_share < 1.0
+
+
+def test_first_byte_breaks_down_http_and_wyoming_alike(tmp_path):
+    """``harness.bench first-byte --transport both``: the same short command over HTTP and over Wyoming, each
+    request's first audio split into the stages its spans give; the stages add up to what the client waited."""
+    out = tmp_path / "first-byte.json"
+    command = [sys.executable, "-m", "harness.bench", "first-byte", "--transport", "both", "--workers", "2"]
+    done = subprocess.run(
+        [*command, "--requests", "3", "--warm", "1", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "a Wyoming synthesize, new connection" in done.stdout
+    figures = json.loads(out.read_text())
+    for transport in ("http", "wyoming"):
+        row = figures[transport]
+        assert row["requests"] == 3, row
+        stages = row["stages_ms"]
+        assert stages["engine, first piece"]["p50"] > 5.0  # Piper spoke
+        assert 0 < stages["engine, first piece"]["p50"] < row["first_byte_ms"]["p50"]
+    assert figures["wyoming"]["stages_ms"]["front before the push"]["p50"] == 0.0  # the listener has no request span

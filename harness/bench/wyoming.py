@@ -261,9 +261,10 @@ def zsynth_dev(work: Path) -> Iterator[tuple[int, int]]:
 # --- the run ---------------------------------------------------------------------------------------------------
 
 
-def measure(columns: list[Column], ports: list[int], repeats: int, total: int, reduced: bool) -> None:
+def measure(columns: list[Column], ports: list[int], repeats: int, total: int, reduced: bool, gap: float = 0.0) -> None:
     """Warm both servers up, then take the rows with their requests alternating between the servers (whatever else
-    runs on the box weighs on both alike), then the 4 clients and wyoming-bench, one server after the other."""
+    runs on the box weighs on both alike; ``gap`` seconds after each), then the 4 clients and wyoming-bench, one
+    server after the other."""
     for port in ports:
         for _ in range(1 if reduced else 2):
             asyncio.run(at_once(port, TEXTS["sentence"], CLIENTS, CLIENTS))
@@ -274,6 +275,7 @@ def measure(columns: list[Column], ports: list[int], repeats: int, total: int, r
                 order = list(zip(columns, ports, strict=True))
                 for column, port in order if repeat % 2 == 0 else order[::-1]:
                     column.rows.setdefault(key, []).append(asyncio.run(speak(port, text, streaming=streaming)))
+                    time.sleep(gap)
     for column, port in zip(columns, ports, strict=True):
         column.load, column.load_wall_s = asyncio.run(at_once(port, TEXTS["paragraph"], CLIENTS, total))
     bench = Path(sys.executable).with_name("wyoming-bench")
@@ -345,6 +347,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=10, help="sequential answers per row (default 10)")
     parser.add_argument("--total", type=int, default=16, help="answers the 4 clients make in all (default 16)")
     parser.add_argument("--reduced", action="store_true", help="a short run for tests: 2 repeats, 4 answers at once")
+    parser.add_argument(
+        "--gap",
+        type=float,
+        default=0.0,
+        help="seconds between two sequential answers (default 0: back to back; 1 or more: a voice assistant's pace)",
+    )
     parser.add_argument("--out", type=Path, help="also write the printed report here")
     parser.add_argument("--json", type=Path, help="write the figures as JSON here")
 
@@ -364,11 +372,12 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
             zsynth, workers = stack.enter_context(zsynth_dev(work))
             columns[1].first_request = asyncio.run(speak(zsynth, TEXTS["short command"], streaming=False))
             columns[1].name = f"zsynth, default ({workers} worker{'s' if workers != 1 else ''})"
-            measure(columns, [piper, zsynth], repeats, total, args.reduced)
+            measure(columns, [piper, zsynth], repeats, total, args.reduced, args.gap)
     after = load_average()
     report = "\n\n".join(
         [
-            f"# bench_wyoming: {CLIENTS} clients, {repeats} repeats per row, {total} answers at once; "
+            f"# bench_wyoming: {CLIENTS} clients, {repeats} repeats per row ({args.gap:g} s apart), {total} answers "
+            "at once; "
             f"load average before {before}, after {after}",
             table(columns),
             ratios(*columns),
