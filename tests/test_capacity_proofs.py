@@ -22,8 +22,7 @@ import pytest
 from harness.fronts import front_process
 from harness.workers import WorkerProcess
 
-# alone: the bounds are the targets, measured on wall time (./scripts/test runs these after the parallel pass).
-pytestmark = [pytest.mark.heavy, pytest.mark.alone]
+pytestmark = pytest.mark.heavy
 
 CHUNK_AUDIO_S = 0.5
 TURNS = 3
@@ -57,11 +56,15 @@ def _level(url: str, data: Path, rtf: float, agents: int) -> object:
     return result
 
 
+# alone: the first-audio bound is the target, measured on wall time (./scripts/test runs these two after its
+# parallel pass). Key B's bound below has room to spare (2 s plus its synthesis, against about 0.3 s measured).
+@pytest.mark.alone
 @pytest.mark.timeout(300)
 def test_one_worker_at_rtf_0_04_carries_24_conversing_agents(private_redis_url, tmp_path):
     _level(private_redis_url, tmp_path, 0.04, 24)
 
 
+@pytest.mark.alone
 @pytest.mark.timeout(300)
 def test_one_worker_at_rtf_0_072_carries_16_conversing_agents(private_redis_url, tmp_path):
     _level(private_redis_url, tmp_path, 0.072, 16)

@@ -205,7 +205,8 @@ def test_conversation_driver_on_real_traffic(private_redis_url, tmp_path, mode):
 
 def test_first_byte_breaks_down_http_and_wyoming_alike(tmp_path):
     """``harness.bench first-byte --transport both``: the same short command over HTTP and over Wyoming, each
-    request's first audio split into the stages its spans give; the stages add up to what the client waited."""
+    request's first audio split into the stages its spans give, Piper's call one of them; the Wyoming listener has
+    no request span, so its first stage runs from the send to the push."""
     out = tmp_path / "first-byte.json"
     command = [sys.executable, "-m", "harness.bench", "first-byte", "--transport", "both", "--workers", "2"]
     done = subprocess.run(
