@@ -99,7 +99,10 @@ async def _speak_messages(client, messages: list[str], query: str) -> tuple[Rece
     return got, assert_speech(samples, rate, " ".join(messages))
 
 
+# alone: two syntheses' lengths are compared within 3 %, and how the messages fall into segments (each with its own
+# pauses) depends on when they reach the worker, which a loaded box shifts (5 % once in a parallel pass).
 @pytest.mark.stack
+@pytest.mark.alone
 async def test_auto_mode_keeps_messages_without_trailing_space_apart(client):
     """Sentences sent without trailing white space are spoken one by one, as they would be with it."""
     bare, bare_s = await _speak_messages(client, SENTENCES, "auto_mode=true")
@@ -119,6 +122,7 @@ async def test_auto_mode_keeps_messages_without_trailing_space_apart(client):
 
 
 @pytest.mark.stack
+@pytest.mark.alone  # as above
 async def test_without_auto_mode_a_sentence_boundary_counts_as_a_space(client):
     bare, bare_s = await _speak_messages(client, SENTENCES, "")
     assert bare.chars() == " ".join(SENTENCES)
