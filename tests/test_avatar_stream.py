@@ -98,6 +98,9 @@ async def test_speak_streams_speech_and_lips_then_stop_tears_down(avatar) -> Non
     await wait_until(lambda: not leftover_tasks(baseline), 15, "session tasks to end")
 
 
+# alone: silence is checked within a fixed time of the interrupt, which a loaded box stretches (failed once in a
+# parallel pass).
+@pytest.mark.alone
 async def test_interrupt_silences_the_stream(avatar) -> None:
     viewer = Viewer()
     _, control = await open_session(avatar, viewer)
