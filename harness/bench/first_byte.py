@@ -45,10 +45,10 @@ from typing import Any
 import httpx
 from wyoming.audio import AudioChunk
 from wyoming.client import AsyncTcpClient
-from wyoming.info import Describe
 from wyoming.tts import Synthesize
 
 from harness.base import free_port, wait_for
+from harness.bench.wyoming import answers
 from harness.fronts import front_process
 from harness.measure import pct
 from harness.otlp import Receiver
@@ -219,7 +219,7 @@ def send_all(
         return (None, *one_wyoming(wyoming_port, args.text))
 
     if "wyoming" in transports:
-        wait_for(lambda: _answers(wyoming_port), 30, "the Wyoming listener")
+        wait_for(lambda: asyncio.run(answers(wyoming_port)), 30, "the Wyoming listener")
     for _ in range(args.warm):
         for transport in transports:
             one(transport)
@@ -264,17 +264,3 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     if args.out is not None:
         args.out.write_text(json.dumps(figures, indent=1) + "\n")
     return figures
-
-
-def _answers(port: int) -> bool:
-    """Whether a Wyoming ``describe`` is answered on ``port``."""
-
-    async def ask() -> bool:
-        async with AsyncTcpClient("127.0.0.1", port, connect_timeout=2.0, read_timeout=5.0) as client:
-            await client.write_event(Describe().event())
-            return (await client.read_event()) is not None
-
-    try:
-        return asyncio.run(ask())
-    except OSError:
-        return False
