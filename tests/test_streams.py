@@ -96,6 +96,45 @@ async def test_an_agent_s_first_audio_does_not_wait_behind_another_agent_s_whole
         worker.stop()
 
 
+@pytest.mark.timeout(120)
+async def test_a_worker_busy_with_a_first_chunk_leaves_the_next_turns_to_a_free_worker(
+    aiohttp_client, private_redis_url, tmp_path
+):
+    """Four turns at once on two workers, one slow (1.5 s a chunk) and one fast (0.05 s): the slow worker claims one
+    turn and, while that turn's first chunk is being made, claims no other; the fast worker takes the other three,
+    so their first audio never waits behind the slow worker's chunk. Every turn is heard whole."""
+    slow = _sim_worker(private_redis_url, tmp_path, "slow", 1.5).wait_ready()
+    try:
+        # Started second, the fast worker waits on the queue behind the slow one: the first turn goes to the slow one.
+        fast = _sim_worker(private_redis_url, tmp_path, "fast", 0.05).wait_ready()
+        try:
+            client = await aiohttp_client(create_app(make_settings(private_redis_url, tmp_path)))
+            held: list[int] = []
+            reader = Redis.from_url(private_redis_url)
+
+            async def watch() -> None:
+                while True:
+                    held.append(await reader.llen(protocol.processing_key(slow.worker_id)))
+                    await asyncio.sleep(0.01)
+
+            watching = asyncio.create_task(watch())
+            try:
+                turns = await asyncio.gather(*(_speak_turn(client, LINE) for _ in range(4)))
+            finally:
+                watching.cancel()
+                await reader.aclose()
+        finally:
+            fast.stop()
+    finally:
+        slow.stop()
+    assert [audio for _, audio in turns] == [1.5] * 4
+    assert max(held) == 1, f"the slow worker held {max(held)} turns at once"
+    # Three first audios came from the fast worker before the slow one's first chunk was made; holding a second turn,
+    # the slow worker would have made one of them wait for two of its chunks.
+    firsts = sorted(first for first, _ in turns)
+    assert firsts[2] < 1.5 <= firsts[3], firsts
+
+
 async def _request_without_reading(port: int, path: str, body: bytes) -> Any:
     """A POST on a socket with a small receive buffer that is never read."""
     import socket

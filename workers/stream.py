@@ -37,7 +37,7 @@ from .engines import Engine, EngineChunk, VoiceSpec
 from .flow import CreditGate
 from .memory import TOO_COMPLEX_MESSAGE, JobGuard
 from .metrics import StreamFigures, WorkerMetrics
-from .synthesis import YIELDING_CODECS, ChunkMeta, first_piece, speak_cut, text_pieces
+from .synthesis import YIELDING_CODECS, ChunkMeta, first_piece, rest_piece, speak_cut, text_pieces
 from .voice_sync import VoiceUnavailable
 
 
@@ -78,6 +78,8 @@ class StreamHost:
     # Whether a batch stream may give its place to a waiting job: the worker takes no new stream and is not stopping.
     may_yield: Callable[[], bool]
     forced: Callable[[], bool]  # a second stop signal came
+    # Whether the slot is shared (another stream held now or a moment ago): a Piper rest is then cut once more.
+    shared: Callable[[], bool]
 
     @property
     def hard_audio_s(self) -> float:
@@ -244,8 +246,9 @@ class Stream:
         for index, piece in enumerate(pieces):
             if self.abort.is_set():
                 return
-            cut = first_piece(piece, cuts_first and index == 0)
-            made = speak_cut(speak, piece, cut, engine.sample_rate)
+            # While the slot is shared the first piece is shorter (2-3 words), and its rest cut once more (_recut).
+            cut = first_piece(piece, cuts_first and index == 0, short=host.shared())
+            made = speak_cut(speak, piece, cut, engine.sample_rate, recut=self._recut)
             for chunk in host.metrics.chunks(job, made, self.figures):
                 audio = encoder.encode(chunk.pcm)
                 meta = metas.chunk(chunk, audio, offset)
@@ -285,6 +288,11 @@ class Stream:
                     self.yielded = True
                     return
         yield from self._finish_encoding(encoder, metas)
+
+    def _recut(self, rest: str) -> tuple[str, str] | None:
+        """In the engine thread, as a cut sentence's rest is about to be spoken: cut it once more while the slot is
+        shared, so that another stream's next turn waits for a shorter call (docs/scheduling.md)."""
+        return rest_piece(rest) if self.host.shared() else None
 
     def _finish_encoding(self, encoder: Encoder, metas: ChunkMeta) -> Generator[Step, None, None]:
         """Flush the encoder and publish what it held back (with the alignment still owed) as a last chunk."""

@@ -9,7 +9,13 @@ import numpy as np
 
 from zsynth.core.alignment import Timeline, char_alignment
 from zsynth.core.audio import OutputFormat
-from zsynth.core.text.sentences import SENTENCE_MAX_CHARS, first_piece_cut, pack_sentences, split_sentences
+from zsynth.core.text.sentences import (
+    SENTENCE_MAX_CHARS,
+    first_piece_cut,
+    pack_sentences,
+    rest_cut,
+    split_sentences,
+)
 
 from .engines import EngineChunk
 
@@ -40,9 +46,10 @@ SEAM_WORD_MS: Final = 60.0
 SEAM_FADE_MS: Final = 2.0  # a trimmed edge is faded over this much, so it meets the other side at zero
 
 
-def first_piece(text: str, enabled: bool) -> tuple[str, str] | None:
-    """A job's text cut into its first piece and the rest (:func:`first_piece_cut`); None: speak it whole."""
-    cut = first_piece_cut(text) if enabled else None
+def first_piece(text: str, enabled: bool, short: bool = False) -> tuple[str, str] | None:
+    """A job's text cut into its first piece and the rest (:func:`first_piece_cut`; ``short``: the shorter head of
+    a shared slot); None: speak it whole."""
+    cut = first_piece_cut(text, short=short) if enabled else None
     if cut is None:
         return None
     return text[:cut].strip(), text[cut:].strip()
@@ -117,7 +124,11 @@ def seam_rest(chunk: EngineChunk, room: int, sample_rate: int) -> EngineChunk:
 
 
 def speak_cut(
-    synthesize: Callable[[str], Iterable[EngineChunk]], text: str, cut: tuple[str, str] | None, sample_rate: int
+    synthesize: Callable[[str], Iterable[EngineChunk]],
+    text: str,
+    cut: tuple[str, str] | None,
+    sample_rate: int,
+    recut: Callable[[str], tuple[str, str] | None] = lambda _: None,
 ) -> Iterator[EngineChunk]:
     """The engine's chunks of ``text``; with ``cut``, of its first piece and then of the rest, joined at the seam.
 
@@ -125,26 +136,46 @@ def speak_cut(
     its leading silence trimmed to match (:func:`seam_head`, :func:`seam_rest`), so the seam is the pause of the
     clause mark, or a gap between words. Each chunk keeps its own text, so the alignment places the rest right
     after the first piece (with the white space between them, as between two sentences).
+
+    ``recut`` is asked, when the rest is about to be spoken (not before: the generator is lazy), whether to cut it
+    once more (:func:`rest_piece`); each further seam is joined the same way.
     """
     if cut is None:
         yield from synthesize(text)
         return
-    head_text, rest_text = cut
-    seam_ms = _seam_ms(head_text)
-    room = round(sample_rate * seam_ms / 1000.0)
-    last: EngineChunk | None = None
-    for chunk in synthesize(head_text):
+    piece = cut[0]
+    rest: str | None = cut[1]  # None: this piece is the last
+    room: int | None = None  # what the seam before this piece has left; None: the job's first piece
+    while True:
+        last: EngineChunk | None = None
+        for chunk in synthesize(piece):
+            if room is not None:
+                chunk = seam_rest(chunk, room, sample_rate)
+                room = None
+            if rest is None:
+                yield chunk
+                continue
+            if last is not None:
+                yield last
+            last = chunk
+        if rest is None:
+            return
+        seam_ms = _seam_ms(piece)
+        room = round(sample_rate * seam_ms / 1000.0)
         if last is not None:
+            last, kept = seam_head(last, seam_ms, sample_rate)
+            room -= kept
             yield last
-        last = chunk
-    if last is not None:
-        last, kept = seam_head(last, seam_ms, sample_rate)
-        room -= kept
-        yield last
-    first = True
-    for chunk in synthesize(rest_text):
-        yield seam_rest(chunk, room, sample_rate) if first else chunk
-        first = False
+        again = recut(rest)
+        piece, rest = again if again is not None else (rest, None)
+
+
+def rest_piece(text: str) -> tuple[str, str] | None:
+    """The rest of a cut sentence cut once more (:func:`rest_cut`); None: speak it whole."""
+    at = rest_cut(text)
+    if at is None:
+        return None
+    return text[:at].strip(), text[at:].strip()
 
 
 def encoded_ms(fmt: OutputFormat, audio: bytes, engine_ms: float) -> float:

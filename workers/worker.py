@@ -64,6 +64,9 @@ CLAIM_BLOCK_S = 1.0  # BLMOVE timeout: how often an idle worker notices a stop r
 # How often the loop reads the credit lists of parked streams (and how long it waits for a job when every stream it
 # holds is parked): a parked stream is a window of audio ahead of its client, so this is never heard.
 PARKED_POLL_S = 0.025
+# How long a worker that held more than one stream counts as shared: agents' turns come in a conversation's rhythm,
+# so a worker that shared its slot a moment ago is likely to again before a sentence's rest is spoken.
+SHARED_RECENT_S = 1.0
 PLAYED_KEPT = 1024  # ended streams whose playback clock a following segment may continue
 # Longest pause between tries while Redis is unreachable: a Sentinel promotion takes a few seconds, and a worker
 # should claim again within a second of it.
@@ -129,6 +132,7 @@ class Worker:
         # one of them (Job.follows) continues its clock. Bounded: the oldest go first.
         self._played_until: OrderedDict[str, float] = OrderedDict()
         self._credit_read_at = 0.0
+        self._shared_at = -SHARED_RECENT_S  # when (monotonic) it last held more than one stream
         self.jobs_done = 0
         self._reap = redis.register_script(protocol.REAP_LUA)
         # Restarts come at least every heartbeat interval: a heartbeat silent past its TTL gets this worker reaped.
@@ -151,6 +155,7 @@ class Worker:
             yield_slot=chunk_redis.register_script(protocol.YIELD_LUA),
             may_yield=lambda: not self._room and not self._stopping.is_set(),
             forced=lambda: self._force,
+            shared=self._shared,
         )
         #: Exit status for the process once the serving loop ends (non-zero: systemd restarts the worker).
         self.exit_code = 0
@@ -220,9 +225,12 @@ class Worker:
                     await self._settle_orphans()
                 await self._read_credit()
                 self._assess()
-                # A job waiting now is taken before the choice, so that its first chunk can be the next one made.
+                # A job waiting now is taken before the choice, so that its first chunk can be the next one made;
+                # not while a stream held is still waiting for its own first chunk and due first: the job then stays
+                # queued for whichever worker is free first (docs/scheduling.md, "Claims").
                 if self._admitting:
-                    await self._claim(0.0)
+                    if not self._first_chunk_due():
+                        await self._claim(0.0)
                 elif self._room:
                     await self._claim(0.0, new_owner_only=True)
                 stream = pick(self.streams, time.monotonic(), self.settings.jobs.batch_first_audio_budget_s)
@@ -248,8 +256,23 @@ class Worker:
         # The newcomer: its first chunk due within the realtime first-audio budget, then one per chunk played.
         newcomer = Demand(now + self.settings.jobs.first_audio_budget_s, period)
         self._room = room
+        if len(self.streams) > 1:
+            self._shared_at = now
         self._admitting = room and feasible(demands, now, self.rate, newcomer)
         self.metrics.held(len(self.streams), self.max_streams, not self._admitting, booked)
+
+    def _shared(self) -> bool:
+        """Whether the slot is shared: this worker held another stream within :data:`SHARED_RECENT_S`, or another
+        worker of the box is speaking now (only a Piper engine with a box share says: ``crowded``)."""
+        if time.monotonic() - self._shared_at < SHARED_RECENT_S:
+            return True
+        crowded = getattr(self.engine, "crowded", None)
+        return bool(crowded()) if crowded is not None else False
+
+    def _first_chunk_due(self) -> bool:
+        """Whether a stream held waits for its first chunk and is due no later than a realtime newcomer would be."""
+        due = time.monotonic() + self.settings.jobs.first_audio_budget_s
+        return any(s.first_sent_at is None and s.runnable and s.deadline <= due for s in self.streams)
 
     async def _idle(self, burst: bool) -> bool:
         """No stream may run: wait for a job (or, when the worker takes none, a moment); True when one was claimed."""

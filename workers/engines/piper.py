@@ -108,15 +108,18 @@ class PiperEngine:
             options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
             return onnxruntime.InferenceSession(graph, sess_options=options, providers=["CPUExecutionProvider"])
 
-        # With a box share this session runs only while no other worker of the box is busy: it may spin.
-        self._voice = PiperVoice(session=session(threads, spin=share is not None), config=config)
+        # The session for the jobs with timing (the sockets' agents): it never spins. Agents' turns start while another
+        # worker of the box is speaking, or is about to: a spinning call that began alone then keeps both cores
+        # from the one that follows it (measured with 4 agents at once: docs/scaling.md, "Four agents on two cores").
+        self._voice = PiperVoice(session=session(threads, spin=False), config=config)
         # With a box share (given only for more than one thread): a one-thread session for the runs made while
         # another worker of the box is busy. Two one-thread calls side by side make more audio per second than
         # two-thread calls taking turns on the same cores (docs/scaling.md); a job alone on the box gets every thread.
         self._share = share
         self._shared_voice = PiperVoice(session=session(1, spin=False), config=config) if share else self._voice
         # The same two without the alignment output, for the jobs that send no timing (most of them: a plain stream,
-        # OpenAI, Wyoming). Each holds its own copy of the weights (about 65 MB).
+        # OpenAI, Wyoming). Each holds its own copy of the weights (about 65 MB). With a box share the first runs only
+        # while no other worker of the box is busy: it may spin (a short command's first byte gains from it).
         self._plain_voice = PiperVoice(session=session(threads, share is not None, plain), config=config)
         self._plain_shared = PiperVoice(session=session(1, False, plain), config=config) if share else self._plain_voice
         self.sample_rate: int = int(config.sample_rate)
@@ -127,6 +130,11 @@ class PiperEngine:
         self._base_f0: float | None = None
         # (voice directory, reference name, revision) -> pitch: an edited voice (new clip or revision) misses.
         self._reference_f0s: dict[tuple[str, str, int], float | None] = {}
+
+    def crowded(self) -> bool:
+        """Whether another worker of this box is speaking now (never, without a box share): the worker then speaks
+        its streams in shorter pieces (docs/scheduling.md)."""
+        return self._share is not None and self._share.others_busy()
 
     def warm_up(self) -> None:
         """Synthesize one short sentence (loads espeak data, allocates onnxruntime arenas), then calibrate pitch."""

@@ -161,6 +161,9 @@ FIRST_PIECE_WORD_CHARS: Final = 60  # ... and, with no clause mark early on, at 
 FIRST_PIECE_MAX_WORDS: Final = 8  # a clause mark further on than this many words is too late to pay
 FIRST_PIECE_WORDS: Final = (3, 6)  # a word-boundary cut leaves the head this many words (fewest, most)
 FIRST_PIECE_REST_WORDS: Final = 3  # the rest of the sentence keeps at least this many words
+# While a worker's slot is shared (docs/scheduling.md): a shorter head, so that the turns due together wait less.
+FIRST_PIECE_SHORT_MAX_WORDS: Final = 4
+FIRST_PIECE_SHORT_WORDS: Final = (2, 3)
 # A clause mark (closing quotes or brackets may follow it) at a word's end.
 _CLAUSE_END: Final = re.compile(r"[,;:][\"'”’)\]]*$")
 # Words a phrase starts with: a word-boundary cut goes before one of these when it can (the head then ends a phrase).
@@ -168,6 +171,8 @@ _PHRASE_STARTS: Final = frozenset(
     "and or but so yet with without to of in on at for from by about into over under after before while when where "
     "which who whose that because if than as until unless since through during".split()
 )
+# Words that lean on the next one (articles, possessives, prepositions, conjunctions): a head never ends on one.
+_LEANS_ON_NEXT: Final = _PHRASE_STARTS | frozenset("a an the my your his her its our their this these those".split())
 _PLAIN_WORD: Final = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*")
 
 
@@ -185,15 +190,18 @@ def _clause_cut_ok(word: str, after: str) -> bool:
     return not (core[-1].isdigit() and after[:1].isdigit())
 
 
-def first_piece_cut(text: str) -> int | None:
+def first_piece_cut(text: str, *, short: bool = False) -> int | None:
     """Where the first piece of ``text`` ends (the rest starts after the white space there); None: speak it whole.
 
     Only the first sentence is cut, and only when it is long enough for a shorter first call to pay
     (:data:`FIRST_PIECE_CLAUSE_CHARS`, :data:`FIRST_PIECE_WORD_CHARS`). The cut is the first clause mark (comma,
     semicolon, colon) within :data:`FIRST_PIECE_MAX_WORDS` words that leaves two words before it; failing that, a
     word boundary after 3 to 6 words, before a word that starts a phrase ("and", "with", "to"...) when there is one,
-    between two plain words (never next to a number, an abbreviation or a marker). The rest keeps at least
-    :data:`FIRST_PIECE_REST_WORDS` words.
+    between two plain words (never next to a number, an abbreviation or a marker, and never after a word that leans
+    on the next one: "the", "my", "at"...). The rest keeps at least :data:`FIRST_PIECE_REST_WORDS` words.
+
+    ``short`` (a worker whose slot is shared): a clause mark within :data:`FIRST_PIECE_SHORT_MAX_WORDS` words, else a
+    word boundary after 2 or 3 words (:data:`FIRST_PIECE_SHORT_WORDS`).
     """
     end = _SENTENCE_END.search(text)
     sentence = text[: end.start()] if end else text
@@ -201,20 +209,57 @@ def first_piece_cut(text: str) -> int | None:
     if len(" ".join(w for w, _ in words)) < FIRST_PIECE_CLAUSE_CHARS:
         return None
     last = len(words) - FIRST_PIECE_REST_WORDS  # the head ends after word index < last
-    for index in range(1, min(FIRST_PIECE_MAX_WORDS, last)):
+    for index in range(1, min(FIRST_PIECE_SHORT_MAX_WORDS if short else FIRST_PIECE_MAX_WORDS, last)):
         word, stop = words[index]
         if _CLAUSE_END.search(word) and _clause_cut_ok(word, words[index + 1][0]):
             return stop
     if len(sentence.strip()) < FIRST_PIECE_WORD_CHARS:
         return None
-    fewest, most = FIRST_PIECE_WORDS
+    fewest, most = FIRST_PIECE_SHORT_WORDS if short else FIRST_PIECE_WORDS
     options = [
-        index for index in range(fewest - 1, min(most, last)) if _plain(words[index][0]) and _plain(words[index + 1][0])
+        index
+        for index in range(fewest - 1, min(most, last))
+        if _plain(words[index][0]) and _plain(words[index + 1][0]) and words[index][0].lower() not in _LEANS_ON_NEXT
     ]
     if not options:
         return None
     # Before a word that starts a phrase (the head then ends one), else in the middle of the reach.
-    phrase = [
-        i for i in options if words[i + 1][0].lower() in _PHRASE_STARTS and words[i][0].lower() not in _PHRASE_STARTS
-    ]
+    phrase = [i for i in options if words[i + 1][0].lower() in _PHRASE_STARTS]
     return words[phrase[0] if phrase else options[len(options) // 2]][1]
+
+
+# ----- the rest cut again: a first sentence's rest spoken in two calls while the worker's slot is shared -----------
+# docs/scheduling.md "Piper's grain under contention": another stream's next turn waits for the call under way, so
+# while the slot is shared the rest of a job's first sentence is cut once more, at its middle phrase boundary.
+REST_CUT_MIN_CHARS: Final = FIRST_PIECE_CLAUSE_CHARS  # a shorter rest is one short call already
+REST_CUT_WORDS: Final = 3  # each side of the cut keeps at least this many words
+
+
+def rest_cut(text: str) -> int | None:
+    """Where the first sentence of ``text`` (the rest of a cut sentence) may be cut once more; None: speak it whole.
+
+    The cut is nearest the sentence's middle: at a clause mark when there is one, else before a word that starts a
+    phrase, else (when the sentence has at least :data:`FIRST_PIECE_WORD_CHARS` characters) between two plain
+    words. Each side keeps at least :data:`REST_CUT_WORDS` words; later sentences are never cut (the engine speaks
+    them one call each).
+    """
+    end = _SENTENCE_END.search(text)
+    sentence = text[: end.start()] if end else text
+    words = [(m.group(0), m.end()) for m in re.finditer(r"\S+", sentence)]
+    if len(sentence.strip()) < REST_CUT_MIN_CHARS or len(words) < 2 * REST_CUT_WORDS:
+        return None
+    reach = range(REST_CUT_WORDS - 1, len(words) - REST_CUT_WORDS)  # the cut follows word index i
+    middle = (len(words) - 1) / 2
+    clause = [i for i in reach if _CLAUSE_END.search(words[i][0]) and _clause_cut_ok(words[i][0], words[i + 1][0])]
+    plain = [
+        i
+        for i in reach
+        if _plain(words[i][0]) and _plain(words[i + 1][0]) and words[i][0].lower() not in _LEANS_ON_NEXT
+    ]
+    phrase = [i for i in plain if words[i + 1][0].lower() in _PHRASE_STARTS]
+    if len(sentence.strip()) < FIRST_PIECE_WORD_CHARS:
+        plain = []
+    for options in (clause, phrase, plain):
+        if options:
+            return words[min(options, key=lambda i: abs(i - middle))][1]
+    return None
