@@ -189,6 +189,12 @@ async def test_a_redis_restart_then_a_long_job_reaps_no_worker(tmp_path, caplog)
             if await admin.exists(*(protocol.heartbeat_key(w.worker_id) for w in workers)) == 2:
                 break
             await asyncio.sleep(0.1)
+        # ... and both wait on the queue again: a claim loop still in its reconnect backoff (up to a second) would
+        # leave both jobs to the other worker.
+        for _ in range(100):
+            if sum(client.get("cmd") == "blmove" for client in await admin.client_list()) == 2:
+                break
+            await asyncio.sleep(0.1)
         await admin.aclose()
         redis = Redis.from_url(server.url)
         dispatcher = Dispatcher(make_settings(server.url, tmp_path, jobs_chunk_timeout_s=30.0), redis)
