@@ -246,8 +246,10 @@ class Stream:
         for index, piece in enumerate(pieces):
             if self.abort.is_set():
                 return
-            # While the slot is shared the first piece is shorter (2-3 words), and its rest cut once more (_recut).
-            cut = first_piece(piece, cuts_first and index == 0, short=host.shared())
+            # While the slot is shared the first piece is shorter (2-3 words), and its rest cut once more (_recut);
+            # asked only where a first piece is cut (another worker's busy mark is a file lock to test).
+            first = cuts_first and index == 0
+            cut = first_piece(piece, first, short=first and host.shared())
             made = speak_cut(speak, piece, cut, engine.sample_rate, recut=self._recut)
             for chunk in host.metrics.chunks(job, made, self.figures):
                 audio = encoder.encode(chunk.pcm)
