@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -140,6 +141,18 @@ async def _wait_until(predicate, timeout: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(0.05)
+
+
+async def _freeze_when(worker: WorkerProcess, predicate, timeout: float, what: str) -> None:
+    """SIGSTOP ``worker`` at a moment ``predicate`` holds and still holds once it is stopped."""
+    deadline = time.monotonic() + timeout
+    while True:
+        await _wait_until(predicate, max(deadline - time.monotonic(), 0.0), what)
+        worker.proc.send_signal(signal.SIGSTOP)
+        await asyncio.sleep(0.05)  # a command the worker had already sent reaches Redis before the second look
+        if await predicate():
+            return
+        worker.proc.send_signal(signal.SIGCONT)
 
 
 def _slot_waits(app, part: str) -> float:
@@ -368,7 +381,10 @@ async def test_split_jobs_survive_a_worker_killed_between_and_during_pieces(aioh
 
         await _wait_until(resumed_first_running, 20, "the first job resumed while the second one's remainder waits")
         await short
-        doomed.kill()  # during a piece of the resumed first job, between two pieces of the second
+        # The worker goes on between the check and the kill: freeze it, look again, and kill it only when the
+        # frozen state is the one wanted (during a piece of the resumed first job, between two of the second).
+        await _freeze_when(doomed, resumed_first_running, 20, "the worker frozen during the first job's piece")
+        doomed.kill()
         rescuer = WorkerProcess(url, "rescuer", tmp_path, ZSYNTH_PIECE_MAX_CHARS=str(PIECE), ZSYNTH_MAX_STREAMS="1")
         await asyncio.to_thread(rescuer.wait_ready)
 
