@@ -26,6 +26,7 @@ MAX_BACKOFF_S: Final = 30.0
 SETTLE_S: Final = 1.0  # a restart that has run this long without crashing counts as up again
 HEALTHY_S: Final = 60.0  # a run this long resets the backoff
 CLOSE_WAIT_S: Final = 10.0  # how long a close waits for its cancelled tasks before it logs them and goes on
+RECANCEL_EVERY_S: Final = 0.5  # a cancelled task still running this long is cancelled again (see cancel_and_wait)
 
 
 def task_stack(task: asyncio.Task[Any]) -> str:
@@ -40,17 +41,27 @@ async def cancel_and_wait(
 ) -> set[asyncio.Task[Any]]:
     """Cancel ``tasks`` and wait for them to end, at most ``timeout`` seconds; return those still running.
 
-    A task still running then (one that swallowed its cancellation, or awaits something that ignores it) is logged
-    with its stack and left behind: a stop must not hang on it (systemd would kill the process at its stop timeout,
-    mid-cleanup), and the log names the culprit.
+    A task still running after :data:`RECANCEL_EVERY_S` is cancelled again, and so on: redis-py (8.1) loses a
+    cancel that lands while a command takes its connection from the pool, and the task then runs on (a follower
+    into a blocked ``XREAD`` for its whole block, a heartbeat back into its sleep); the next cancel lands where it
+    waits. A task still running at ``timeout`` (one that swallows every cancellation, or awaits something that
+    ignores it) is logged with its stack and left behind: a stop must not hang on it (systemd would kill the process
+    at its stop timeout, mid-cleanup), and the log names the culprit.
     """
-    for task in tasks:
-        task.cancel()
     if not tasks:
         return set()
-    done, pending = await asyncio.wait(tasks, timeout=timeout)
-    for task in done:  # retrieved, as gather(return_exceptions=True) would: a crash at close is not news
-        if not task.cancelled():
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    for task in tasks:
+        task.cancel()
+    pending = set(tasks)
+    while pending and (left := deadline - loop.time()) > 0:
+        _, pending = await asyncio.wait(pending, timeout=min(RECANCEL_EVERY_S, left))
+        if loop.time() < deadline:
+            for task in pending:
+                task.cancel()
+    for task in tasks:  # retrieved, as gather(return_exceptions=True) would: a crash at close is not news
+        if task.done() and not task.cancelled():
             task.exception()
     for task in pending:
         logger.error(
