@@ -117,8 +117,7 @@ async def test_auto_mode_keeps_messages_without_trailing_space_apart(client):
     # In the order sent: each sentence's first word opens a frame after the previous sentence's did.
     opened = [first_words.index(sentence.split()[0]) for sentence in SENTENCES]
     assert opened == sorted(opened), (opened, starts)
-    # Joined, "morning.Is" would be read "morning dot is": longer than the sentences with their spaces.
-    assert bare_s <= spaced_s * 1.03 + 0.05, (bare_s, spaced_s)
+    assert _as_long(bare_s, spaced_s), (bare_s, spaced_s)
 
 
 @pytest.mark.stack
@@ -127,7 +126,17 @@ async def test_without_auto_mode_a_sentence_boundary_counts_as_a_space(client):
     bare, bare_s = await _speak_messages(client, SENTENCES, "")
     assert bare.chars() == " ".join(SENTENCES)
     _, spaced_s = await _speak_messages(client, [s + " " for s in SENTENCES], "")
-    assert bare_s <= spaced_s * 1.03 + 0.05, (bare_s, spaced_s)
+    assert _as_long(bare_s, spaced_s), (bare_s, spaced_s)
+
+
+def _as_long(bare_s: float, spaced_s: float) -> bool:
+    """Whether the bare messages' audio is as long as the spaced ones', within what cutting alone moves it.
+
+    Joined into one sentence run ("morning.Is there anything else?Thanks"), the three sentences lose the pauses
+    between them: 3.76 s against 4.06 s in one Piper call each (-7.4 %). Spoken one by one, the same text comes to
+    4.02-4.20 s from run to run (up to 4.6 % apart), by where its first pieces were cut (docs/scheduling.md).
+    """
+    return abs(bare_s - spaced_s) <= 0.06 * spaced_s
 
 
 # ----- timeouts ----------------------------------------------------------------------------------------------------
