@@ -32,11 +32,17 @@ async def job_record(redis_url: str, job_id: str) -> dict[str, str]:
 @pytest.mark.heavy
 async def test_unstarted_job_of_a_dead_worker_is_run_by_a_survivor(aiohttp_client, private_redis_url, tmp_path):
     doomed = WorkerProcess(private_redis_url, "doomed", tmp_path).wait_ready()
+    redis = Redis.from_url(private_redis_url)
+    # Ready is logged just before the claim loop first blocks: freeze it only once it waits in BLMOVE (on this db).
+    db = int(private_redis_url.rsplit("/", 1)[1])
+    for _ in range(100):
+        if any(c.get("cmd") == "blmove" and int(c.get("db", -1)) == db for c in await redis.client_list()):
+            break
+        await asyncio.sleep(0.05)
     os.kill(doomed.proc.pid, signal.SIGSTOP)  # frozen inside BLMOVE: Redis still hands it the next job
     client = await aiohttp_client(create_app(make_settings(private_redis_url, tmp_path, jobs_first_chunk_timeout_s=40)))
     text = "This job was claimed by a worker that died before it spoke."
     request = asyncio.ensure_future(client.post("/v1/text-to-speech/v?output_format=pcm_16000", json={"text": text}))
-    redis = Redis.from_url(private_redis_url)
     for _ in range(100):
         if await redis.llen(protocol.processing_key("doomed")):
             break
