@@ -229,8 +229,8 @@ def first_piece_cut(text: str, *, short: bool = False) -> int | None:
 
 
 # ----- the rest cut again: a first sentence's rest spoken in two calls while the worker's slot is shared -----------
-# docs/scheduling.md "Piper's grain under contention": another stream's next turn waits for the call under way, so
-# while the slot is shared the rest of a job's first sentence is cut once more, at its middle phrase boundary.
+# docs/scheduling.md "Piper's grain while the slot is shared": another stream's next turn waits for the call under
+# way, so while the slot is shared the rest of a job's first sentence is cut once more, at its middle phrase boundary.
 REST_CUT_MIN_CHARS: Final = FIRST_PIECE_CLAUSE_CHARS  # a shorter rest is one short call already
 REST_CUT_WORDS: Final = 3  # each side of the cut keeps at least this many words
 
